@@ -1,0 +1,90 @@
+"""The in-process agent: the service's HTTP API on a daemon thread inside the training job.
+
+    from profiler_service import agent
+    agent.start(port=8080, env_gate="PROFILER_ENABLE")   # does nothing unless PROFILER_ENABLE=1
+
+Captures use TensorFlow's profiler in this process; analysis runs in a separate, lower-priority
+process, so the training step never waits for XProf.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+
+from profiler_service.api import create_app
+from profiler_service.capture.in_process import InProcessCapturer
+from profiler_service.config import Settings, TargetKind, in_process_target
+from profiler_service.service import Service, build_service
+
+log = logging.getLogger(__name__)
+
+_TRUTHY = {"1", "true", "yes", "on"}
+
+
+@dataclass
+class Agent:
+    service: Service
+    server: uvicorn.Server
+    thread: threading.Thread
+    capturer: InProcessCapturer
+
+    @property
+    def port(self) -> int:
+        return self.server.servers[0].sockets[0].getsockname()[1]
+
+    @property
+    def url(self) -> str:
+        host = self.service.settings.host
+        host = f"[{host}]" if ":" in host else host
+        return f"http://{host}:{self.port}"
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        self.capturer.cancel()
+        self.server.should_exit = True
+        self.thread.join(timeout_s)
+
+
+def start(
+    port: int = 8080,
+    *,
+    host: str = "127.0.0.1",
+    store: str | Path = "./profiles",
+    target_name: str = "local",
+    env_gate: str | None = None,
+    **settings: Any,
+) -> Agent | None:
+    """Serve the API from this process; returns None when `env_gate` names an unset variable.
+
+    Other settings (token, bounds, retention) come from `PROFILER_*` variables or keyword arguments.
+    """
+    if env_gate is not None and os.environ.get(env_gate, "").strip().lower() not in _TRUTHY:
+        log.info("profiler agent not started: %s is not set to 1", env_gate)
+        return None
+    config = Settings(
+        host=host, port=port, store=Path(store), targets=[in_process_target(target_name)], **settings
+    )
+    config.check_bind_is_safe()
+    capturer = InProcessCapturer()
+    service = build_service(config, {TargetKind.IN_PROCESS: capturer})
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(service), host=host, port=port, log_level="warning", access_log=False)
+    )
+    thread = threading.Thread(target=server.run, name="profiler-agent", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            service.close()
+            raise RuntimeError(f"profiler agent could not listen on {host}:{port}")
+        time.sleep(0.02)
+    agent = Agent(service, server, thread, capturer)
+    log.info("profiler agent serving on %s (store %s)", agent.url, service.store.root)
+    return agent

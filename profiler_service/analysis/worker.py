@@ -1,0 +1,29 @@
+"""Analysis worker process: reads one run directory, prints the summary as JSON.
+
+A separate, lower-priority process keeps XProf's memory and CPU off the service (and, with the
+in-process agent, off the training process), and lets a runaway conversion be killed.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from profiler_service.child_process import die_with_parent, lower_priority
+
+RESULT_MARKER = "PROFILER_SERVICE_SUMMARY "
+
+
+def main() -> None:
+    run_dir, parent_pid = Path(sys.argv[1]), int(sys.argv[2])
+    die_with_parent(parent_pid)
+    lower_priority()
+    from profiler_service.analysis.summary import summarise_run
+
+    summary = summarise_run(run_dir)
+    sys.stdout.write("\n" + RESULT_MARKER + summary.model_dump_json() + "\n")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,46 @@
+"""Calls of XProf's converters, with their error message kept (the high-level API hides it)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+
+class ToolFailed(Exception):
+    pass
+
+
+def tool_names(xplane_paths: Sequence[Path]) -> list[str]:
+    from xprof.convert import raw_to_tool_data
+
+    return raw_to_tool_data.xspace_to_tool_names([str(p) for p in xplane_paths])
+
+
+def tool_data(xplane_paths: Sequence[Path], tool: str) -> Any:
+    """A tool's output as parsed JSON (a list of Google DataTables for most tools)."""
+    from xprof.convert import _pywrap_profiler_plugin
+
+    raw, ok = _pywrap_profiler_plugin.xspace_to_tools_data(
+        [str(p) for p in xplane_paths], tool, {"use_saved_result": False}
+    )
+    if not ok:
+        message = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
+        raise ToolFailed(f"XProf's {tool} converter failed: {message[:500]}")
+    return json.loads(raw)
+
+
+def table_with(tables: list[dict], prop: str) -> dict | None:
+    """The DataTable whose properties contain `prop` (XProf does not name its tables)."""
+    return next((t for t in tables if prop in t.get("p", {})), None)
+
+
+def as_float(value: Any) -> float | None:
+    """XProf writes numbers as strings, some with a trailing `%`."""
+    if value in (None, ""):
+        return None
+    try:
+        return float(str(value).rstrip("%"))
+    except ValueError:
+        return None

@@ -1,0 +1,32 @@
+"""The FastAPI application: routes, error handlers, and the service behind them."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from profiler_service import __version__
+from profiler_service.api.errors import install_error_handlers
+from profiler_service.api.routes import health, profiles
+from profiler_service.service import Service
+
+
+def create_app(service: Service) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        service.close()
+
+    app = FastAPI(
+        title="profiler-service",
+        version=__version__,
+        summary="On-demand, bounded profiling of TensorFlow jobs, analysed with XProf.",
+        lifespan=lifespan,
+    )
+    app.state.service = service
+    install_error_handlers(app)
+    app.include_router(profiles.router)
+    app.include_router(health.router)
+    return app

@@ -1,0 +1,58 @@
+"""Dependencies the routes declare: the service's parts, and the API token check."""
+
+from __future__ import annotations
+
+import hmac
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from profiler_service.capture.controller import CaptureController
+from profiler_service.config import Settings
+from profiler_service.errors import Forbidden, Unauthorized
+from profiler_service.service import Service
+from profiler_service.store import SnapshotStore
+
+
+def get_service(request: Request) -> Service:
+    return request.app.state.service
+
+
+def get_settings(request: Request) -> Settings:
+    return request.app.state.service.settings
+
+
+def get_store(request: Request) -> SnapshotStore:
+    return request.app.state.service.store
+
+
+def get_controller(request: Request) -> CaptureController:
+    return request.app.state.service.controller
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+StoreDep = Annotated[SnapshotStore, Depends(get_store)]
+ControllerDep = Annotated[CaptureController, Depends(get_controller)]
+
+_bearer = HTTPBearer(auto_error=False, description="PROFILER_API_TOKEN, when one is configured")
+
+
+def require_token(
+    settings: SettingsDep,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> None:
+    """Mutating endpoints need `Authorization: Bearer <PROFILER_API_TOKEN>` when a token is set."""
+    if settings.api_token is None:
+        return
+    if credentials is None or credentials.scheme.lower() != "bearer":
+        raise Unauthorized(
+            "this endpoint needs an 'Authorization: Bearer <token>' header",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+    expected = settings.api_token.get_secret_value().encode()
+    if not hmac.compare_digest(credentials.credentials.encode(), expected):
+        raise Forbidden("the bearer token is not valid for this service")
+
+
+TokenRequired = Depends(require_token)

@@ -1,0 +1,49 @@
+"""Liveness and readiness."""
+
+from __future__ import annotations
+
+import socket
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse
+
+from profiler_service.api.deps import SettingsDep, StoreDep
+from profiler_service.api.schemas import HealthPublic
+from profiler_service.config import TargetKind
+from profiler_service.errors import StoreNotWritable
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz", response_model=HealthPublic)
+def read_health() -> HealthPublic:
+    """The process answers."""
+    return HealthPublic(status="ok")
+
+
+@router.get("/readyz", response_model=HealthPublic, responses={503: {"model": HealthPublic}})
+def read_readiness(settings: SettingsDep, store: StoreDep):
+    """Ready when the store is writable and every target's profiler port accepts connections."""
+    checks: dict[str, str] = {}
+    try:
+        store.check_writable()
+        checks["store"] = "ok"
+    except StoreNotWritable as exc:
+        checks["store"] = exc.detail
+    for target in settings.targets:
+        if target.kind is TargetKind.GRPC:
+            checks[f"target:{target.name}"] = _reachable(target.service_addr)
+        else:
+            checks[f"target:{target.name}"] = "ok"
+    ready = all(v == "ok" for v in checks.values())
+    body = HealthPublic(status="ready" if ready else "unready", checks=checks)
+    return JSONResponse(body.model_dump(), status_code=200 if ready else 503)
+
+
+def _reachable(address: str) -> str:
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=1.0):
+            return "ok"
+    except OSError as exc:
+        return f"profiler server unreachable at {address}: {exc.strerror or exc}"

@@ -1,0 +1,124 @@
+"""Captures and snapshots: `POST /profile`, `GET|DELETE /profiles/...`."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query, Request, Response
+from fastapi.responses import FileResponse
+
+from profiler_service.api.deps import ControllerDep, SettingsDep, StoreDep, TokenRequired
+from profiler_service.api.schemas import ERROR_RESPONSES, SnapshotPublic, SnapshotsPublic
+from profiler_service.capture.controller import CaptureRequest
+from profiler_service.errors import SnapshotNotFound
+from profiler_service.models import SnapshotStatus, Trigger, TriggerKind, is_snapshot_id
+from profiler_service.store import SnapshotQuery
+from profiler_service.trigger.duration import parse_duration
+
+router = APIRouter(tags=["profiles"], responses=ERROR_RESPONSES)
+
+SnapshotId = Annotated[str, Path(description="snapshot id, e.g. 20261202-164155-default-a1b2c3")]
+
+
+def _checked(snapshot_id: str) -> str:
+    if not is_snapshot_id(snapshot_id):
+        raise SnapshotNotFound(f"no snapshot with id {snapshot_id!r}")
+    return snapshot_id
+
+
+@router.post("/profile", status_code=202, response_model=SnapshotPublic, dependencies=[TokenRequired])
+def create_profile(
+    request: Request,
+    response: Response,
+    settings: SettingsDep,
+    controller: ControllerDep,
+    store: StoreDep,
+    duration: Annotated[str | None, Query(description="500ms, 5s, 2m or seconds")] = None,
+    target: Annotated[str | None, Query(description="a configured target's name")] = None,
+    host_tracer_level: Annotated[int | None, Query(ge=0, le=3)] = None,
+    python_tracer_level: Annotated[int | None, Query(ge=0, le=1)] = None,
+    device_tracer_level: Annotated[int | None, Query(ge=0, le=1)] = None,
+    wait: Annotated[bool, Query(description="answer once the snapshot is analysed")] = False,
+) -> SnapshotPublic:
+    """Start a bounded capture; 202 at once, or 200 when finished with `wait=true`."""
+    seconds = parse_duration(
+        duration, default_s=settings.duration_default_s,
+        min_s=settings.duration_min_s, max_s=settings.duration_max_s,
+    )
+    client = request.client.host if request.client else None
+    snapshot = controller.start(CaptureRequest(
+        duration_s=seconds, target=target, host_tracer_level=host_tracer_level,
+        python_tracer_level=python_tracer_level, device_tracer_level=device_tracer_level,
+        trigger=Trigger(kind=TriggerKind.API, source=client),
+    ))
+    if wait:
+        controller.wait(snapshot.id, controller.max_wait_s(seconds))
+        snapshot = store.get(snapshot.id)
+        response.status_code = 200
+    response.headers["Location"] = f"/profiles/{snapshot.id}"
+    return SnapshotPublic.of(snapshot, settings)
+
+
+@router.get("/profiles", response_model=SnapshotsPublic)
+def list_profiles(
+    settings: SettingsDep,
+    store: StoreDep,
+    status: SnapshotStatus | None = None,
+    trigger: TriggerKind | None = None,
+    target: str | None = None,
+    rule: Annotated[str | None, Query(description="snapshots with a finding of this rule")] = None,
+    since: Annotated[datetime | None, Query(description="created at or after (ISO 8601)")] = None,
+    until: Annotated[datetime | None, Query(description="created before (ISO 8601)")] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> SnapshotsPublic:
+    """List snapshots, newest first."""
+    snapshots, total = store.list(SnapshotQuery(
+        status=status, trigger=trigger, target=target, rule=rule,
+        since=_utc(since), until=_utc(until), limit=limit, offset=offset,
+    ))
+    return SnapshotsPublic(
+        data=[SnapshotPublic.of(s, settings) for s in snapshots], count=total, limit=limit,
+        offset=offset,
+    )
+
+
+@router.get("/profiles/{snapshot_id}", response_model=SnapshotPublic)
+def read_profile(snapshot_id: SnapshotId, settings: SettingsDep, store: StoreDep) -> SnapshotPublic:
+    """One snapshot: status, trigger, capture options, summary, findings, links."""
+    return SnapshotPublic.of(store.get(_checked(snapshot_id)), settings)
+
+
+@router.get("/profiles/{snapshot_id}/files/{name:path}", response_class=FileResponse)
+def read_profile_file(snapshot_id: SnapshotId, name: str, store: StoreDep) -> FileResponse:
+    """Download a raw capture file (`<host>.xplane.pb`)."""
+    path = store.file_path(_checked(snapshot_id), name)
+    return FileResponse(path, media_type="application/octet-stream", filename=path.name)
+
+
+@router.delete("/profiles/{snapshot_id}", status_code=204, dependencies=[TokenRequired])
+def delete_profile(snapshot_id: SnapshotId, store: StoreDep) -> Response:
+    """Remove a finished snapshot and its files."""
+    store.delete(_checked(snapshot_id))
+    return Response(status_code=204)
+
+
+@router.put("/profiles/{snapshot_id}/pin", response_model=SnapshotPublic,
+            dependencies=[TokenRequired])
+def pin_profile(snapshot_id: SnapshotId, settings: SettingsDep, store: StoreDep) -> SnapshotPublic:
+    """Pin a snapshot (a baseline): retention never evicts it."""
+    return SnapshotPublic.of(store.set_pinned(_checked(snapshot_id), True), settings)
+
+
+@router.delete("/profiles/{snapshot_id}/pin", response_model=SnapshotPublic,
+               dependencies=[TokenRequired])
+def unpin_profile(snapshot_id: SnapshotId, settings: SettingsDep, store: StoreDep) -> SnapshotPublic:
+    """Unpin a snapshot, so retention may evict it again."""
+    return SnapshotPublic.of(store.set_pinned(_checked(snapshot_id), False), settings)
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    if value is None:
+        return None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)

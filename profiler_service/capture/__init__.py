@@ -1,0 +1,1 @@
+"""Capture: the controller bounds captures; capturers take them (remote gRPC or in-process)."""

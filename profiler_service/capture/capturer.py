@@ -1,0 +1,57 @@
+"""The capturer contract: take one bounded trace into a logdir, or fail with a clear reason."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from profiler_service.config import Target
+from profiler_service.models import CaptureOptions
+
+
+@dataclass(frozen=True)
+class CaptureJob:
+    snapshot_id: str
+    target: Target
+    logdir: Path  # absolute; the profiler writes <logdir>/plugins/profile/<run>/<host>.xplane.pb
+    options: CaptureOptions
+    attempts: int
+    timeout_s: float
+
+
+class CaptureFailed(Exception):
+    """A capture that produced nothing usable; `code` is stored in the snapshot's error."""
+
+    def __init__(self, code: str, detail: str):
+        super().__init__(detail)
+        self.code = code
+        self.detail = detail
+
+
+class Capturer(Protocol):
+    # False when the capturer cannot honour tracer levels (TF 2.21 in-process ignores them).
+    applies_tracer_levels: bool
+
+    def capture(self, job: CaptureJob) -> list[Path]:
+        """Run the trace; return the `.xplane.pb` files written, or raise CaptureFailed."""
+        ...
+
+
+def collect_xplanes(job: CaptureJob) -> list[Path]:
+    """The files the profiler wrote, checked: missing and 0-byte files are failures, not captures."""
+    paths = sorted(job.logdir.glob("plugins/profile/*/*.xplane.pb"))
+    if not paths:
+        raise CaptureFailed(
+            "capture_file_missing",
+            f"the profiler reported success but wrote no .xplane.pb under {job.logdir}; the job and "
+            "the service must share this directory at the same absolute path",
+        )
+    empty = [p.name for p in paths if p.stat().st_size == 0]
+    if empty:
+        raise CaptureFailed(
+            "capture_empty",
+            f"the profiler wrote empty files ({', '.join(empty)}); an XSpace over 2 GB is written "
+            "as 0 bytes: capture for a shorter duration or with lower tracer levels",
+        )
+    return paths

@@ -1,0 +1,202 @@
+"""The capture controller: bounds every capture and walks it through the pipeline.
+
+One capture at a time per target; a deadline of duration + grace; every failure stored in the
+snapshot with a code and a sentence. Captures run on worker threads, so callers get the snapshot
+back at once and follow it through `capturing -> analyzing -> ready | failed`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from profiler_service.analysis.analyzer import AnalysisFailed, XprofAnalyzer
+from profiler_service.capture.capturer import Capturer, CaptureFailed, CaptureJob
+from profiler_service.config import Settings, Target, TargetKind
+from profiler_service.errors import CaptureBusy, InvalidRequest, UnknownTarget
+from profiler_service.models import (
+    CaptureOptions,
+    Snapshot,
+    SnapshotError,
+    SnapshotStatus,
+    Trigger,
+    new_snapshot_id,
+    utcnow,
+)
+from profiler_service.store import SnapshotStore
+
+log = logging.getLogger(__name__)
+
+# How long analysis usually takes after the trace, for Retry-After; a hint, not a bound.
+_ANALYSIS_ESTIMATE_S = 5.0
+
+
+@dataclass(frozen=True)
+class CaptureRequest:
+    duration_s: float
+    target: str | None = None
+    host_tracer_level: int | None = None
+    python_tracer_level: int | None = None
+    device_tracer_level: int | None = None
+    trigger: Trigger = field(default_factory=Trigger)
+
+
+@dataclass
+class _Active:
+    snapshot: Snapshot
+    started_monotonic: float
+    done: threading.Event
+
+
+class CaptureController:
+    def __init__(
+        self,
+        settings: Settings,
+        store: SnapshotStore,
+        capturers: Mapping[TargetKind, Capturer],
+        analyzer: XprofAnalyzer,
+    ):
+        self.settings = settings
+        self.store = store
+        self.capturers = capturers
+        self.analyzer = analyzer
+        self._lock = threading.Lock()
+        self._active: dict[str, _Active] = {}  # by target name
+        self._done: dict[str, threading.Event] = {}  # by snapshot id, while in flight
+
+    def resolve_target(self, name: str | None) -> Target:
+        target = self.settings.target(name)
+        if target is None:
+            configured = ", ".join(t.name for t in self.settings.targets) or "none"
+            wanted = f"named {name!r}" if name else "at all"
+            raise UnknownTarget(
+                f"no target is configured {wanted}; configured targets: {configured} "
+                "(targets come from the service's configuration, never from a request)"
+            )
+        return target
+
+    def start(self, request: CaptureRequest) -> Snapshot:
+        """Begin a capture and return its snapshot at once; CaptureBusy if the target is busy."""
+        target = self.resolve_target(request.target)
+        capturer = self.capturers.get(target.kind)
+        if capturer is None:
+            raise InvalidRequest(f"this service cannot capture {target.kind} targets")
+        s = self.settings
+        options = CaptureOptions(
+            duration_ms=round(request.duration_s * 1000),
+            host_tracer_level=_pick(request.host_tracer_level, s.host_tracer_level),
+            python_tracer_level=_pick(request.python_tracer_level, s.python_tracer_level),
+            device_tracer_level=_pick(request.device_tracer_level, s.device_tracer_level),
+            include_dataset_ops=s.include_dataset_ops,
+            options_applied=capturer.applies_tracer_levels,
+        )
+        with self._lock:
+            busy = self._active.get(target.name)
+            if busy is not None:
+                retry_after = self._retry_after_s(busy)
+                raise CaptureBusy(
+                    f"a capture of target {target.name!r} is already running (snapshot "
+                    f"{busy.snapshot.id}); retry in about {retry_after} s",
+                    headers={"Retry-After": str(retry_after)},
+                    snapshot_id=busy.snapshot.id,
+                )
+            snapshot = Snapshot(
+                id=new_snapshot_id(target.name), target=target.name, workers=target.workers,
+                trigger=request.trigger, capture=options,
+            )
+            logdir = self.store.begin(snapshot)
+            active = _Active(snapshot, time.monotonic(), threading.Event())
+            self._active[target.name] = active
+            self._done[snapshot.id] = active.done
+        job = CaptureJob(
+            snapshot_id=snapshot.id, target=target, logdir=logdir, options=options,
+            attempts=s.capture_attempts, timeout_s=request.duration_s + s.capture_grace_s,
+        )
+        threading.Thread(
+            target=self._run, args=(active, capturer, job), name=f"capture-{snapshot.id}", daemon=True
+        ).start()
+        return snapshot.model_copy(deep=True)
+
+    def wait(self, snapshot_id: str, timeout_s: float | None = None) -> bool:
+        """Block until the snapshot is finished (True) or the timeout passes (False)."""
+        with self._lock:
+            done = self._done.get(snapshot_id)
+        return True if done is None else done.wait(timeout_s)
+
+    def max_wait_s(self, duration_s: float) -> float:
+        return duration_s + self.settings.capture_grace_s + self.settings.analysis_timeout_s + 10
+
+    def in_flight(self) -> list[Snapshot]:
+        with self._lock:
+            return [a.snapshot.model_copy(deep=True) for a in self._active.values()]
+
+    def _retry_after_s(self, active: _Active) -> int:
+        elapsed = time.monotonic() - active.started_monotonic
+        remaining = active.snapshot.capture.duration_ms / 1000 - elapsed + _ANALYSIS_ESTIMATE_S
+        return max(1, math.ceil(remaining))
+
+    def _run(self, active: _Active, capturer: Capturer, job: CaptureJob) -> None:
+        snapshot = active.snapshot
+        try:
+            snapshot.capture_started_at = utcnow()
+            self.store.update(snapshot)
+            paths = _with_deadline(capturer, job)
+            snapshot.capture_finished_at = utcnow()
+            run_dir = self.store.adopt_capture(snapshot, paths)
+            snapshot.status = SnapshotStatus.ANALYZING
+            self.store.update(snapshot)
+            snapshot.summary = self.analyzer.analyze(run_dir)
+            self.store.publish(snapshot)
+            log.info("snapshot %s ready (%s)", snapshot.id, snapshot.target)
+        except CaptureFailed as exc:
+            self._fail(snapshot, exc.code, exc.detail, keep_files=False)
+        except AnalysisFailed as exc:
+            self._fail(snapshot, exc.code, exc.detail, keep_files=True)
+        except Exception as exc:
+            log.exception("snapshot %s failed unexpectedly", snapshot.id)
+            self._fail(snapshot, "internal_error", f"{type(exc).__name__}: {exc}", keep_files=False)
+        finally:
+            with self._lock:
+                self._active.pop(snapshot.target, None)
+                self._done.pop(snapshot.id, None)
+            active.done.set()
+
+    def _fail(self, snapshot: Snapshot, code: str, detail: str, *, keep_files: bool) -> None:
+        log.warning("snapshot %s failed: %s: %s", snapshot.id, code, detail)
+        snapshot.status = SnapshotStatus.FAILED
+        snapshot.error = SnapshotError(code=code, detail=detail)
+        try:
+            self.store.fail(snapshot, keep_files=keep_files)
+        except Exception:
+            log.exception("could not record the failure of snapshot %s", snapshot.id)
+
+
+def _with_deadline(capturer: Capturer, job: CaptureJob):
+    """Enforce the deadline even on capturers that block in C++ (the in-process profiler)."""
+    result: dict = {}
+
+    def run() -> None:
+        try:
+            result["paths"] = capturer.capture(job)
+        except BaseException as exc:
+            result["error"] = exc
+
+    worker = threading.Thread(target=run, name=f"trace-{job.snapshot_id}", daemon=True)
+    worker.start()
+    worker.join(job.timeout_s + 5)
+    if worker.is_alive():
+        raise CaptureFailed(
+            "capture_timeout",
+            f"the capture did not finish within {job.timeout_s:g} s (duration + grace)",
+        )
+    if "error" in result:
+        raise result["error"]
+    return result["paths"]
+
+
+def _pick(requested: int | None, default: int) -> int:
+    return default if requested is None else requested

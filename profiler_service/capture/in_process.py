@@ -1,0 +1,49 @@
+"""In-process capture for the embedded agent: TensorFlow's profiler in this very process."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from profiler_service.capture.capturer import CaptureFailed, CaptureJob, collect_xplanes
+
+
+class InProcessCapturer:
+    # TF 2.21's start() logs "host_tracer_level expects an i value." and uses its defaults.
+    applies_tracer_levels = False
+
+    def __init__(self) -> None:
+        self._cancel = threading.Event()
+
+    def cancel(self) -> None:
+        """End a running capture early (service shutdown); what was traced is still saved."""
+        self._cancel.set()
+
+    def capture(self, job: CaptureJob) -> list[Path]:
+        import tensorflow as tf
+
+        options = tf.profiler.experimental.ProfilerOptions(
+            host_tracer_level=job.options.host_tracer_level,
+            python_tracer_level=job.options.python_tracer_level,
+            device_tracer_level=job.options.device_tracer_level,
+        )
+        try:
+            tf.profiler.experimental.start(str(job.logdir), options=options)
+        except tf.errors.AlreadyExistsError:
+            raise CaptureFailed(
+                "profiler_busy",
+                "another profiler session is running in this process (TensorFlow allows one at a "
+                "time; a profiler server or a manual tf.profiler call may hold it); retry later",
+            ) from None
+        except Exception as exc:
+            raise CaptureFailed("capture_failed", f"TensorFlow's profiler did not start: {exc}") from exc
+        try:
+            self._cancel.wait(job.options.duration_ms / 1000)
+        finally:
+            try:
+                tf.profiler.experimental.stop()
+            except Exception as exc:
+                raise CaptureFailed(
+                    "capture_failed", f"TensorFlow's profiler could not save the capture: {exc}"
+                ) from exc
+        return collect_xplanes(job)

@@ -1,0 +1,31 @@
+"""Child process of RemoteCapturer: one call of XProf's capture client, result on stdout."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from profiler_service.capture.remote import RESULT_MARKER
+from profiler_service.child_process import die_with_parent
+
+
+def main() -> None:
+    request = json.loads(sys.argv[1])
+    die_with_parent(int(sys.argv[2]))
+    try:
+        from xprof.convert import _pywrap_profiler_plugin
+
+        _pywrap_profiler_plugin.trace(
+            request["service_addr"], request["logdir"], request["worker_list"],
+            request["include_dataset_ops"], request["duration_ms"],
+            request["num_tracing_attempts"], request["options"],
+        )
+        result = {"ok": True}
+    except Exception as exc:  # every failure is reported to the parent, which classifies it
+        result = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+    sys.stdout.write("\n" + RESULT_MARKER + json.dumps(result) + "\n")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""A small real Keras training job, for the demo and the tests."""

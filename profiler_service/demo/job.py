@@ -1,0 +1,104 @@
+"""A small real Keras job: input-bound (Python decoding, as in the article) or compute-bound.
+
+    python -m profiler_service.demo.job --workload input-bound --agent --store ./profiles
+    python -m profiler_service.demo.job --workload compute-bound --profiler-port 6009
+
+Prints one line `READY {json}` once training has started (with the agent's URL when embedded),
+then trains until --seconds pass or it is stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import numpy as np
+import tensorflow as tf
+from tensorflow import keras
+
+from profiler_service.steps import ProfilerStepCallback
+
+FEATURES = 64
+
+
+def _python_decode(_index):
+    """Decoding in pure Python, one record at a time: the accelerator waits on this."""
+    time.sleep(0.002)
+    return np.random.default_rng().random(FEATURES, dtype=np.float32)
+
+
+def input_bound_dataset(batch_size: int = 32) -> tf.data.Dataset:
+    ds = tf.data.Dataset.range(1 << 40).map(
+        lambda i: tf.ensure_shape(tf.py_function(_python_decode, [i], tf.float32), [FEATURES])
+    )
+    return ds.map(lambda x: (x, tf.reduce_sum(x, keepdims=True))).batch(batch_size)
+
+
+def compute_bound_dataset(batch_size: int = 256) -> tf.data.Dataset:
+    x = tf.random.normal((batch_size, FEATURES))
+    return tf.data.Dataset.from_tensors((x, tf.reduce_sum(x, axis=1, keepdims=True))).repeat()
+
+
+def build_model(width: int) -> keras.Model:
+    model = keras.Sequential([
+        keras.Input((FEATURES,)),
+        keras.layers.Dense(width, activation="relu"),
+        keras.layers.Dense(width, activation="relu"),
+        keras.layers.Dense(1),
+    ])
+    model.compile(optimizer="adam", loss="mse")
+    return model
+
+
+class _Deadline(keras.callbacks.Callback):
+    """Announce readiness after the first step; stop training after `seconds`."""
+
+    def __init__(self, seconds: float, ready: dict):
+        super().__init__()
+        self.end = time.monotonic() + seconds
+        self.ready = ready
+        self.announced = False
+
+    def on_train_batch_end(self, batch, logs=None):
+        if not self.announced:
+            print("READY " + json.dumps(self.ready), flush=True)
+            self.announced = True
+        if time.monotonic() > self.end:
+            self.model.stop_training = True
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workload", choices=["input-bound", "compute-bound"], default="input-bound")
+    parser.add_argument("--seconds", type=float, default=600, help="stop training after this long")
+    parser.add_argument("--profiler-port", type=int, help="start TF's profiler server on this port")
+    parser.add_argument("--agent", action="store_true", help="embed the profiler agent")
+    parser.add_argument("--agent-port", type=int, default=0, help="agent port (0: any free port)")
+    parser.add_argument("--store", default="./profiles", help="agent's snapshot store")
+    args = parser.parse_args(argv)
+
+    ready: dict = {"pid": __import__("os").getpid()}
+    if args.profiler_port:
+        tf.profiler.experimental.server.start(args.profiler_port)
+        ready["profiler_port"] = args.profiler_port
+    if args.agent:
+        from profiler_service import agent
+
+        embedded = agent.start(port=args.agent_port, store=args.store)
+        ready["agent_url"] = embedded.url
+    if args.workload == "input-bound":
+        dataset, model = input_bound_dataset(), build_model(width=64)
+    else:
+        dataset, model = compute_bound_dataset(), build_model(width=1024)
+    model.fit(
+        dataset, epochs=1, steps_per_epoch=10**9, verbose=0,
+        callbacks=[ProfilerStepCallback(), _Deadline(args.seconds, ready)],
+    )
+    print("DONE", flush=True)
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

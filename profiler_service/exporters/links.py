@@ -1,0 +1,31 @@
+"""Links from a snapshot to its JSON, its raw files, and its run in TensorBoard/XProf."""
+
+from __future__ import annotations
+
+from urllib.parse import quote, urlencode
+
+from pydantic import BaseModel, Field
+
+from profiler_service.config import Settings
+from profiler_service.models import Snapshot, SnapshotStatus
+
+
+class SnapshotLinks(BaseModel):
+    self: str
+    files: dict[str, str] = Field(default_factory=dict)
+    tensorboard: str | None = None
+
+
+def snapshot_links(snapshot: Snapshot, settings: Settings, base_url: str = "") -> SnapshotLinks:
+    base = base_url.rstrip("/")
+    own = f"{base}/profiles/{quote(snapshot.id)}"
+    links = SnapshotLinks(
+        self=own, files={f.name: f"{own}/files/{quote(f.name)}" for f in snapshot.files}
+    )
+    if settings.tensorboard_url and snapshot.status is SnapshotStatus.READY:
+        query = {"run": snapshot.id, "tool": "overview_page"}
+        if snapshot.hosts:
+            query["host"] = snapshot.hosts[0]
+        fragment = "#profile" if settings.tensorboard_flavour == "tensorboard" else ""
+        links.tensorboard = f"{settings.tensorboard_url.rstrip('/')}/?{urlencode(query)}{fragment}"
+    return links

@@ -1,0 +1,129 @@
+"""The snapshot: what each pipeline stage reads and writes, and what `snapshot.json` holds."""
+
+from __future__ import annotations
+
+import re
+import secrets
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, Field, computed_field
+
+SNAPSHOT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+_SNAPSHOT_ID = re.compile(SNAPSHOT_ID_PATTERN)
+
+
+def is_snapshot_id(text: str) -> bool:
+    """Ids become directory names, so anything else (`..`, `/`) is refused before any path is built."""
+    return bool(_SNAPSHOT_ID.match(text)) and ".." not in text
+
+
+def new_snapshot_id(target: str, now: datetime | None = None) -> str:
+    """Sortable by time, unique across sidecars (target + random suffix), a valid run name."""
+    now = now or datetime.now(UTC)
+    return f"{now:%Y%m%d-%H%M%S}-{target}-{secrets.token_hex(3)}"
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class SnapshotStatus(StrEnum):
+    CAPTURING = "capturing"
+    ANALYZING = "analyzing"
+    READY = "ready"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+
+    @property
+    def in_flight(self) -> bool:
+        return self in (SnapshotStatus.CAPTURING, SnapshotStatus.ANALYZING)
+
+
+class TriggerKind(StrEnum):
+    API = "api"
+    CLI = "cli"
+    WEBHOOK = "webhook"
+    SCHEDULE = "schedule"
+
+
+class Trigger(BaseModel):
+    kind: TriggerKind = TriggerKind.API
+    source: str | None = None  # who asked: client address, alert name, schedule name
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+
+class CaptureOptions(BaseModel):
+    duration_ms: int
+    host_tracer_level: int
+    python_tracer_level: int
+    device_tracer_level: int
+    include_dataset_ops: bool = True
+    # TF 2.21's in-process profiler ignores tracer levels; recorded so nobody trusts them blindly.
+    options_applied: bool = True
+
+
+class SnapshotError(BaseModel):
+    code: str
+    detail: str
+
+
+class SnapshotFile(BaseModel):
+    name: str
+    size_bytes: int
+
+
+class Summary(BaseModel):
+    """What the analyzer read out of XProf's tools (grown by the analysis stage)."""
+
+    tools: list[str] = Field(default_factory=list)
+    hosts: list[str] = Field(default_factory=list)
+    step_count: int | None = None
+    step_time_ms_avg: float | None = None
+    step_time_ms_min: float | None = None
+    step_time_ms_max: float | None = None
+    step_time_ms_stddev: float | None = None
+    bottleneck: str | None = None  # XProf's verdict: input, host, device, unknown
+    input_conclusion: str | None = None
+    next_step_advice: str | None = None
+
+
+class Finding(BaseModel):
+    rule: str
+    severity: str
+    title: str
+    evidence: dict[str, Any] = Field(default_factory=dict)
+    recommendation: str = ""
+    docs: str | None = None
+
+
+class Snapshot(BaseModel):
+    """One capture from trigger to findings; stored as `snapshot.json` beside the capture files."""
+
+    id: str
+    status: SnapshotStatus = SnapshotStatus.CAPTURING
+    target: str
+    workers: list[str] = Field(default_factory=list)
+    trigger: Trigger = Field(default_factory=Trigger)
+    capture: CaptureOptions
+    created_at: datetime = Field(default_factory=utcnow)
+    capture_started_at: datetime | None = None
+    capture_finished_at: datetime | None = None
+    finished_at: datetime | None = None
+    pinned: bool = False
+    files: list[SnapshotFile] = Field(default_factory=list)
+    summary: Summary | None = None
+    findings: list[Finding] = Field(default_factory=list)
+    error: SnapshotError | None = None
+
+    @computed_field
+    @property
+    def size_bytes(self) -> int:
+        return sum(f.size_bytes for f in self.files)
+
+    @computed_field
+    @property
+    def hosts(self) -> list[str]:
+        return [f.name.removesuffix(".xplane.pb") for f in self.files if f.name.endswith(".xplane.pb")]

@@ -1,0 +1,142 @@
+"""SQLite index of snapshots: fast listing and filtering; always rebuildable from `snapshot.json`."""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from profiler_service.models import Snapshot
+
+log = logging.getLogger(__name__)
+
+_SCHEMA_VERSION = 1
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS snapshots (
+    id TEXT PRIMARY KEY,
+    location TEXT NOT NULL,
+    status TEXT NOT NULL,
+    target TEXT NOT NULL,
+    trigger TEXT NOT NULL,
+    rules TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    size_bytes INTEGER NOT NULL,
+    pinned INTEGER NOT NULL,
+    doc_mtime_ns INTEGER NOT NULL,
+    doc TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS snapshots_created ON snapshots (created_at DESC);
+"""
+
+
+@dataclass(frozen=True)
+class IndexEntry:
+    id: str
+    location: str
+    created_at: str
+    size_bytes: int
+    pinned: bool
+    doc_mtime_ns: int
+
+
+@dataclass(frozen=True)
+class SnapshotQuery:
+    status: str | None = None
+    trigger: str | None = None
+    target: str | None = None
+    rule: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    limit: int = 50
+    offset: int = 0
+
+
+class SnapshotIndex:
+    """One connection shared by the service's threads, serialised by a lock."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._lock = threading.Lock()
+        self._conn = self._connect()
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            return self._open()
+        except sqlite3.DatabaseError as exc:
+            log.warning("index %s is unreadable (%s); rebuilding it from snapshot.json files",
+                        self.path, exc)
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+            return self._open()
+
+    def _open(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        try:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version not in (0, _SCHEMA_VERSION):
+                conn.execute("DROP TABLE IF EXISTS snapshots")
+            conn.executescript(_SCHEMA)
+            conn.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("SELECT count(*) FROM snapshots").fetchone()
+        except sqlite3.DatabaseError:
+            conn.close()
+            raise
+        return conn
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def upsert(self, snapshot: Snapshot, *, location: str, size_bytes: int, doc_mtime_ns: int) -> None:
+        row = (
+            snapshot.id, location, snapshot.status.value, snapshot.target, snapshot.trigger.kind.value,
+            " ".join(sorted({f.rule for f in snapshot.findings})), snapshot.created_at.isoformat(),
+            size_bytes, int(snapshot.pinned), doc_mtime_ns, snapshot.model_dump_json(),
+        )
+        with self._lock:
+            self._conn.execute("INSERT OR REPLACE INTO snapshots VALUES (?,?,?,?,?,?,?,?,?,?,?)", row)
+
+    def remove(self, snapshot_id: str) -> None:
+        with self._lock:
+            self._conn.execute("DELETE FROM snapshots WHERE id = ?", (snapshot_id,))
+
+    def get(self, snapshot_id: str) -> Snapshot | None:
+        with self._lock:
+            row = self._conn.execute("SELECT doc FROM snapshots WHERE id = ?", (snapshot_id,)).fetchone()
+        return Snapshot.model_validate_json(row[0]) if row else None
+
+    def entries(self) -> dict[str, IndexEntry]:
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT id, location, created_at, size_bytes, pinned, doc_mtime_ns FROM snapshots"
+            ).fetchall()
+        return {r[0]: IndexEntry(r[0], r[1], r[2], r[3], bool(r[4]), r[5]) for r in rows}
+
+    def query(self, q: SnapshotQuery) -> tuple[list[Snapshot], int]:
+        """Newest first, filtered; returns one page and the total that matched."""
+        where, args = [], []
+        for column, value in (("status", q.status), ("trigger", q.trigger), ("target", q.target)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                args.append(value)
+        if q.rule is not None:
+            where.append("(' ' || rules || ' ') LIKE ?")
+            args.append(f"% {q.rule} %")
+        if q.since is not None:
+            where.append("created_at >= ?")
+            args.append(q.since.isoformat())
+        if q.until is not None:
+            where.append("created_at < ?")
+            args.append(q.until.isoformat())
+        clause = f"WHERE {' AND '.join(where)}" if where else ""
+        with self._lock:
+            total = self._conn.execute(f"SELECT count(*) FROM snapshots {clause}", args).fetchone()[0]
+            rows = self._conn.execute(
+                f"SELECT doc FROM snapshots {clause} ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?",
+                [*args, q.limit, q.offset],
+            ).fetchall()
+        return [Snapshot.model_validate_json(r[0]) for r in rows], total

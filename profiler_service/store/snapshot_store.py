@@ -1,0 +1,318 @@
+"""Snapshots on disk in the TensorBoard/XProf layout; a snapshot appears only when complete.
+
+    STORE/plugins/profile/<id>/<host>.xplane.pb   ready: every XProf/TensorBoard lists it as a run
+    STORE/plugins/profile/<id>/snapshot.json
+    STORE/failed/<id>/snapshot.json               failed or interrupted (files kept under run/)
+    STORE/.staging/<id>/snapshot.json             in flight: capture/ is the profiler's logdir,
+    STORE/.staging/<id>/run/                      run/ the adopted files being analysed
+    STORE/index.sqlite                            cache of every snapshot.json
+
+Staging keeps files out of any `plugins/profile` path, so XProf never lists a half-made run;
+publishing is one directory rename on the same filesystem.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+
+from profiler_service.errors import (
+    FileNotFound,
+    SnapshotBusy,
+    SnapshotNotFound,
+    StoreNotWritable,
+)
+from profiler_service.models import (
+    Snapshot,
+    SnapshotError,
+    SnapshotFile,
+    SnapshotStatus,
+    is_snapshot_id,
+    utcnow,
+)
+from profiler_service.store.index import IndexEntry, SnapshotIndex, SnapshotQuery
+from profiler_service.store.retention import select_evictions
+
+log = logging.getLogger(__name__)
+
+SNAPSHOT_FILE = "snapshot.json"
+READY, FAILED, STAGING = "ready", "failed", "staging"
+
+
+class SnapshotStore:
+    def __init__(self, root: Path, *, max_count: int = 200, max_bytes: int = 20 * 1024**3):
+        self.root = Path(root).expanduser().resolve()
+        self.profile_dir = self.root / "plugins" / "profile"
+        self.failed_dir = self.root / "failed"
+        self.staging_dir = self.root / ".staging"
+        self.max_count = max_count
+        self.max_bytes = max_bytes
+        self._lock = threading.RLock()
+        self._index: SnapshotIndex | None = None
+
+    # ---- lifecycle -------------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Create the layout, mark what a crash left in flight as interrupted, sync the index."""
+        try:
+            for d in (self.profile_dir, self.failed_dir, self.staging_dir):
+                d.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreNotWritable(f"cannot create the snapshot store at {self.root}: {exc}") from exc
+        self._index = SnapshotIndex(self.root / "index.sqlite")
+        with self._lock:
+            self._recover_interrupted()
+            self._reconcile_index()
+
+    def close(self) -> None:
+        if self._index is not None:
+            self._index.close()
+
+    @property
+    def index(self) -> SnapshotIndex:
+        if self._index is None:
+            raise RuntimeError("SnapshotStore.open() was not called")
+        return self._index
+
+    def check_writable(self) -> None:
+        probe = self.staging_dir / f".probe-{os.getpid()}-{threading.get_ident()}"
+        try:
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as exc:
+            raise StoreNotWritable(f"the snapshot store {self.root} is not writable: {exc}") from exc
+
+    # ---- the in-flight path: begin -> update -> adopt -> publish | fail --------------------
+
+    def begin(self, snapshot: Snapshot) -> Path:
+        """Record a new in-flight snapshot; return the absolute logdir the profiler writes into."""
+        capture_dir = self.staging_dir / snapshot.id / "capture"
+        try:
+            capture_dir.mkdir(parents=True)
+            # The job's profiler server may run as another user on the shared volume.
+            capture_dir.chmod(0o777)
+            self._write(self.staging_dir / snapshot.id, snapshot, STAGING)
+        except OSError as exc:
+            shutil.rmtree(self.staging_dir / snapshot.id, ignore_errors=True)
+            raise StoreNotWritable(f"the snapshot store {self.root} is not writable: {exc}") from exc
+        return capture_dir
+
+    def update(self, snapshot: Snapshot) -> None:
+        self._write(self.staging_dir / snapshot.id, snapshot, STAGING)
+
+    def adopt_capture(self, snapshot: Snapshot, xplane_paths: Iterable[Path]) -> Path:
+        """Move what the profiler wrote out of its `plugins/profile` tree into the staging run dir."""
+        run_dir = self.staging_dir / snapshot.id / "run"
+        run_dir.mkdir(exist_ok=True)
+        for path in xplane_paths:
+            os.replace(path, run_dir / path.name)
+        shutil.rmtree(self.staging_dir / snapshot.id / "capture", ignore_errors=True)
+        snapshot.files = _list_files(run_dir)
+        return run_dir
+
+    def staging_run_dir(self, snapshot_id: str) -> Path:
+        return self.staging_dir / snapshot_id / "run"
+
+    def publish(self, snapshot: Snapshot) -> Snapshot:
+        """Make a ready snapshot visible in one rename: `snapshot.json` is inside before it appears."""
+        with self._lock:
+            staging = self.staging_dir / snapshot.id
+            run_dir = staging / "run"
+            snapshot.status = SnapshotStatus.READY
+            snapshot.finished_at = snapshot.finished_at or utcnow()
+            snapshot.files = _list_files(run_dir)
+            _write_json(run_dir / SNAPSHOT_FILE, snapshot)
+            final = self.profile_dir / snapshot.id
+            os.replace(run_dir, final)
+            shutil.rmtree(staging, ignore_errors=True)
+            self._index_snapshot(snapshot, final, READY)
+            self._enforce_retention()
+        return snapshot
+
+    def fail(self, snapshot: Snapshot, *, keep_files: bool) -> Snapshot:
+        """Move an unfinished snapshot to `failed/`; files are kept only when they are whole."""
+        with self._lock:
+            staging = self.staging_dir / snapshot.id
+            snapshot.finished_at = snapshot.finished_at or utcnow()
+            shutil.rmtree(staging / "capture", ignore_errors=True)
+            if not keep_files:
+                shutil.rmtree(staging / "run", ignore_errors=True)
+            snapshot.files = _list_files(staging / "run")
+            try:
+                staging.mkdir(parents=True, exist_ok=True)
+                _write_json(staging / SNAPSHOT_FILE, snapshot)
+                final = self.failed_dir / snapshot.id
+                os.replace(staging, final)
+                self._index_snapshot(snapshot, final, FAILED)
+                self._enforce_retention()
+            except OSError as exc:
+                # The store itself is broken (read-only, full): keep the record in the index only.
+                log.error("could not record failed snapshot %s on disk: %s", snapshot.id, exc)
+                self.index.upsert(snapshot, location=FAILED, size_bytes=0, doc_mtime_ns=0)
+        return snapshot
+
+    # ---- reading ---------------------------------------------------------------------------
+
+    def get(self, snapshot_id: str) -> Snapshot:
+        snapshot = self.index.get(snapshot_id) if is_snapshot_id(snapshot_id) else None
+        if snapshot is None:
+            raise SnapshotNotFound(f"no snapshot with id {snapshot_id!r}")
+        return snapshot
+
+    def list(self, query: SnapshotQuery) -> tuple[list[Snapshot], int]:
+        return self.index.query(query)
+
+    def file_path(self, snapshot_id: str, name: str) -> Path:
+        """A file of a finished snapshot; anything that would leave its directory is not found."""
+        snapshot = self.get(snapshot_id)
+        if snapshot.status is SnapshotStatus.READY:
+            base = self.profile_dir / snapshot.id
+        else:
+            base = self.failed_dir / snapshot.id / "run"
+        base = base.resolve()
+        candidate = (base / name).resolve()
+        if (
+            name not in {f.name for f in snapshot.files}
+            or not candidate.is_relative_to(base)
+            or not candidate.is_file()
+        ):
+            raise FileNotFound(f"snapshot {snapshot_id} has no file {name!r}")
+        return candidate
+
+    # ---- changing finished snapshots -------------------------------------------------------
+
+    def delete(self, snapshot_id: str) -> None:
+        with self._lock:
+            snapshot = self.get(snapshot_id)
+            if snapshot.status.in_flight:
+                raise SnapshotBusy(f"snapshot {snapshot_id} is still {snapshot.status}; delete it later")
+            self._remove(snapshot_id)
+
+    def set_pinned(self, snapshot_id: str, pinned: bool) -> Snapshot:
+        with self._lock:
+            snapshot = self.get(snapshot_id)
+            if snapshot.status.in_flight:
+                raise SnapshotBusy(f"snapshot {snapshot_id} is still {snapshot.status}")
+            snapshot.pinned = pinned
+            location = READY if snapshot.status is SnapshotStatus.READY else FAILED
+            self._write(self._dir_of(snapshot_id, location), snapshot, location)
+        return snapshot
+
+    # ---- internals -------------------------------------------------------------------------
+
+    def _dir_of(self, snapshot_id: str, location: str) -> Path:
+        return {READY: self.profile_dir, FAILED: self.failed_dir, STAGING: self.staging_dir}[
+            location
+        ] / snapshot_id
+
+    def _write(self, directory: Path, snapshot: Snapshot, location: str) -> None:
+        _write_json(directory / SNAPSHOT_FILE, snapshot)
+        self._index_snapshot(snapshot, directory, location)
+
+    def _index_snapshot(self, snapshot: Snapshot, directory: Path, location: str) -> None:
+        doc = directory / SNAPSHOT_FILE
+        self.index.upsert(
+            snapshot, location=location, size_bytes=_dir_size(directory),
+            doc_mtime_ns=doc.stat().st_mtime_ns if doc.exists() else 0,
+        )
+
+    def _remove(self, snapshot_id: str) -> None:
+        """Rename away first, so a half-deleted snapshot is never listed, then delete."""
+        entry = self.index.entries().get(snapshot_id)
+        for location in ((entry.location,) if entry else (READY, FAILED)):
+            directory = self._dir_of(snapshot_id, location)
+            if directory.exists():
+                trash = self.staging_dir / f".trash-{snapshot_id}"
+                os.replace(directory, trash)
+                shutil.rmtree(trash, ignore_errors=True)
+        self.index.remove(snapshot_id)
+
+    def _enforce_retention(self) -> None:
+        for snapshot_id in select_evictions(
+            self.index.entries().values(), max_count=self.max_count, max_bytes=self.max_bytes
+        ):
+            log.info("retention: evicting snapshot %s", snapshot_id)
+            self._remove(snapshot_id)
+
+    def _recover_interrupted(self) -> None:
+        """Whatever is in staging at start-up was in flight when the service stopped."""
+        for staging in sorted(self.staging_dir.iterdir()):
+            if staging.name.startswith(".") or not is_snapshot_id(staging.name):
+                shutil.rmtree(staging, ignore_errors=True) if staging.is_dir() else staging.unlink()
+                continue
+            if (self.profile_dir / staging.name / SNAPSHOT_FILE).exists():
+                shutil.rmtree(staging, ignore_errors=True)  # stopped between publish's two steps
+                continue
+            try:
+                snapshot = Snapshot.model_validate_json((staging / SNAPSHOT_FILE).read_bytes())
+            except (OSError, ValueError) as exc:
+                log.warning("dropping unreadable staging snapshot %s: %s", staging.name, exc)
+                shutil.rmtree(staging, ignore_errors=True)
+                continue
+            was = snapshot.status
+            snapshot.status = SnapshotStatus.INTERRUPTED
+            snapshot.error = SnapshotError(
+                code="interrupted",
+                detail=f"the service stopped while this snapshot was {was}; partial files were removed",
+            )
+            log.warning("snapshot %s was %s when the service stopped: marked interrupted",
+                        snapshot.id, was)
+            self.fail(snapshot, keep_files=False)
+
+    def _reconcile_index(self) -> None:
+        """Bring the index in line with the snapshot.json files (rebuilds it when it was lost)."""
+        on_disk: dict[str, tuple[str, Path]] = {}
+        for location, parent in ((READY, self.profile_dir), (FAILED, self.failed_dir)):
+            for directory in parent.iterdir():
+                if (directory / SNAPSHOT_FILE).is_file() and is_snapshot_id(directory.name):
+                    on_disk[directory.name] = (location, directory)
+        indexed = self.index.entries()
+        for snapshot_id, (location, directory) in on_disk.items():
+            entry: IndexEntry | None = indexed.get(snapshot_id)
+            mtime = (directory / SNAPSHOT_FILE).stat().st_mtime_ns
+            if entry and entry.location == location and entry.doc_mtime_ns == mtime:
+                continue
+            try:
+                snapshot = Snapshot.model_validate_json((directory / SNAPSHOT_FILE).read_bytes())
+            except (OSError, ValueError) as exc:
+                log.warning("skipping unreadable %s: %s", directory / SNAPSHOT_FILE, exc)
+                continue
+            self._index_snapshot(snapshot, directory, location)
+        for snapshot_id, entry in indexed.items():
+            if snapshot_id not in on_disk and entry.doc_mtime_ns != 0:
+                self.index.remove(snapshot_id)
+
+
+def _write_json(path: Path, snapshot: Snapshot) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(snapshot.model_dump_json(indent=2))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _list_files(directory: Path) -> list[SnapshotFile]:
+    """The capture files; XProf's own cache files beside them are not part of the snapshot."""
+    if not directory.is_dir():
+        return []
+    return [
+        SnapshotFile(name=p.name, size_bytes=p.stat().st_size)
+        for p in sorted(directory.glob("*.xplane.pb"))
+        if p.is_file()
+    ]
+
+
+def _dir_size(directory: Path) -> int:
+    total = 0
+    with contextlib.suppress(OSError):
+        for dirpath, _, filenames in os.walk(directory):
+            for name in filenames:
+                with contextlib.suppress(OSError):
+                    total += os.stat(os.path.join(dirpath, name)).st_size
+    return total
