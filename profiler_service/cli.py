@@ -1,0 +1,148 @@
+"""`profiler-service`: serve (the sidecar), capture (one-off), demo (the README's first command)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from profiler_service import __version__
+from profiler_service.config import Settings
+from profiler_service.errors import ServiceError
+
+
+def _settings(args: argparse.Namespace, **extra: Any) -> Settings:
+    """Environment first (`PROFILER_*`), then the flags that were given."""
+    given = {k: v for k, v in vars(args).items() if k in Settings.model_fields and v is not None}
+    return Settings(**given, **extra)
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--store", type=Path, help="snapshot store directory (PROFILER_STORE)")
+    p.add_argument(
+        "--target", dest="targets", action="append", metavar="[NAME=]grpc://HOST:PORT[,...]",
+        help="a job's profiler server; repeat for several targets, comma-separate a target's "
+             "workers (PROFILER_TARGETS)",
+    )
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from profiler_service.api import create_app
+    from profiler_service.service import build_service
+
+    settings = _settings(args)
+    settings.check_bind_is_safe()
+    if not settings.targets:
+        logging.warning("no --target configured: POST /profile will answer 422 until one is")
+    app = create_app(build_service(settings))
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level=args.log_level.lower())
+    return 0
+
+
+def cmd_capture(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from profiler_service.capture.controller import CaptureRequest
+    from profiler_service.models import SnapshotStatus, Trigger, TriggerKind
+    from profiler_service.service import build_service
+    from profiler_service.trigger.duration import parse_duration
+
+    settings = _settings(args)
+    seconds = parse_duration(
+        args.duration, default_s=settings.duration_default_s,
+        min_s=settings.duration_min_s, max_s=settings.duration_max_s,
+    )
+    service = build_service(settings)
+    try:
+        snapshot = service.controller.start(CaptureRequest(
+            duration_s=seconds, target=args.name,
+            trigger=Trigger(kind=TriggerKind.CLI, source="profiler-service capture"),
+        ))
+        total_ms = round(seconds * 1000)
+        with tqdm(total=total_ms, unit="ms", desc="capturing", file=sys.stderr) as bar:
+            started = time.monotonic()
+            while not service.controller.wait(snapshot.id, 0.1):
+                status = service.store.get(snapshot.id).status
+                elapsed = min(total_ms, round((time.monotonic() - started) * 1000))
+                bar.set_description(status.value)
+                bar.update(elapsed - bar.n)
+            bar.update(total_ms - bar.n)
+        snapshot = service.store.get(snapshot.id)
+    finally:
+        service.close()
+    _print_snapshot(snapshot, service.store.root)
+    return 0 if snapshot.status is SnapshotStatus.READY else 1
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from profiler_service.demo.run import run_demo
+
+    return run_demo(store=args.store or Path("./profiles"), duration=args.duration or "3s")
+
+
+def _print_snapshot(snapshot, store_root: Path) -> None:
+    print(f"snapshot {snapshot.id}: {snapshot.status}")
+    if snapshot.error:
+        print(f"  error: {snapshot.error.code}: {snapshot.error.detail}")
+    if snapshot.summary:
+        s = snapshot.summary
+        if s.step_time_ms_avg is not None:
+            print(f"  steps: {s.step_count}, step time avg {s.step_time_ms_avg} ms "
+                  f"(min {s.step_time_ms_min}, max {s.step_time_ms_max})")
+        if s.input_conclusion:
+            print(f"  XProf: {s.input_conclusion}")
+    if snapshot.files:
+        print(f"  stored in {store_root / 'plugins' / 'profile' / snapshot.id}")
+        print(f"  open it:  xprof --logdir {store_root} --port 8791   (run {snapshot.id})")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="profiler-service", description=__doc__)
+    parser.add_argument("--version", action="version", version=__version__)
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the HTTP service beside a job (sidecar)")
+    _add_common(serve)
+    serve.add_argument("--host", help="bind address (PROFILER_HOST, default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port (PROFILER_PORT, default 8080)")
+    serve.add_argument("--insecure", action="store_true", default=None,
+                       help="allow a non-loopback bind without PROFILER_API_TOKEN")
+    serve.add_argument("--tensorboard-url", help="TensorBoard/XProf URL for snapshot links")
+    serve.set_defaults(func=cmd_serve)
+
+    capture = sub.add_parser("capture", help="take one capture into the store and analyse it")
+    _add_common(capture)
+    capture.add_argument("--name", help="which configured target (default: the first)")
+    capture.add_argument("--duration", help="500ms, 5s, 2m or seconds (default 5s)")
+    capture.set_defaults(func=cmd_capture)
+
+    demo = sub.add_parser("demo", help="train a small Keras job with the agent and profile it")
+    demo.add_argument("--store", type=Path, help="where to keep the snapshot (default ./profiles)")
+    demo.add_argument("--duration", help="capture length (default 3s)")
+    demo.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return args.func(args)
+    except (ValidationError, ValueError) as exc:
+        print(f"profiler-service: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except ServiceError as exc:
+        print(f"profiler-service: {exc.code}: {exc.detail}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
