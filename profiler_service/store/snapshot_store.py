@@ -123,6 +123,7 @@ class SnapshotStore:
         with self._lock:
             staging = self.staging_dir / snapshot.id
             run_dir = staging / "run"
+            run_dir.mkdir(exist_ok=True)
             snapshot.status = SnapshotStatus.READY
             snapshot.finished_at = snapshot.finished_at or utcnow()
             snapshot.files = _list_files(run_dir)

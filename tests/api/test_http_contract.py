@@ -1,0 +1,134 @@
+"""The HTTP contract: error shapes, duration bounds, tokens, path safety (real app, real store)."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+from profiler_service.api import create_app
+from profiler_service.config import Settings
+from profiler_service.models import CaptureOptions, Snapshot
+from profiler_service.service import build_service
+
+UNUSED_TARGET = "grpc://127.0.0.1:9"  # discard port: nothing listens, nothing is ever sent
+
+
+def make_client(tmp_path, **settings) -> TestClient:
+    service = build_service(Settings(store=tmp_path / "store", targets=UNUSED_TARGET, **settings))
+    return TestClient(create_app(service))
+
+
+@pytest.mark.parametrize("duration", ["abc", "0", "-1", "1h", "5x", "61s", "50ms", "1e3", "nan"])
+def test_bad_durations_get_422_naming_the_allowed_range(tmp_path, duration):
+    with make_client(tmp_path) as client:
+        response = client.post("/profile", params={"duration": duration})
+        assert response.status_code == 422
+        body = response.json()
+        assert body["error"] == "invalid_duration"
+        assert "between 100ms and 60s" in body["detail"]
+        assert client.get("/profiles").json()["count"] == 0
+
+
+def test_duration_bounds_are_configurable(tmp_path):
+    with make_client(tmp_path, duration_max_s=10, duration_default_s=2) as client:
+        response = client.post("/profile", params={"duration": "11s"})
+        assert response.status_code == 422
+        assert "between 100ms and 10s" in response.json()["detail"]
+
+
+def test_out_of_range_tracer_level_is_a_json_422(tmp_path):
+    with make_client(tmp_path) as client:
+        response = client.post("/profile", params={"host_tracer_level": 7})
+        assert response.status_code == 422
+        assert response.json()["error"] == "invalid_request"
+        assert "host_tracer_level" in response.json()["detail"]
+
+
+def test_unknown_target_name_is_refused_and_lists_configured_ones(tmp_path):
+    with make_client(tmp_path) as client:
+        response = client.post("/profile", params={"target": "10.0.0.1:6009"})
+        assert response.status_code == 422
+        assert response.json()["error"] == "unknown_target"
+        assert "default" in response.json()["detail"]
+
+
+def test_mutations_need_the_bearer_token_when_one_is_set(tmp_path):
+    with make_client(tmp_path, api_token="s3cret") as client:
+        missing = client.post("/profile", params={"duration": "abc"})
+        assert missing.status_code == 401 and missing.json()["error"] == "unauthorized"
+        assert missing.headers["WWW-Authenticate"] == "Bearer"
+        wrong = client.post("/profile", headers={"Authorization": "Bearer nope"})
+        assert wrong.status_code == 403 and wrong.json()["error"] == "forbidden"
+        assert client.delete("/profiles/x", headers={"Authorization": "Bearer nope"}).status_code == 403
+        # The right token passes authentication and reaches validation.
+        ok = client.post("/profile", params={"duration": "abc"},
+                         headers={"Authorization": "Bearer s3cret"})
+        assert ok.status_code == 422
+        # Reads stay open.
+        assert client.get("/profiles").status_code == 200
+
+
+@pytest.mark.parametrize("path", [
+    "/profiles/..",
+    "/profiles/..%2F..%2Findex.sqlite",
+    "/profiles/%2E%2E",
+    "/profiles/a..b",
+    "/profiles/x/files/..%2F..%2Findex.sqlite",
+    "/profiles/../index.sqlite",
+    "/profiles/nope/files/%2Fetc%2Fpasswd",
+])
+def test_path_traversal_is_a_json_404(tmp_path, path):
+    with make_client(tmp_path) as client:
+        response = client.get(path)
+        assert response.status_code == 404
+        assert response.json()["error"] in {"snapshot_not_found", "not_found", "file_not_found"}
+
+
+def test_files_of_a_snapshot_cannot_escape_its_directory(tmp_path):
+    service = build_service(Settings(store=tmp_path / "store", targets=UNUSED_TARGET))
+    snapshot = Snapshot(id="20260101-000000-default-abcdef", target="default",
+                        capture=CaptureOptions(duration_ms=100, host_tracer_level=2,
+                                               python_tracer_level=0, device_tracer_level=1))
+    logdir = service.store.begin(snapshot)
+    xplane = logdir / "plugins" / "profile" / snapshot.id / "host.xplane.pb"
+    xplane.parent.mkdir(parents=True)
+    xplane.write_bytes(b"x" * 10)
+    service.store.adopt_capture(snapshot, [xplane])
+    service.store.publish(snapshot)
+    with TestClient(create_app(service)) as client:
+        base = f"/profiles/{snapshot.id}/files"
+        assert client.get(f"{base}/host.xplane.pb").content == b"x" * 10
+        for name in ["..%2F..%2Findex.sqlite", "snapshot.json", "%2Fetc%2Fpasswd", "missing.pb"]:
+            response = client.get(f"{base}/{name}")
+            assert response.status_code == 404, name
+            assert response.json()["error"] == "file_not_found"
+
+
+def test_unknown_routes_and_methods_answer_in_the_error_shape(tmp_path):
+    with make_client(tmp_path) as client:
+        assert client.get("/nope").json() == {"error": "not_found", "detail": "Not Found"}
+        response = client.put("/profile")
+        assert response.status_code == 405 and response.json()["error"] == "method_not_allowed"
+
+
+def test_openapi_documents_the_contract(tmp_path):
+    with make_client(tmp_path) as client:
+        paths = client.get("/openapi.json").json()["paths"]
+    for path in ["/profile", "/profiles", "/profiles/{snapshot_id}",
+                 "/profiles/{snapshot_id}/files/{name}", "/healthz", "/readyz"]:
+        assert path in paths, path
+    assert "409" in paths["/profile"]["post"]["responses"]
+
+
+def test_deleting_a_snapshot_removes_it_and_a_second_delete_is_404(tmp_path):
+    service = build_service(Settings(store=tmp_path / "store", targets=UNUSED_TARGET))
+    snapshot = Snapshot(id="20260101-000000-default-000001", target="default",
+                        capture=CaptureOptions(duration_ms=100, host_tracer_level=2,
+                                               python_tracer_level=0, device_tracer_level=1))
+    service.store.begin(snapshot)
+    service.store.publish(snapshot)
+    with TestClient(create_app(service)) as client:
+        assert client.delete(f"/profiles/{snapshot.id}").status_code == 204
+        assert client.get(f"/profiles/{snapshot.id}").status_code == 404
+        assert client.delete(f"/profiles/{snapshot.id}").json()["error"] == "snapshot_not_found"
+    assert not (tmp_path / "store" / "plugins" / "profile" / snapshot.id).exists()

@@ -1,0 +1,94 @@
+"""One capture at a time per target, and a crash mid-capture leaves nothing half-made."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+from conftest import wait_for_status
+
+
+def test_fifty_concurrent_posts_start_exactly_one_capture(input_bound_job, service_factory):
+    service = service_factory([input_bound_job.address])
+
+    def post(_: int) -> httpx.Response:
+        return httpx.post(f"{service.url}/profile", params={"duration": "3s"}, timeout=60)
+
+    with ThreadPoolExecutor(max_workers=50) as pool:
+        responses = list(pool.map(post, range(50)))
+    codes = sorted(r.status_code for r in responses)
+    assert codes == [202] + [409] * 49
+    accepted = next(r.json() for r in responses if r.status_code == 202)
+    for r in responses:
+        if r.status_code == 409:
+            assert r.json()["error"] == "capture_in_progress"
+            assert r.json()["snapshot_id"] == accepted["id"]
+            assert int(r.headers["Retry-After"]) >= 1
+    with service.client() as client:
+        assert wait_for_status(client, accepted["id"], {"ready", "failed"})["status"] == "ready"
+        # Once it is done, the target takes a new capture.
+        assert client.post("/profile", params={"duration": "500ms"}).status_code == 202
+
+
+def _processes_mentioning(text: str) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if text in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+    return pids
+
+
+def test_kill_9_mid_capture_leaves_an_interrupted_snapshot_after_restart(
+    input_bound_job, service_factory, tmp_path
+):
+    store = tmp_path / "store"
+    service = service_factory([input_bound_job.address], store=store)
+    with service.client() as client:
+        earlier = client.post("/profile", params={"duration": "500ms", "wait": "true"}).json()
+        assert earlier["status"] == "ready"
+        victim = client.post("/profile", params={"duration": "10s"}).json()
+        wait_for_status(client, victim["id"], {"capturing"})
+        time.sleep(1.0)
+    os.kill(service.proc.pid, signal.SIGKILL)
+    service.proc.wait()
+
+    # The capture client died with the service: no orphan keeps tracing into the store.
+    deadline = time.monotonic() + 10
+    while _processes_mentioning(victim["id"]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _processes_mentioning(victim["id"]) == []
+
+    restarted = service_factory([input_bound_job.address], store=store)
+    with restarted.client() as client:
+        body = client.get(f"/profiles/{victim['id']}").json()
+        assert body["status"] == "interrupted"
+        assert body["error"]["code"] == "interrupted"
+        ready_ids = [s["id"] for s in client.get("/profiles", params={"status": "ready"}).json()["data"]]
+        assert ready_ids == [earlier["id"]]
+        assert client.get(f"/profiles/{earlier['id']}").json()["status"] == "ready"
+    assert not (store / "plugins" / "profile" / victim["id"]).exists()
+    assert list((store / ".staging").iterdir()) == []
+    assert list((store / "failed" / victim["id"]).rglob("*.xplane.pb")) == []
+
+
+def test_a_second_capture_of_a_job_already_being_profiled_says_so(input_bound_job, service_factory,
+                                                                  tmp_path):
+    """Two services on one job: the job's profiler allows one session; the second is told why."""
+    first = service_factory([input_bound_job.address], store=tmp_path / "a")
+    second = service_factory([input_bound_job.address], store=tmp_path / "b")
+    with first.client() as a, second.client() as b:
+        long = a.post("/profile", params={"duration": "6s"}).json()
+        wait_for_status(a, long["id"], {"capturing"})
+        time.sleep(1.5)
+        clash = b.post("/profile", params={"duration": "1s", "wait": "true"}).json()
+        assert clash["status"] == "failed"
+        assert clash["error"]["code"] == "profiler_busy", clash["error"]
+        assert wait_for_status(a, long["id"], {"ready", "failed"})["status"] == "ready"
