@@ -69,13 +69,19 @@ def start(
         log.info("profiler agent not started: %s is not set to 1", env_gate)
         return None
     config = Settings(
-        host=host, port=port, store=Path(store), targets=[in_process_target(target_name)], **settings
+        host=host,
+        port=port,
+        store=Path(store),
+        targets=[in_process_target(target_name)],
+        **settings,
     )
     config.check_bind_is_safe()
     capturer = InProcessCapturer()
     service = build_service(config, {TargetKind.IN_PROCESS: capturer})
     server = uvicorn.Server(
-        uvicorn.Config(create_app(service), host=host, port=port, log_level="warning", access_log=False)
+        uvicorn.Config(
+            create_app(service), host=host, port=port, log_level="warning", access_log=False
+        )
     )
     thread = threading.Thread(target=server.run, name="profiler-agent", daemon=True)
     thread.start()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -23,7 +24,5 @@ def die_with_parent(parent_pid: int) -> None:
 
 def lower_priority(increment: int = 10) -> None:
     """Analysis must not compete with the training step for CPU."""
-    try:
+    with contextlib.suppress(OSError):
         os.nice(increment)
-    except OSError:
-        pass

@@ -25,9 +25,12 @@ def _settings(args: argparse.Namespace, **extra: Any) -> Settings:
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store", type=Path, help="snapshot store directory (PROFILER_STORE)")
     p.add_argument(
-        "--target", dest="targets", action="append", metavar="[NAME=]grpc://HOST:PORT[,...]",
+        "--target",
+        dest="targets",
+        action="append",
+        metavar="[NAME=]grpc://HOST:PORT[,...]",
         help="a job's profiler server; repeat for several targets, comma-separate a target's "
-             "workers (PROFILER_TARGETS)",
+        "workers (PROFILER_TARGETS)",
     )
 
 
@@ -56,15 +59,20 @@ def cmd_capture(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     seconds = parse_duration(
-        args.duration, default_s=settings.duration_default_s,
-        min_s=settings.duration_min_s, max_s=settings.duration_max_s,
+        args.duration,
+        default_s=settings.duration_default_s,
+        min_s=settings.duration_min_s,
+        max_s=settings.duration_max_s,
     )
     service = build_service(settings)
     try:
-        snapshot = service.controller.start(CaptureRequest(
-            duration_s=seconds, target=args.name,
-            trigger=Trigger(kind=TriggerKind.CLI, source="profiler-service capture"),
-        ))
+        snapshot = service.controller.start(
+            CaptureRequest(
+                duration_s=seconds,
+                target=args.name,
+                trigger=Trigger(kind=TriggerKind.CLI, source="profiler-service capture"),
+            )
+        )
         total_ms = round(seconds * 1000)
         with tqdm(total=total_ms, unit="ms", desc="capturing", file=sys.stderr) as bar:
             started = time.monotonic()
@@ -94,8 +102,10 @@ def _print_snapshot(snapshot, store_root: Path) -> None:
     if snapshot.summary:
         s = snapshot.summary
         if s.step_time_ms_avg is not None:
-            print(f"  steps: {s.step_count}, step time avg {s.step_time_ms_avg} ms "
-                  f"(min {s.step_time_ms_min}, max {s.step_time_ms_max})")
+            print(
+                f"  steps: {s.step_count}, step time avg {s.step_time_ms_avg} ms "
+                f"(min {s.step_time_ms_min}, max {s.step_time_ms_max})"
+            )
         if s.input_conclusion:
             print(f"  XProf: {s.input_conclusion}")
     if snapshot.files:
@@ -106,15 +116,21 @@ def _print_snapshot(snapshot, store_root: Path) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="profiler-service", description=__doc__)
     parser.add_argument("--version", action="version", version=__version__)
-    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    parser.add_argument(
+        "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="run the HTTP service beside a job (sidecar)")
     _add_common(serve)
     serve.add_argument("--host", help="bind address (PROFILER_HOST, default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port (PROFILER_PORT, default 8080)")
-    serve.add_argument("--insecure", action="store_true", default=None,
-                       help="allow a non-loopback bind without PROFILER_API_TOKEN")
+    serve.add_argument(
+        "--insecure",
+        action="store_true",
+        default=None,
+        help="allow a non-loopback bind without PROFILER_API_TOKEN",
+    )
     serve.add_argument("--tensorboard-url", help="TensorBoard/XProf URL for snapshot links")
     serve.set_defaults(func=cmd_serve)
 
@@ -133,7 +149,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     try:
         return args.func(args)
     except (ValidationError, ValueError) as exc:

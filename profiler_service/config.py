@@ -13,7 +13,9 @@ from pydantic import BaseModel, Field, SecretStr, field_validator, model_validat
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 TARGET_NAME_PATTERN = r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$"
-_GRPC_URL = re.compile(r"^(?:grpc://)?(?P<host>\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):(?P<port>\d{1,5})$")
+_GRPC_URL = re.compile(
+    r"^(?:grpc://)?(?P<host>\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):(?P<port>\d{1,5})$"
+)
 
 
 class TargetKind(StrEnum):
@@ -111,8 +113,9 @@ class Settings(BaseSettings):
             if not text:
                 return []
             if text.startswith("["):
-                return json.loads(text)
-            value = [s for s in re.split(r"[;\s]+", text) if s]
+                value = json.loads(text)
+            else:
+                value = [s for s in re.split(r"[;\s]+", text) if s]
         items = []
         for i, item in enumerate(value or []):
             if isinstance(item, str):

@@ -15,7 +15,7 @@ _SNAPSHOT_ID = re.compile(SNAPSHOT_ID_PATTERN)
 
 
 def is_snapshot_id(text: str) -> bool:
-    """Ids become directory names, so anything else (`..`, `/`) is refused before any path is built."""
+    """Ids become directory names: anything else (`..`, `/`) is refused before a path is built."""
     return bool(_SNAPSHOT_ID.match(text)) and ".." not in text
 
 
@@ -126,4 +126,6 @@ class Snapshot(BaseModel):
     @computed_field
     @property
     def hosts(self) -> list[str]:
-        return [f.name.removesuffix(".xplane.pb") for f in self.files if f.name.endswith(".xplane.pb")]
+        return [
+            f.name.removesuffix(".xplane.pb") for f in self.files if f.name.endswith(".xplane.pb")
+        ]

@@ -22,10 +22,14 @@ class Service:
         self.store.close()
 
 
-def build_service(settings: Settings, capturers: dict[TargetKind, Capturer] | None = None) -> Service:
+def build_service(
+    settings: Settings, capturers: dict[TargetKind, Capturer] | None = None
+) -> Service:
     """Open the store (recovering interrupted snapshots) and build the controller."""
     store = SnapshotStore(
-        settings.store, max_count=settings.retention_max_count, max_bytes=settings.retention_max_bytes
+        settings.store,
+        max_count=settings.retention_max_count,
+        max_bytes=settings.retention_max_bytes,
     )
     store.open()
     if capturers is None:

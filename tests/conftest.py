@@ -48,7 +48,10 @@ def start_job(*args: str, cwd: Path | None = None) -> Job:
     """A real Keras job (profiler_service.demo.job); returns once it is training."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "profiler_service.demo.job", *args],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        cwd=cwd,
         env={**os.environ, **QUIET_TF},
     )
     deadline = time.monotonic() + 180
@@ -58,7 +61,7 @@ def start_job(*args: str, cwd: Path | None = None) -> Job:
         if not line:
             raise RuntimeError(f"job exited early with status {proc.wait()}")
         if line.startswith("READY "):
-            return Job(proc, json.loads(line[len("READY "):]))
+            return Job(proc, json.loads(line[len("READY ") :]))
     proc.kill()
     raise RuntimeError("job did not start training within 180 s")
 
@@ -101,17 +104,31 @@ class ServiceProcess:
                 self.kill()
 
 
-def start_service(store: Path, targets: list[str], env: dict[str, str] | None = None,
-                  *extra: str) -> ServiceProcess:
+def start_service(
+    store: Path, targets: list[str], env: dict[str, str] | None = None, *extra: str
+) -> ServiceProcess:
     """`profiler-service serve` as its own process on a free loopback port, ready to answer."""
     port = free_port()
     log = store.parent / f"service-{port}.log"
-    args = [sys.executable, "-m", "profiler_service.cli", "serve", "--store", str(store),
-            "--port", str(port), *extra]
+    args = [
+        sys.executable,
+        "-m",
+        "profiler_service.cli",
+        "serve",
+        "--store",
+        str(store),
+        "--port",
+        str(port),
+        *extra,
+    ]
     for target in targets:
         args += ["--target", target]
-    proc = subprocess.Popen(args, stdout=log.open("w"), stderr=subprocess.STDOUT,
-                            env={**os.environ, **QUIET_TF, **(env or {})})
+    proc = subprocess.Popen(
+        args,
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        env={**os.environ, **QUIET_TF, **(env or {})},
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -130,8 +147,12 @@ def start_service(store: Path, targets: list[str], env: dict[str, str] | None = 
 def service_factory(tmp_path: Path) -> Iterator:
     started: list[ServiceProcess] = []
 
-    def factory(targets: list[str], env: dict[str, str] | None = None, *extra: str,
-                store: Path | None = None) -> ServiceProcess:
+    def factory(
+        targets: list[str],
+        env: dict[str, str] | None = None,
+        *extra: str,
+        store: Path | None = None,
+    ) -> ServiceProcess:
         service = start_service(store or tmp_path / "store", targets, env, *extra)
         started.append(service)
         return service
@@ -141,8 +162,9 @@ def service_factory(tmp_path: Path) -> Iterator:
         service.stop()
 
 
-def wait_for_status(client: httpx.Client, snapshot_id: str, statuses: set[str],
-                    timeout_s: float = 120) -> dict:
+def wait_for_status(
+    client: httpx.Client, snapshot_id: str, statuses: set[str], timeout_s: float = 120
+) -> dict:
     """Poll GET /profiles/{id} until its status is one of `statuses`; return the body."""
     deadline = time.monotonic() + timeout_s
     body: dict = {}

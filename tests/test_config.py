@@ -68,7 +68,8 @@ def test_targets_from_a_json_list():
 def test_json_list_of_spec_strings_is_parsed_like_the_plain_form():
     # A Python list of specs is accepted; the same list written as JSON must be too.
     assert [t.name for t in Settings(targets=["a=grpc://h:1", "grpc://h:2"]).targets] == [
-        "a", "target-1"
+        "a",
+        "target-1",
     ]
     settings = Settings(targets='["a=grpc://h:1", "grpc://h:2"]')
     assert [(t.name, t.workers) for t in settings.targets] == [

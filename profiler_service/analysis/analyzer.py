@@ -24,8 +24,16 @@ class XprofAnalyzer:
 
     def analyze(self, run_dir: Path) -> Summary:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "profiler_service.analysis.worker", str(run_dir), str(os.getpid())],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            [
+                sys.executable,
+                "-m",
+                "profiler_service.analysis.worker",
+                str(run_dir),
+                str(os.getpid()),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         try:
             stdout, stderr = proc.communicate(timeout=self.timeout_s)
@@ -37,10 +45,11 @@ class XprofAnalyzer:
             ) from None
         for line in reversed(stdout.splitlines()):
             if line.startswith(RESULT_MARKER):
-                return Summary.model_validate_json(line[len(RESULT_MARKER):])
+                return Summary.model_validate_json(line[len(RESULT_MARKER) :])
         reason = _last_error_line(stderr) or f"exit status {proc.returncode}"
         raise AnalysisFailed(
-            "analysis_failed", f"XProf could not analyse the capture (corrupt or truncated?): {reason}"
+            "analysis_failed",
+            f"XProf could not analyse the capture (corrupt or truncated?): {reason}",
         )
 
 

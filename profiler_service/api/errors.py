@@ -22,7 +22,9 @@ def install_error_handlers(app: FastAPI) -> None:
     async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
         problems = []
         for err in exc.errors():
-            where = ".".join(str(p) for p in err.get("loc", ()) if p not in ("query", "path", "body"))
+            where = ".".join(
+                str(p) for p in err.get("loc", ()) if p not in ("query", "path", "body")
+            )
             problems.append(f"{where}: {err.get('msg')}" if where else str(err.get("msg")))
         return JSONResponse(
             {"error": "invalid_request", "detail": "; ".join(problems) or "invalid request"},
@@ -34,5 +36,6 @@ def install_error_handlers(app: FastAPI) -> None:
         code = _HTTP_CODES.get(exc.status_code, "http_error")
         return JSONResponse(
             {"error": code, "detail": str(exc.detail)},
-            status_code=exc.status_code, headers=getattr(exc, "headers", None),
+            status_code=exc.status_code,
+            headers=getattr(exc, "headers", None),
         )

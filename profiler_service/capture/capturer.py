@@ -39,12 +39,13 @@ class Capturer(Protocol):
 
 
 def collect_xplanes(job: CaptureJob) -> list[Path]:
-    """The files the profiler wrote, checked: missing and 0-byte files are failures, not captures."""
+    """The files the profiler wrote; missing and 0-byte files are failures, not captures."""
     paths = sorted(job.logdir.glob("plugins/profile/*/*.xplane.pb"))
     if not paths:
         raise CaptureFailed(
             "capture_file_missing",
-            f"the profiler reported success but wrote no .xplane.pb under {job.logdir}; the job and "
+            f"the profiler reported success but wrote no .xplane.pb under {job.logdir}; "
+            "the job and "
             "the service must share this directory at the same absolute path",
         )
     empty = [p.name for p in paths if p.stat().st_size == 0]

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from profiler_service.analysis.analyzer import AnalysisFailed, XprofAnalyzer
-from profiler_service.capture.capturer import Capturer, CaptureFailed, CaptureJob
+from profiler_service.capture.capturer import CaptureFailed, CaptureJob, Capturer
 from profiler_service.config import Settings, Target, TargetKind
 from profiler_service.errors import CaptureBusy, InvalidRequest, UnknownTarget
 from profiler_service.models import (
@@ -105,19 +105,29 @@ class CaptureController:
                     snapshot_id=busy.snapshot.id,
                 )
             snapshot = Snapshot(
-                id=new_snapshot_id(target.name), target=target.name, workers=target.workers,
-                trigger=request.trigger, capture=options,
+                id=new_snapshot_id(target.name),
+                target=target.name,
+                workers=target.workers,
+                trigger=request.trigger,
+                capture=options,
             )
             logdir = self.store.begin(snapshot)
             active = _Active(snapshot, time.monotonic(), threading.Event())
             self._active[target.name] = active
             self._done[snapshot.id] = active.done
         job = CaptureJob(
-            snapshot_id=snapshot.id, target=target, logdir=logdir, options=options,
-            attempts=s.capture_attempts, timeout_s=request.duration_s + s.capture_grace_s,
+            snapshot_id=snapshot.id,
+            target=target,
+            logdir=logdir,
+            options=options,
+            attempts=s.capture_attempts,
+            timeout_s=request.duration_s + s.capture_grace_s,
         )
         threading.Thread(
-            target=self._run, args=(active, capturer, job), name=f"capture-{snapshot.id}", daemon=True
+            target=self._run,
+            args=(active, capturer, job),
+            name=f"capture-{snapshot.id}",
+            daemon=True,
         ).start()
         return snapshot.model_copy(deep=True)
 

@@ -12,31 +12,46 @@ from profiler_service.capture.capturer import CaptureFailed
 def classify_remote_failure(address: str, error: str, stderr: str) -> CaptureFailed:
     text = f"{error}\n{stderr}"
     if "Could not interpret" in text:
-        return CaptureFailed("invalid_target_address",
-                             f"{address!r} is not a host:port the profiler client accepts")
+        return CaptureFailed(
+            "invalid_target_address", f"{address!r} is not a host:port the profiler client accepts"
+        )
     if "Another profiling session active" in text or "Another profiler is running" in text:
-        return CaptureFailed("profiler_busy",
-                             f"the profiler server at {address} is already running another "
-                             "profiling session (TensorFlow allows one at a time); retry later")
+        return CaptureFailed(
+            "profiler_busy",
+            f"the profiler server at {address} is already running another "
+            "profiling session (TensorFlow allows one at a time); retry later",
+        )
     if "Connection refused" in text or "failed to connect to all addresses" in text:
-        return CaptureFailed("target_unreachable",
-                             f"profiler server unreachable at {address}: nothing is listening "
-                             "there; does the job call tf.profiler.experimental.server.start(PORT)?")
+        return CaptureFailed(
+            "target_unreachable",
+            f"profiler server unreachable at {address}: nothing is listening "
+            "there; does the job call tf.profiler.experimental.server.start(PORT)?",
+        )
     if "DNS resolution failed" in text or "Name or service not known" in text:
-        return CaptureFailed("target_unreachable",
-                             f"profiler server unreachable at {address}: the host name does not resolve")
+        return CaptureFailed(
+            "target_unreachable",
+            f"profiler server unreachable at {address}: the host name does not resolve",
+        )
     if "DEADLINE_EXCEEDED" in text or "Deadline Exceeded" in text:
-        return CaptureFailed("target_timeout",
-                             f"the profiler server at {address} did not answer in time; the job may "
-                             "be overloaded, or the trace too large to collect")
+        return CaptureFailed(
+            "target_timeout",
+            f"the profiler server at {address} did not answer in time; the job may "
+            "be overloaded, or the trace too large to collect",
+        )
     if "Read-only file system" in text or "Permission denied" in text or "No space left" in text:
-        return CaptureFailed("store_not_writable",
-                             f"the profiler could not write the capture into the store: {_last_line(text)}")
+        return CaptureFailed(
+            "store_not_writable",
+            f"the profiler could not write the capture into the store: {_last_line(text)}",
+        )
     if "No trace event was collected" in text:
-        return CaptureFailed("no_trace_events",
-                             f"the profiler server at {address} answered but collected no trace "
-                             "events; was the job running TensorFlow work during the capture?")
-    return CaptureFailed("capture_failed", f"capture from {address} failed: {_last_line(error or stderr)}")
+        return CaptureFailed(
+            "no_trace_events",
+            f"the profiler server at {address} answered but collected no trace "
+            "events; was the job running TensorFlow work during the capture?",
+        )
+    return CaptureFailed(
+        "capture_failed", f"capture from {address} failed: {_last_line(error or stderr)}"
+    )
 
 
 def _last_line(text: str) -> str:

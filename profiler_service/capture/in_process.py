@@ -36,7 +36,9 @@ class InProcessCapturer:
                 "time; a profiler server or a manual tf.profiler call may hold it); retry later",
             ) from None
         except Exception as exc:
-            raise CaptureFailed("capture_failed", f"TensorFlow's profiler did not start: {exc}") from exc
+            raise CaptureFailed(
+                "capture_failed", f"TensorFlow's profiler did not start: {exc}"
+            ) from exc
         try:
             self._cancel.wait(job.options.duration_ms / 1000)
         finally:

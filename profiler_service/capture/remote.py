@@ -38,9 +38,16 @@ class RemoteCapturer:
             },
         }
         proc = subprocess.Popen(
-            [sys.executable, "-m", "profiler_service.capture.remote_child", json.dumps(request),
-             str(os.getpid())],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            [
+                sys.executable,
+                "-m",
+                "profiler_service.capture.remote_child",
+                json.dumps(request),
+                str(os.getpid()),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         try:
             stdout, stderr = proc.communicate(timeout=job.timeout_s)
@@ -55,7 +62,9 @@ class RemoteCapturer:
         result = _parse_result(stdout)
         if not result.get("ok"):
             raise classify_remote_failure(
-                job.target.service_addr, result.get("error", f"exit status {proc.returncode}"), stderr
+                job.target.service_addr,
+                result.get("error", f"exit status {proc.returncode}"),
+                stderr,
             )
         return collect_xplanes(job)
 
@@ -63,5 +72,5 @@ class RemoteCapturer:
 def _parse_result(stdout: str) -> dict:
     for line in reversed(stdout.splitlines()):
         if line.startswith(RESULT_MARKER):
-            return json.loads(line[len(RESULT_MARKER):])
+            return json.loads(line[len(RESULT_MARKER) :])
     return {"ok": False}

@@ -16,9 +16,13 @@ def main() -> None:
         from xprof.convert import _pywrap_profiler_plugin
 
         _pywrap_profiler_plugin.trace(
-            request["service_addr"], request["logdir"], request["worker_list"],
-            request["include_dataset_ops"], request["duration_ms"],
-            request["num_tracing_attempts"], request["options"],
+            request["service_addr"],
+            request["logdir"],
+            request["worker_list"],
+            request["include_dataset_ops"],
+            request["duration_ms"],
+            request["num_tracing_attempts"],
+            request["options"],
         )
         result = {"ok": True}
     except Exception as exc:  # every failure is reported to the parent, which classifies it

@@ -42,12 +42,14 @@ def compute_bound_dataset(batch_size: int = 256) -> tf.data.Dataset:
 
 
 def build_model(width: int) -> keras.Model:
-    model = keras.Sequential([
-        keras.Input((FEATURES,)),
-        keras.layers.Dense(width, activation="relu"),
-        keras.layers.Dense(width, activation="relu"),
-        keras.layers.Dense(1),
-    ])
+    model = keras.Sequential(
+        [
+            keras.Input((FEATURES,)),
+            keras.layers.Dense(width, activation="relu"),
+            keras.layers.Dense(width, activation="relu"),
+            keras.layers.Dense(1),
+        ]
+    )
     model.compile(optimizer="adam", loss="mse")
     return model
 
@@ -71,7 +73,9 @@ class _Deadline(keras.callbacks.Callback):
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workload", choices=["input-bound", "compute-bound"], default="input-bound")
+    parser.add_argument(
+        "--workload", choices=["input-bound", "compute-bound"], default="input-bound"
+    )
     parser.add_argument("--seconds", type=float, default=600, help="stop training after this long")
     parser.add_argument("--profiler-port", type=int, help="start TF's profiler server on this port")
     parser.add_argument("--agent", action="store_true", help="embed the profiler agent")
@@ -93,7 +97,10 @@ def main(argv: list[str] | None = None) -> None:
     else:
         dataset, model = compute_bound_dataset(), build_model(width=1024)
     model.fit(
-        dataset, epochs=1, steps_per_epoch=10**9, verbose=0,
+        dataset,
+        epochs=1,
+        steps_per_epoch=10**9,
+        verbose=0,
         callbacks=[ProfilerStepCallback(), _Deadline(args.seconds, ready)],
     )
     print("DONE", flush=True)

@@ -16,21 +16,39 @@ _START_TIMEOUT_S = 180
 
 def run_demo(store: Path, duration: str = "3s") -> int:
     store = store.expanduser().resolve()
-    print(f"starting a small Keras training job (input pipeline decodes in Python) "
-          f"with the profiler agent; snapshots go to {store}", flush=True)
+    print(
+        f"starting a small Keras training job (input pipeline decodes in Python) "
+        f"with the profiler agent; snapshots go to {store}",
+        flush=True,
+    )
     job = subprocess.Popen(
-        [sys.executable, "-m", "profiler_service.demo.job", "--workload", "input-bound",
-         "--agent", "--store", str(store), "--seconds", "300"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        [
+            sys.executable,
+            "-m",
+            "profiler_service.demo.job",
+            "--workload",
+            "input-bound",
+            "--agent",
+            "--store",
+            str(store),
+            "--seconds",
+            "300",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
     )
     try:
         ready = _wait_ready(job)
         url = ready["agent_url"]
-        print(f"training; agent at {url}\nPOST {url}/profile?duration={duration}&wait=true",
-              flush=True)
-        response = httpx.post(f"{url}/profile", params={"duration": duration, "wait": "true"},
-                              timeout=600)
+        print(
+            f"training; agent at {url}\nPOST {url}/profile?duration={duration}&wait=true",
+            flush=True,
+        )
+        response = httpx.post(
+            f"{url}/profile", params={"duration": duration, "wait": "true"}, timeout=600
+        )
         body = response.json()
         if response.status_code >= 400:
             print(f"capture refused: {response.status_code} {body}")
@@ -53,7 +71,7 @@ def _wait_ready(job: subprocess.Popen) -> dict:
         if not line:
             raise RuntimeError(f"the demo job exited early (status {job.wait()})")
         if line.startswith("READY "):
-            return json.loads(line[len("READY "):])
+            return json.loads(line[len("READY ") :])
     raise RuntimeError("the demo job did not start training in time")
 
 
@@ -63,12 +81,16 @@ def _report(body: dict, store: Path) -> None:
         print(f"  error: {body['error']['code']}: {body['error']['detail']}")
     summary = body.get("summary") or {}
     if summary.get("step_time_ms_avg") is not None:
-        print(f"  {summary['step_count']} steps captured, step time avg "
-              f"{summary['step_time_ms_avg']} ms; XProf's bottleneck: {summary.get('bottleneck')}")
+        print(
+            f"  {summary['step_count']} steps captured, step time avg "
+            f"{summary['step_time_ms_avg']} ms; XProf's bottleneck: {summary.get('bottleneck')}"
+        )
     if summary.get("input_conclusion"):
         print(f"  {summary['input_conclusion']}")
     if body["status"] == "ready":
         print(f"  stored in {store / 'plugins' / 'profile' / body['id']}")
-        print(f"\nopen it in XProf:        xprof --logdir {store} --port 8791"
-              f"\n  then browse http://127.0.0.1:8791/?run={body['id']}&tool=overview_page"
-              f"\nor in TensorBoard:       tensorboard --logdir {store}")
+        print(
+            f"\nopen it in XProf:        xprof --logdir {store} --port 8791"
+            f"\n  then browse http://127.0.0.1:8791/?run={body['id']}&tool=overview_page"
+            f"\nor in TensorBoard:       tensorboard --logdir {store}"
+        )

@@ -1,4 +1,4 @@
-"""SQLite index of snapshots: fast listing and filtering; always rebuildable from `snapshot.json`."""
+"""SQLite index of snapshots: fast listing and filtering, always rebuildable from snapshot.json."""
 
 from __future__ import annotations
 
@@ -66,8 +66,11 @@ class SnapshotIndex:
         try:
             return self._open()
         except sqlite3.DatabaseError as exc:
-            log.warning("index %s is unreadable (%s); rebuilding it from snapshot.json files",
-                        self.path, exc)
+            log.warning(
+                "index %s is unreadable (%s); rebuilding it from snapshot.json files",
+                self.path,
+                exc,
+            )
             for suffix in ("", "-wal", "-shm"):
                 Path(f"{self.path}{suffix}").unlink(missing_ok=True)
             return self._open()
@@ -91,14 +94,26 @@ class SnapshotIndex:
         with self._lock:
             self._conn.close()
 
-    def upsert(self, snapshot: Snapshot, *, location: str, size_bytes: int, doc_mtime_ns: int) -> None:
+    def upsert(
+        self, snapshot: Snapshot, *, location: str, size_bytes: int, doc_mtime_ns: int
+    ) -> None:
         row = (
-            snapshot.id, location, snapshot.status.value, snapshot.target, snapshot.trigger.kind.value,
-            " ".join(sorted({f.rule for f in snapshot.findings})), snapshot.created_at.isoformat(),
-            size_bytes, int(snapshot.pinned), doc_mtime_ns, snapshot.model_dump_json(),
+            snapshot.id,
+            location,
+            snapshot.status.value,
+            snapshot.target,
+            snapshot.trigger.kind.value,
+            " ".join(sorted({f.rule for f in snapshot.findings})),
+            snapshot.created_at.isoformat(),
+            size_bytes,
+            int(snapshot.pinned),
+            doc_mtime_ns,
+            snapshot.model_dump_json(),
         )
         with self._lock:
-            self._conn.execute("INSERT OR REPLACE INTO snapshots VALUES (?,?,?,?,?,?,?,?,?,?,?)", row)
+            self._conn.execute(
+                "INSERT OR REPLACE INTO snapshots VALUES (?,?,?,?,?,?,?,?,?,?,?)", row
+            )
 
     def remove(self, snapshot_id: str) -> None:
         with self._lock:
@@ -106,7 +121,9 @@ class SnapshotIndex:
 
     def get(self, snapshot_id: str) -> Snapshot | None:
         with self._lock:
-            row = self._conn.execute("SELECT doc FROM snapshots WHERE id = ?", (snapshot_id,)).fetchone()
+            row = self._conn.execute(
+                "SELECT doc FROM snapshots WHERE id = ?", (snapshot_id,)
+            ).fetchone()
         return Snapshot.model_validate_json(row[0]) if row else None
 
     def entries(self) -> dict[str, IndexEntry]:
@@ -134,9 +151,12 @@ class SnapshotIndex:
             args.append(q.until.isoformat())
         clause = f"WHERE {' AND '.join(where)}" if where else ""
         with self._lock:
-            total = self._conn.execute(f"SELECT count(*) FROM snapshots {clause}", args).fetchone()[0]
+            total = self._conn.execute(f"SELECT count(*) FROM snapshots {clause}", args).fetchone()[
+                0
+            ]
             rows = self._conn.execute(
-                f"SELECT doc FROM snapshots {clause} ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?",
+                f"SELECT doc FROM snapshots {clause} "
+                "ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?",
                 [*args, q.limit, q.offset],
             ).fetchall()
         return [Snapshot.model_validate_json(r[0]) for r in rows], total

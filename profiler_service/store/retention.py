@@ -12,7 +12,9 @@ def select_evictions(entries: Iterable[IndexEntry], *, max_count: int, max_bytes
 
     In-flight snapshots (location `staging`) are neither counted nor evicted.
     """
-    kept = sorted((e for e in entries if e.location != "staging"), key=lambda e: (e.created_at, e.id))
+    kept = sorted(
+        (e for e in entries if e.location != "staging"), key=lambda e: (e.created_at, e.id)
+    )
     count, total_bytes = len(kept), sum(e.size_bytes for e in kept)
     evicted = []
     for entry in kept:

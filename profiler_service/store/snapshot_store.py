@@ -7,8 +7,10 @@
     STORE/.staging/<id>/run/                      run/ the adopted files being analysed
     STORE/index.sqlite                            cache of every snapshot.json
 
-Staging keeps files out of any `plugins/profile` path, so XProf never lists a half-made run;
-publishing is one directory rename on the same filesystem.
+The profiler itself always writes `<logdir>/plugins/profile/<run>/`, so XProf could list a
+staging capture only between the profiler saving its file and `adopt_capture` moving it (moments);
+analysis and everything after happen outside any `plugins/profile` path. Publishing is one
+directory rename on the same filesystem.
 """
 
 from __future__ import annotations
@@ -63,7 +65,9 @@ class SnapshotStore:
             for d in (self.profile_dir, self.failed_dir, self.staging_dir):
                 d.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise StoreNotWritable(f"cannot create the snapshot store at {self.root}: {exc}") from exc
+            raise StoreNotWritable(
+                f"cannot create the snapshot store at {self.root}: {exc}"
+            ) from exc
         self._index = SnapshotIndex(self.root / "index.sqlite")
         with self._lock:
             self._recover_interrupted()
@@ -85,7 +89,9 @@ class SnapshotStore:
             probe.write_bytes(b"")
             probe.unlink()
         except OSError as exc:
-            raise StoreNotWritable(f"the snapshot store {self.root} is not writable: {exc}") from exc
+            raise StoreNotWritable(
+                f"the snapshot store {self.root} is not writable: {exc}"
+            ) from exc
 
     # ---- the in-flight path: begin -> update -> adopt -> publish | fail --------------------
 
@@ -99,14 +105,16 @@ class SnapshotStore:
             self._write(self.staging_dir / snapshot.id, snapshot, STAGING)
         except OSError as exc:
             shutil.rmtree(self.staging_dir / snapshot.id, ignore_errors=True)
-            raise StoreNotWritable(f"the snapshot store {self.root} is not writable: {exc}") from exc
+            raise StoreNotWritable(
+                f"the snapshot store {self.root} is not writable: {exc}"
+            ) from exc
         return capture_dir
 
     def update(self, snapshot: Snapshot) -> None:
         self._write(self.staging_dir / snapshot.id, snapshot, STAGING)
 
     def adopt_capture(self, snapshot: Snapshot, xplane_paths: Iterable[Path]) -> Path:
-        """Move what the profiler wrote out of its `plugins/profile` tree into the staging run dir."""
+        """Move the profiler's files out of its `plugins/profile` tree into the staging run dir."""
         run_dir = self.staging_dir / snapshot.id / "run"
         run_dir.mkdir(exist_ok=True)
         for path in xplane_paths:
@@ -119,7 +127,7 @@ class SnapshotStore:
         return self.staging_dir / snapshot_id / "run"
 
     def publish(self, snapshot: Snapshot) -> Snapshot:
-        """Make a ready snapshot visible in one rename: `snapshot.json` is inside before it appears."""
+        """Make a ready snapshot visible in one rename, with `snapshot.json` already inside."""
         with self._lock:
             staging = self.staging_dir / snapshot.id
             run_dir = staging / "run"
@@ -191,7 +199,9 @@ class SnapshotStore:
         with self._lock:
             snapshot = self.get(snapshot_id)
             if snapshot.status.in_flight:
-                raise SnapshotBusy(f"snapshot {snapshot_id} is still {snapshot.status}; delete it later")
+                raise SnapshotBusy(
+                    f"snapshot {snapshot_id} is still {snapshot.status}; delete it later"
+                )
             self._remove(snapshot_id)
 
     def set_pinned(self, snapshot_id: str, pinned: bool) -> Snapshot:
@@ -218,14 +228,16 @@ class SnapshotStore:
     def _index_snapshot(self, snapshot: Snapshot, directory: Path, location: str) -> None:
         doc = directory / SNAPSHOT_FILE
         self.index.upsert(
-            snapshot, location=location, size_bytes=_dir_size(directory),
+            snapshot,
+            location=location,
+            size_bytes=_dir_size(directory),
             doc_mtime_ns=doc.stat().st_mtime_ns if doc.exists() else 0,
         )
 
     def _remove(self, snapshot_id: str) -> None:
         """Rename away first, so a half-deleted snapshot is never listed, then delete."""
         entry = self.index.entries().get(snapshot_id)
-        for location in ((entry.location,) if entry else (READY, FAILED)):
+        for location in (entry.location,) if entry else (READY, FAILED):
             directory = self._dir_of(snapshot_id, location)
             if directory.exists():
                 trash = self.staging_dir / f".trash-{snapshot_id}"
@@ -259,10 +271,12 @@ class SnapshotStore:
             snapshot.status = SnapshotStatus.INTERRUPTED
             snapshot.error = SnapshotError(
                 code="interrupted",
-                detail=f"the service stopped while this snapshot was {was}; partial files were removed",
+                detail=f"the service stopped while this snapshot was {was}; "
+                "partial files were removed",
             )
-            log.warning("snapshot %s was %s when the service stopped: marked interrupted",
-                        snapshot.id, was)
+            log.warning(
+                "snapshot %s was %s when the service stopped: marked interrupted", snapshot.id, was
+            )
             self.fail(snapshot, keep_files=False)
 
     def _reconcile_index(self) -> None:

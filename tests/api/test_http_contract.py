@@ -59,24 +59,31 @@ def test_mutations_need_the_bearer_token_when_one_is_set(tmp_path):
         assert missing.headers["WWW-Authenticate"] == "Bearer"
         wrong = client.post("/profile", headers={"Authorization": "Bearer nope"})
         assert wrong.status_code == 403 and wrong.json()["error"] == "forbidden"
-        assert client.delete("/profiles/x", headers={"Authorization": "Bearer nope"}).status_code == 403
+        assert (
+            client.delete("/profiles/x", headers={"Authorization": "Bearer nope"}).status_code
+            == 403
+        )
         # The right token passes authentication and reaches validation.
-        ok = client.post("/profile", params={"duration": "abc"},
-                         headers={"Authorization": "Bearer s3cret"})
+        ok = client.post(
+            "/profile", params={"duration": "abc"}, headers={"Authorization": "Bearer s3cret"}
+        )
         assert ok.status_code == 422
         # Reads stay open.
         assert client.get("/profiles").status_code == 200
 
 
-@pytest.mark.parametrize("path", [
-    "/profiles/..",
-    "/profiles/..%2F..%2Findex.sqlite",
-    "/profiles/%2E%2E",
-    "/profiles/a..b",
-    "/profiles/x/files/..%2F..%2Findex.sqlite",
-    "/profiles/../index.sqlite",
-    "/profiles/nope/files/%2Fetc%2Fpasswd",
-])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/profiles/..",
+        "/profiles/..%2F..%2Findex.sqlite",
+        "/profiles/%2E%2E",
+        "/profiles/a..b",
+        "/profiles/x/files/..%2F..%2Findex.sqlite",
+        "/profiles/../index.sqlite",
+        "/profiles/nope/files/%2Fetc%2Fpasswd",
+    ],
+)
 def test_path_traversal_is_a_json_404(tmp_path, path):
     with make_client(tmp_path) as client:
         response = client.get(path)
@@ -86,9 +93,13 @@ def test_path_traversal_is_a_json_404(tmp_path, path):
 
 def test_files_of_a_snapshot_cannot_escape_its_directory(tmp_path):
     service = build_service(Settings(store=tmp_path / "store", targets=UNUSED_TARGET))
-    snapshot = Snapshot(id="20260101-000000-default-abcdef", target="default",
-                        capture=CaptureOptions(duration_ms=100, host_tracer_level=2,
-                                               python_tracer_level=0, device_tracer_level=1))
+    snapshot = Snapshot(
+        id="20260101-000000-default-abcdef",
+        target="default",
+        capture=CaptureOptions(
+            duration_ms=100, host_tracer_level=2, python_tracer_level=0, device_tracer_level=1
+        ),
+    )
     logdir = service.store.begin(snapshot)
     xplane = logdir / "plugins" / "profile" / snapshot.id / "host.xplane.pb"
     xplane.parent.mkdir(parents=True)
@@ -114,17 +125,27 @@ def test_unknown_routes_and_methods_answer_in_the_error_shape(tmp_path):
 def test_openapi_documents_the_contract(tmp_path):
     with make_client(tmp_path) as client:
         paths = client.get("/openapi.json").json()["paths"]
-    for path in ["/profile", "/profiles", "/profiles/{snapshot_id}",
-                 "/profiles/{snapshot_id}/files/{name}", "/healthz", "/readyz"]:
+    for path in [
+        "/profile",
+        "/profiles",
+        "/profiles/{snapshot_id}",
+        "/profiles/{snapshot_id}/files/{name}",
+        "/healthz",
+        "/readyz",
+    ]:
         assert path in paths, path
     assert "409" in paths["/profile"]["post"]["responses"]
 
 
 def test_deleting_a_snapshot_removes_it_and_a_second_delete_is_404(tmp_path):
     service = build_service(Settings(store=tmp_path / "store", targets=UNUSED_TARGET))
-    snapshot = Snapshot(id="20260101-000000-default-000001", target="default",
-                        capture=CaptureOptions(duration_ms=100, host_tracer_level=2,
-                                               python_tracer_level=0, device_tracer_level=1))
+    snapshot = Snapshot(
+        id="20260101-000000-default-000001",
+        target="default",
+        capture=CaptureOptions(
+            duration_ms=100, host_tracer_level=2, python_tracer_level=0, device_tracer_level=1
+        ),
+    )
     service.store.begin(snapshot)
     service.store.publish(snapshot)
     with TestClient(create_app(service)) as client:

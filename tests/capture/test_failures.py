@@ -38,7 +38,8 @@ def test_connection_refused_is_target_unreachable_even_with_no_trace_error():
 
 def test_dns_failure_is_target_unreachable():
     failure = classify_remote_failure(
-        "nohost:6009", NO_TRACE_ERROR,
+        "nohost:6009",
+        NO_TRACE_ERROR,
         "failed to resolve: DNS resolution failed for nohost:6009: "
         "C-ares status is not ARES_SUCCESS",
     )

@@ -71,7 +71,9 @@ def test_kill_9_mid_capture_leaves_an_interrupted_snapshot_after_restart(
         body = client.get(f"/profiles/{victim['id']}").json()
         assert body["status"] == "interrupted"
         assert body["error"]["code"] == "interrupted"
-        ready_ids = [s["id"] for s in client.get("/profiles", params={"status": "ready"}).json()["data"]]
+        ready_ids = [
+            s["id"] for s in client.get("/profiles", params={"status": "ready"}).json()["data"]
+        ]
         assert ready_ids == [earlier["id"]]
         assert client.get(f"/profiles/{earlier['id']}").json()["status"] == "ready"
     assert not (store / "plugins" / "profile" / victim["id"]).exists()
@@ -79,8 +81,9 @@ def test_kill_9_mid_capture_leaves_an_interrupted_snapshot_after_restart(
     assert list((store / "failed" / victim["id"]).rglob("*.xplane.pb")) == []
 
 
-def test_a_second_capture_of_a_job_already_being_profiled_says_so(input_bound_job, service_factory,
-                                                                  tmp_path):
+def test_a_second_capture_of_a_job_already_being_profiled_says_so(
+    input_bound_job, service_factory, tmp_path
+):
     """Two services on one job: the job's profiler allows one session; the second is told why."""
     first = service_factory([input_bound_job.address], store=tmp_path / "a")
     second = service_factory([input_bound_job.address], store=tmp_path / "b")
@@ -92,3 +95,44 @@ def test_a_second_capture_of_a_job_already_being_profiled_says_so(input_bound_jo
         assert clash["status"] == "failed"
         assert clash["error"]["code"] == "profiler_busy", clash["error"]
         assert wait_for_status(a, long["id"], {"ready", "failed"})["status"] == "ready"
+
+
+def test_a_target_that_never_answers_is_stopped_at_duration_plus_grace(service_factory):
+    """A listener that accepts connections and says nothing: the capture must not hang."""
+    import socket
+
+    with socket.socket() as black_hole:
+        black_hole.bind(("127.0.0.1", 0))
+        black_hole.listen(16)
+        port = black_hole.getsockname()[1]
+        service = service_factory([f"grpc://127.0.0.1:{port}"], {"PROFILER_CAPTURE_GRACE_S": "2"})
+        with service.client() as client:
+            body = client.post("/profile", params={"duration": "1s", "wait": "true"}).json()
+            assert body["status"] == "failed"
+            assert body["error"]["code"] in {"capture_timeout", "target_timeout"}, body["error"]
+            assert client.get("/healthz").status_code == 200
+            assert client.post("/profile", params={"duration": "1s"}).status_code == 202
+
+
+def test_an_unwritable_store_is_refused_clearly_and_the_service_recovers(
+    input_bound_job, service_factory
+):
+    service = service_factory([input_bound_job.address])
+    staging = service.store / ".staging"
+    staging.rmdir()
+    staging.write_text("not a directory")  # as root, permissions would not stop a write
+    try:
+        with service.client() as client:
+            refused = client.post("/profile", params={"duration": "500ms"})
+            assert refused.status_code == 503
+            assert refused.json()["error"] == "store_not_writable"
+            assert str(service.store) in refused.json()["detail"]
+            assert client.get("/readyz").status_code == 503
+            assert client.get("/profiles").json()["count"] == 0
+    finally:
+        staging.unlink()
+        staging.mkdir()
+    with service.client() as client:
+        assert client.get("/readyz").status_code == 200
+        body = client.post("/profile", params={"duration": "500ms", "wait": "true"}).json()
+        assert body["status"] == "ready", body.get("error")

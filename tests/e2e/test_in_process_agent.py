@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import httpx
-
 from conftest import start_job, wait_for_status
+
 from profiler_service import agent
 
 
@@ -27,7 +27,9 @@ def test_agent_captures_its_own_keras_fit(tmp_path):
     assert body["capture"]["options_applied"] is False
     assert body["summary"]["step_count"] >= 5  # the step callback marked fit()'s batches
     assert "HIGHLY input-bound" in body["summary"]["input_conclusion"]
-    assert (store / "plugins" / "profile" / body["id"] / body["files"][0]["name"]).stat().st_size > 0
+    assert (
+        store / "plugins" / "profile" / body["id"] / body["files"][0]["name"]
+    ).stat().st_size > 0
 
 
 def test_agent_stays_off_unless_its_environment_gate_is_set(tmp_path, monkeypatch):

@@ -9,7 +9,9 @@ from conftest import wait_for_status
 from xprof.convert import _pywrap_profiler_plugin, raw_to_tool_data
 
 
-def test_capture_of_input_bound_job_is_stored_where_xprof_reads_it(input_bound_job, service_factory):
+def test_capture_of_input_bound_job_is_stored_where_xprof_reads_it(
+    input_bound_job, service_factory
+):
     service = service_factory([input_bound_job.address])
     with service.client() as client:
         accepted = client.post("/profile", params={"duration": "2s"})
@@ -65,9 +67,15 @@ def test_compute_bound_job_is_not_reported_input_bound(compute_bound_job, servic
 def test_tracer_levels_reach_the_snapshot(input_bound_job, service_factory):
     service = service_factory([input_bound_job.address])
     with service.client() as client:
-        body = client.post("/profile", params={
-            "duration": "500ms", "wait": "true", "host_tracer_level": 3, "python_tracer_level": 1,
-        }).json()
+        body = client.post(
+            "/profile",
+            params={
+                "duration": "500ms",
+                "wait": "true",
+                "host_tracer_level": 3,
+                "python_tracer_level": 1,
+            },
+        ).json()
     assert body["status"] == "ready", body.get("error")
     assert body["capture"]["host_tracer_level"] == 3
     assert body["capture"]["python_tracer_level"] == 1

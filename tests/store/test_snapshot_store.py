@@ -53,8 +53,9 @@ def fake_capture(logdir: Path, snapshot_id: str, payload: bytes = b"xplane-bytes
     return [path]
 
 
-def publish_one(store: SnapshotStore, snapshot_id: str, payload: bytes = b"xplane-bytes",
-                **kwargs) -> Snapshot:
+def publish_one(
+    store: SnapshotStore, snapshot_id: str, payload: bytes = b"xplane-bytes", **kwargs
+) -> Snapshot:
     snapshot = make_snapshot(snapshot_id, **kwargs)
     logdir = store.begin(snapshot)
     store.adopt_capture(snapshot, fake_capture(logdir, snapshot_id, payload))
@@ -348,14 +349,23 @@ def test_snapshot_json_edited_by_hand_is_reindexed_on_open(root: Path):
 @pytest.fixture
 def populated(store: SnapshotStore) -> SnapshotStore:
     publish_one(store, "s0", created_at=T0, target="alpha", kind=TriggerKind.API)
-    publish_one(store, "s1", created_at=T0 + timedelta(hours=1), target="beta",
-                kind=TriggerKind.WEBHOOK)
-    fail_one(store, "s2", keep_files=False, created_at=T0 + timedelta(hours=2), target="alpha",
-             kind=TriggerKind.CLI)
-    publish_one(store, "s3", created_at=T0 + timedelta(hours=3), target="alpha",
-                kind=TriggerKind.WEBHOOK)
-    publish_one(store, "s4", created_at=T0 + timedelta(hours=4), target="beta",
-                kind=TriggerKind.API)
+    publish_one(
+        store, "s1", created_at=T0 + timedelta(hours=1), target="beta", kind=TriggerKind.WEBHOOK
+    )
+    fail_one(
+        store,
+        "s2",
+        keep_files=False,
+        created_at=T0 + timedelta(hours=2),
+        target="alpha",
+        kind=TriggerKind.CLI,
+    )
+    publish_one(
+        store, "s3", created_at=T0 + timedelta(hours=3), target="alpha", kind=TriggerKind.WEBHOOK
+    )
+    publish_one(
+        store, "s4", created_at=T0 + timedelta(hours=4), target="beta", kind=TriggerKind.API
+    )
     return store
 
 
@@ -446,8 +456,7 @@ def test_byte_budget_evicts_oldest_snapshots(root: Path):
     store = reopen(root, max_bytes=25_000)
     try:
         for i in range(4):
-            publish_one(store, f"s{i}", payload=b"x" * 10_000,
-                        created_at=T0 + timedelta(minutes=i))
+            publish_one(store, f"s{i}", payload=b"x" * 10_000, created_at=T0 + timedelta(minutes=i))
         assert listed_ids(store) == ["s3", "s2"]
         assert not (root / "plugins" / "profile" / "s0").exists()
         assert not (root / "plugins" / "profile" / "s1").exists()

@@ -48,8 +48,23 @@ def test_bounds_are_inclusive():
 
 @pytest.mark.parametrize(
     "text",
-    ["abc", "0", "0ms", "-1", "1h", "5x", "  ", "nan", "inf", "1e3", "5 5", "5s5", "ms",
-     "+5", "5.5.5"],
+    [
+        "abc",
+        "0",
+        "0ms",
+        "-1",
+        "1h",
+        "5x",
+        "  ",
+        "nan",
+        "inf",
+        "1e3",
+        "5 5",
+        "5s5",
+        "ms",
+        "+5",
+        "5.5.5",
+    ],
 )
 def test_rejects_what_is_not_a_duration(text: str):
     with pytest.raises(InvalidDuration):

@@ -27,7 +27,9 @@ def _checked(snapshot_id: str) -> str:
     return snapshot_id
 
 
-@router.post("/profile", status_code=202, response_model=SnapshotPublic, dependencies=[TokenRequired])
+@router.post(
+    "/profile", status_code=202, response_model=SnapshotPublic, dependencies=[TokenRequired]
+)
 def create_profile(
     request: Request,
     response: Response,
@@ -43,15 +45,22 @@ def create_profile(
 ) -> SnapshotPublic:
     """Start a bounded capture; 202 at once, or 200 when finished with `wait=true`."""
     seconds = parse_duration(
-        duration, default_s=settings.duration_default_s,
-        min_s=settings.duration_min_s, max_s=settings.duration_max_s,
+        duration,
+        default_s=settings.duration_default_s,
+        min_s=settings.duration_min_s,
+        max_s=settings.duration_max_s,
     )
     client = request.client.host if request.client else None
-    snapshot = controller.start(CaptureRequest(
-        duration_s=seconds, target=target, host_tracer_level=host_tracer_level,
-        python_tracer_level=python_tracer_level, device_tracer_level=device_tracer_level,
-        trigger=Trigger(kind=TriggerKind.API, source=client),
-    ))
+    snapshot = controller.start(
+        CaptureRequest(
+            duration_s=seconds,
+            target=target,
+            host_tracer_level=host_tracer_level,
+            python_tracer_level=python_tracer_level,
+            device_tracer_level=device_tracer_level,
+            trigger=Trigger(kind=TriggerKind.API, source=client),
+        )
+    )
     if wait:
         controller.wait(snapshot.id, controller.max_wait_s(seconds))
         snapshot = store.get(snapshot.id)
@@ -74,12 +83,22 @@ def list_profiles(
     offset: Annotated[int, Query(ge=0)] = 0,
 ) -> SnapshotsPublic:
     """List snapshots, newest first."""
-    snapshots, total = store.list(SnapshotQuery(
-        status=status, trigger=trigger, target=target, rule=rule,
-        since=_utc(since), until=_utc(until), limit=limit, offset=offset,
-    ))
+    snapshots, total = store.list(
+        SnapshotQuery(
+            status=status,
+            trigger=trigger,
+            target=target,
+            rule=rule,
+            since=_utc(since),
+            until=_utc(until),
+            limit=limit,
+            offset=offset,
+        )
+    )
     return SnapshotsPublic(
-        data=[SnapshotPublic.of(s, settings) for s in snapshots], count=total, limit=limit,
+        data=[SnapshotPublic.of(s, settings) for s in snapshots],
+        count=total,
+        limit=limit,
         offset=offset,
     )
 
@@ -104,16 +123,20 @@ def delete_profile(snapshot_id: SnapshotId, store: StoreDep) -> Response:
     return Response(status_code=204)
 
 
-@router.put("/profiles/{snapshot_id}/pin", response_model=SnapshotPublic,
-            dependencies=[TokenRequired])
+@router.put(
+    "/profiles/{snapshot_id}/pin", response_model=SnapshotPublic, dependencies=[TokenRequired]
+)
 def pin_profile(snapshot_id: SnapshotId, settings: SettingsDep, store: StoreDep) -> SnapshotPublic:
     """Pin a snapshot (a baseline): retention never evicts it."""
     return SnapshotPublic.of(store.set_pinned(_checked(snapshot_id), True), settings)
 
 
-@router.delete("/profiles/{snapshot_id}/pin", response_model=SnapshotPublic,
-               dependencies=[TokenRequired])
-def unpin_profile(snapshot_id: SnapshotId, settings: SettingsDep, store: StoreDep) -> SnapshotPublic:
+@router.delete(
+    "/profiles/{snapshot_id}/pin", response_model=SnapshotPublic, dependencies=[TokenRequired]
+)
+def unpin_profile(
+    snapshot_id: SnapshotId, settings: SettingsDep, store: StoreDep
+) -> SnapshotPublic:
     """Unpin a snapshot, so retention may evict it again."""
     return SnapshotPublic.of(store.set_pinned(_checked(snapshot_id), False), settings)
 
