@@ -11,7 +11,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from profiler_service.analysis.analyzer import AnalysisFailed, XprofAnalyzer
@@ -67,6 +67,8 @@ class CaptureController:
         self._lock = threading.Lock()
         self._active: dict[str, _Active] = {}  # by target name
         self._done: dict[str, threading.Event] = {}  # by snapshot id, while in flight
+        # Called with every finished snapshot (ready, failed): metrics, annotations, notifications.
+        self.on_finished: list[Callable[[Snapshot], None]] = []
 
     def resolve_target(self, name: str | None) -> Target:
         target = self.settings.target(name)
@@ -173,7 +175,15 @@ class CaptureController:
             with self._lock:
                 self._active.pop(snapshot.target, None)
                 self._done.pop(snapshot.id, None)
+            self._notify(snapshot)
             active.done.set()
+
+    def _notify(self, snapshot: Snapshot) -> None:
+        for callback in self.on_finished:
+            try:
+                callback(snapshot.model_copy(deep=True))
+            except Exception:
+                log.exception("on_finished callback %r failed for %s", callback, snapshot.id)
 
     def _fail(self, snapshot: Snapshot, code: str, detail: str, *, keep_files: bool) -> None:
         log.warning("snapshot %s failed: %s: %s", snapshot.id, code, detail)
