@@ -96,21 +96,56 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _print_snapshot(snapshot, store_root: Path) -> None:
-    print(f"snapshot {snapshot.id}: {snapshot.status}")
-    if snapshot.error:
-        print(f"  error: {snapshot.error.code}: {snapshot.error.detail}")
-    if snapshot.summary:
-        s = snapshot.summary
-        if s.step_time_ms_avg is not None:
-            print(
-                f"  steps: {s.step_count}, step time avg {s.step_time_ms_avg} ms "
-                f"(min {s.step_time_ms_min}, max {s.step_time_ms_max})"
-            )
-        if s.input_conclusion:
-            print(f"  XProf: {s.input_conclusion}")
+    from profiler_service.analysis.text_report import format_snapshot
+
+    print(format_snapshot(snapshot))
     if snapshot.files:
         print(f"  stored in {store_root / 'plugins' / 'profile' / snapshot.id}")
         print(f"  open it:  xprof --logdir {store_root} --port 8791   (run {snapshot.id})")
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    import shutil
+    import tempfile
+
+    from profiler_service.analysis.analyzer import AnalysisFailed, XprofAnalyzer
+    from profiler_service.analysis.text_report import format_findings, format_summary
+
+    xplanes = find_xplanes(args.path, args.run)
+    if not xplanes:
+        print(f"profiler-service: no .xplane.pb found at {args.path}", file=sys.stderr)
+        return 2
+    # XProf writes cache files beside the capture: work on a copy, the input may be read-only.
+    with tempfile.TemporaryDirectory(prefix="profiler-analyze-") as tmp:
+        for path in xplanes:
+            shutil.copy(path, Path(tmp) / path.name)
+        try:
+            result = XprofAnalyzer(timeout_s=args.timeout).analyze(Path(tmp))
+        except AnalysisFailed as exc:
+            print(f"profiler-service: {exc.code}: {exc.detail}", file=sys.stderr)
+            return 1
+    if args.json:
+        print(result.model_dump_json(indent=2))
+    else:
+        print(f"{len(xplanes)} capture file(s) from {xplanes[0].parent}")
+        print("\n".join(format_summary(result.summary) + format_findings(result.findings)))
+    return 0
+
+
+def find_xplanes(path: Path, run: str | None = None) -> list[Path]:
+    """`.xplane.pb` files of a file, a run directory, or a logdir (its newest run, or `run`)."""
+    if path.is_file():
+        return [path] if path.name.endswith(".xplane.pb") else []
+    direct = sorted(path.glob("*.xplane.pb"))
+    if direct:
+        return direct
+    runs = sorted(
+        (d for d in path.glob("**/plugins/profile/*") if d.is_dir() and any(d.glob("*.xplane.pb"))),
+        key=lambda d: d.stat().st_mtime,
+    )
+    if run is not None:
+        runs = [d for d in runs if d.name == run]
+    return sorted(runs[-1].glob("*.xplane.pb")) if runs else []
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -139,6 +174,13 @@ def build_parser() -> argparse.ArgumentParser:
     capture.add_argument("--name", help="which configured target (default: the first)")
     capture.add_argument("--duration", help="500ms, 5s, 2m or seconds (default 5s)")
     capture.set_defaults(func=cmd_capture)
+
+    analyze = sub.add_parser("analyze", help="analyse an existing capture and print findings")
+    analyze.add_argument("path", type=Path, help="a .xplane.pb, a run directory, or a logdir")
+    analyze.add_argument("--run", help="which run of a logdir (default: the newest)")
+    analyze.add_argument("--json", action="store_true", help="print the analysis as JSON")
+    analyze.add_argument("--timeout", type=float, default=600, help="seconds before giving up")
+    analyze.set_defaults(func=cmd_analyze)
 
     demo = sub.add_parser("demo", help="train a small Keras job with the agent and profile it")
     demo.add_argument("--store", type=Path, help="where to keep the snapshot (default ./profiles)")

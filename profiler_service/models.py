@@ -6,9 +6,10 @@ import re
 import secrets
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
 
 from pydantic import BaseModel, Field, computed_field
+
+from profiler_service.analysis.models import Finding, Summary
 
 SNAPSHOT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 _SNAPSHOT_ID = re.compile(SNAPSHOT_ID_PATTERN)
@@ -53,6 +54,12 @@ class Trigger(BaseModel):
     source: str | None = None  # who asked: client address, alert name, schedule name
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)
+    # The alert behind a webhook capture (Grafana and Alertmanager payloads); None otherwise.
+    starts_at: datetime | None = None
+    fingerprint: str | None = None
+    generator_url: str | None = None
+    dashboard_url: str | None = None  # Grafana only
+    panel_url: str | None = None  # Grafana only
 
 
 class CaptureOptions(BaseModel):
@@ -73,30 +80,6 @@ class SnapshotError(BaseModel):
 class SnapshotFile(BaseModel):
     name: str
     size_bytes: int
-
-
-class Summary(BaseModel):
-    """What the analyzer read out of XProf's tools (grown by the analysis stage)."""
-
-    tools: list[str] = Field(default_factory=list)
-    hosts: list[str] = Field(default_factory=list)
-    step_count: int | None = None
-    step_time_ms_avg: float | None = None
-    step_time_ms_min: float | None = None
-    step_time_ms_max: float | None = None
-    step_time_ms_stddev: float | None = None
-    bottleneck: str | None = None  # XProf's verdict: input, host, device, unknown
-    input_conclusion: str | None = None
-    next_step_advice: str | None = None
-
-
-class Finding(BaseModel):
-    rule: str
-    severity: str
-    title: str
-    evidence: dict[str, Any] = Field(default_factory=dict)
-    recommendation: str = ""
-    docs: str | None = None
 
 
 class Snapshot(BaseModel):

@@ -7,8 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from profiler_service.analysis.summary import AnalysisResult
 from profiler_service.analysis.worker import RESULT_MARKER
-from profiler_service.models import Summary
 
 
 class AnalysisFailed(Exception):
@@ -22,7 +22,7 @@ class XprofAnalyzer:
     def __init__(self, timeout_s: float):
         self.timeout_s = timeout_s
 
-    def analyze(self, run_dir: Path) -> Summary:
+    def analyze(self, run_dir: Path) -> AnalysisResult:
         proc = subprocess.Popen(
             [
                 sys.executable,
@@ -45,7 +45,7 @@ class XprofAnalyzer:
             ) from None
         for line in reversed(stdout.splitlines()):
             if line.startswith(RESULT_MARKER):
-                return Summary.model_validate_json(line[len(RESULT_MARKER) :])
+                return AnalysisResult.model_validate_json(line[len(RESULT_MARKER) :])
         reason = _last_error_line(stderr) or f"exit status {proc.returncode}"
         raise AnalysisFailed(
             "analysis_failed",

@@ -1,22 +1,121 @@
-"""Read the step-time statistics and XProf's own verdict from the overview page."""
+"""Step time, its breakdown, utilisation and XProf's verdict, from the overview page."""
 
 from __future__ import annotations
 
-from profiler_service.analysis.xprof_tools import as_float, table_with
-from profiler_service.models import Summary
+import re
+
+from profiler_service.analysis.models import (
+    InputBound,
+    StepBreakdown,
+    StepSample,
+    StepTime,
+    Summary,
+    Utilisation,
+)
+from profiler_service.analysis.xprof_tools import as_float, rows_as_dicts, table_with
+
+MAX_STEP_SAMPLES = 500
+
+# XProf's step-table columns -> our breakdown fields.
+_STEP_COLUMNS = {
+    "infeedTimeMs": "input_ms",
+    "hostComputeTimeMs": "host_compute_ms",
+    "deviceComputeTimeMs": "device_compute_ms",
+    "kernelLaunchTimeMs": "kernel_launch_ms",
+    "deviceToDeviceTimeMs": "device_to_device_ms",
+    "deviceCollectivesTimeMs": "collectives_ms",
+    "compileTimeMs": "compile_ms",
+    "outfeedTimeMs": "output_ms",
+    "otherTimeMs": "other_ms",
+}
+# The same parts as averages in the table's properties.
+_AVG_PROPS = {
+    "infeed_time_ms_avg": "input_ms",
+    "host_compute_time_ms_avg": "host_compute_ms",
+    "device_compute_time_ms_avg": "device_compute_ms",
+    "kernel_launch_time_ms_avg": "kernel_launch_ms",
+    "device_to_device_time_ms_avg": "device_to_device_ms",
+    "device_collectives_time_ms_avg": "collectives_ms",
+    "compile_time_ms_avg": "compile_ms",
+    "outfeed_time_ms_avg": "output_ms",
+    "other_time_ms_avg": "other_ms",
+}
+_CONCLUSION = re.compile(
+    r"(?P<level>HIGHLY|MODERATELY|POTENTIALLY|NOT) input-bound because (?:only )?(?P<pct>[\d.]+)%"
+)
+_FLAGS = ("kernel_launch_bottleneck", "all_other_bottleneck", "device_collectives_bottleneck")
+
+
+def read_step_time(tables: list[dict]) -> tuple[StepTime, dict]:
+    """The step statistics, and the raw properties of XProf's step table."""
+    table = table_with(tables, "steptime_ms_average")
+    if table is None:
+        return StepTime(), {}
+    p = table["p"]
+    samples = []
+    for row in rows_as_dicts(table):
+        parts = {field: float(row.get(col) or 0.0) for col, field in _STEP_COLUMNS.items()}
+        samples.append(
+            StepSample(
+                name=str(row.get("stepnum")),
+                step_time_ms=float(row.get("stepTimeMs") or 0.0),
+                breakdown=StepBreakdown(**parts),
+            )
+        )
+    averages = {field: as_float(p.get(prop)) or 0.0 for prop, field in _AVG_PROPS.items()}
+    step_time = StepTime(
+        count=len(samples),
+        avg_ms=as_float(p.get("steptime_ms_average")) if samples else None,
+        min_ms=as_float(p.get("steptime_ms_minimum")) if samples else None,
+        max_ms=as_float(p.get("steptime_ms_maximum")) if samples else None,
+        stddev_ms=as_float(p.get("steptime_ms_standard_deviation")) if samples else None,
+        breakdown_avg=StepBreakdown(**averages),
+        steps=samples[:MAX_STEP_SAMPLES],
+    )
+    return step_time, p
 
 
 def summarise_overview(tables: list[dict], summary: Summary) -> None:
-    steps = table_with(tables, "steptime_ms_average")
-    if steps is not None:
-        p = steps["p"]
-        summary.step_count = len(steps.get("rows", []))
-        summary.step_time_ms_avg = as_float(p.get("steptime_ms_average"))
-        summary.step_time_ms_min = as_float(p.get("steptime_ms_minimum"))
-        summary.step_time_ms_max = as_float(p.get("steptime_ms_maximum"))
-        summary.step_time_ms_stddev = as_float(p.get("steptime_ms_standard_deviation"))
-        summary.input_conclusion = p.get("input_conclusion") or None
-        summary.next_step_advice = p.get("summary_nextstep") or None
+    summary.step_time, step_props = read_step_time(tables)
+    conclusion = step_props.get("input_conclusion") or None
+    pipeline = summary.input_pipeline
+    pipeline.conclusion = conclusion
+    match = _CONCLUSION.search(conclusion or "")
+    if match and summary.step_time.count:
+        pipeline.classification = InputBound(match["level"].lower())
+        pipeline.input_share_pct = float(match["pct"])
+    elif summary.step_time.count and summary.step_time.avg_ms:
+        pipeline.input_share_pct = round(
+            100 * summary.step_time.breakdown_avg.input_ms / summary.step_time.avg_ms, 1
+        )
+    summary.next_step_advice = step_props.get("summary_nextstep") or None
+
     verdict = table_with(tables, "bottleneck")
     if verdict is not None:
         summary.bottleneck = verdict["p"].get("bottleneck") or None
+        summary.xprof_flags = {
+            flag.removesuffix("_bottleneck"): verdict["p"][flag]
+            for flag in _FLAGS
+            if verdict["p"].get(flag)
+        }
+    if not summary.step_time.count:
+        summary.bottleneck = "unknown"
+        summary.notes.append(
+            "no step markers in the capture: mark steps with ProfilerStepCallback or "
+            "training_step() so XProf can analyse step time"
+        )
+
+    analysis = table_with(tables, "device_duty_cycle_percent")
+    environment = table_with(tables, "device_type")
+    summary.utilisation = Utilisation(
+        hardware_type=step_props.get("hardware_type") or None,
+        device_type=(environment or {}).get("p", {}).get("device_type"),
+    )
+    if analysis is not None:
+        p = analysis["p"]
+        u = summary.utilisation
+        u.device_duty_cycle_pct = as_float(p.get("device_duty_cycle_percent"))
+        u.device_idle_pct = as_float(p.get("device_idle_time_percent"))
+        u.host_idle_pct = as_float(p.get("host_idle_time_percent"))
+        u.host_eager_pct = as_float(p.get("host_op_time_eager_percent"))
+        u.device_eager_pct = as_float(p.get("device_op_time_eager_percent"))

@@ -19,11 +19,15 @@ def tool_names(xplane_paths: Sequence[Path]) -> list[str]:
 
 
 def tool_data(xplane_paths: Sequence[Path], tool: str) -> Any:
-    """A tool's output as parsed JSON (a list of Google DataTables for most tools)."""
+    """A tool's output as parsed JSON (a list of Google DataTables for most tools).
+
+    `use_saved_result` lets every tool after the first reuse the op stats XProf caches beside
+    the capture, so the whole analysis costs little more than the overview page alone.
+    """
     from xprof.convert import _pywrap_profiler_plugin
 
     raw, ok = _pywrap_profiler_plugin.xspace_to_tools_data(
-        [str(p) for p in xplane_paths], tool, {"use_saved_result": False}
+        [str(p) for p in xplane_paths], tool, {"use_saved_result": True}
     )
     if not ok:
         message = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
@@ -33,7 +37,20 @@ def tool_data(xplane_paths: Sequence[Path], tool: str) -> Any:
 
 def table_with(tables: list[dict], prop: str) -> dict | None:
     """The DataTable whose properties contain `prop` (XProf does not name its tables)."""
-    return next((t for t in tables if prop in t.get("p", {})), None)
+    return next((t for t in tables if prop in (t.get("p") or {})), None)
+
+
+def table_with_column(tables: list[dict], column: str) -> dict | None:
+    return next((t for t in tables if any(c.get("id") == column for c in t.get("cols", []))), None)
+
+
+def rows_as_dicts(table: dict) -> list[dict[str, Any]]:
+    """DataTable rows keyed by column id."""
+    ids = [c.get("id") for c in table.get("cols", [])]
+    return [
+        {key: (cell or {}).get("v") for key, cell in zip(ids, row.get("c", []), strict=False)}
+        for row in table.get("rows", [])
+    ]
 
 
 def as_float(value: Any) -> float | None:

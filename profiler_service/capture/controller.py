@@ -161,7 +161,8 @@ class CaptureController:
             run_dir = self.store.adopt_capture(snapshot, paths)
             snapshot.status = SnapshotStatus.ANALYZING
             self.store.update(snapshot)
-            snapshot.summary = self.analyzer.analyze(run_dir)
+            analysis = self.analyzer.analyze(run_dir)
+            snapshot.summary, snapshot.findings = analysis.summary, analysis.findings
             self.store.publish(snapshot)
             log.info("snapshot %s ready (%s)", snapshot.id, snapshot.target)
         except CaptureFailed as exc:

@@ -1,4 +1,4 @@
-"""A small real Keras job: input-bound (Python decoding, as in the article) or compute-bound.
+"""A small real TF job: input-bound (Python decoding, as in the article), compute-bound, or eager.
 
     python -m profiler_service.demo.job --workload input-bound --agent --store ./profiles
     python -m profiler_service.demo.job --workload compute-bound --profiler-port 6009
@@ -18,7 +18,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow import keras
 
-from profiler_service.steps import ProfilerStepCallback
+from profiler_service.steps import ProfilerStepCallback, training_step
 
 FEATURES = 64
 
@@ -30,13 +30,14 @@ def _python_decode(_index):
 
 
 def input_bound_dataset(batch_size: int = 32) -> tf.data.Dataset:
+    """Per-sample Python decoding through tf.numpy_function; no parallelism, no prefetch."""
     ds = tf.data.Dataset.range(1 << 40).map(
-        lambda i: tf.ensure_shape(tf.py_function(_python_decode, [i], tf.float32), [FEATURES])
+        lambda i: tf.ensure_shape(tf.numpy_function(_python_decode, [i], tf.float32), [FEATURES])
     )
     return ds.map(lambda x: (x, tf.reduce_sum(x, keepdims=True))).batch(batch_size)
 
 
-def compute_bound_dataset(batch_size: int = 256) -> tf.data.Dataset:
+def compute_bound_dataset(batch_size: int = 512) -> tf.data.Dataset:
     x = tf.random.normal((batch_size, FEATURES))
     return tf.data.Dataset.from_tensors((x, tf.reduce_sum(x, axis=1, keepdims=True))).repeat()
 
@@ -71,10 +72,26 @@ class _Deadline(keras.callbacks.Callback):
             self.model.stop_training = True
 
 
+def eager_loop(seconds: float, ready: dict) -> None:
+    """A custom loop of tiny ops run eagerly, one Python dispatch per op (no tf.function)."""
+    x = tf.random.normal((8, FEATURES))
+    w = tf.Variable(tf.random.normal((FEATURES, FEATURES)))
+    end = time.monotonic() + seconds
+    step = 0
+    while time.monotonic() < end:
+        with training_step(step):
+            for _ in range(20):
+                y = tf.nn.relu(tf.matmul(x, w)) + 1.0
+                w.assign_sub(0.0001 * tf.reduce_mean(y) * tf.ones_like(w))
+        if step == 0:
+            print("READY " + json.dumps(ready), flush=True)
+        step += 1
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--workload", choices=["input-bound", "compute-bound"], default="input-bound"
+        "--workload", choices=["input-bound", "compute-bound", "eager"], default="input-bound"
     )
     parser.add_argument("--seconds", type=float, default=600, help="stop training after this long")
     parser.add_argument("--profiler-port", type=int, help="start TF's profiler server on this port")
@@ -92,6 +109,10 @@ def main(argv: list[str] | None = None) -> None:
 
         embedded = agent.start(port=args.agent_port, store=args.store)
         ready["agent_url"] = embedded.url
+    if args.workload == "eager":
+        eager_loop(args.seconds, ready)
+        print("DONE", flush=True)
+        return
     if args.workload == "input-bound":
         dataset, model = input_bound_dataset(), build_model(width=64)
     else:

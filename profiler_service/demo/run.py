@@ -11,6 +11,9 @@ from pathlib import Path
 
 import httpx
 
+from profiler_service.analysis.text_report import format_snapshot
+from profiler_service.models import Snapshot, SnapshotStatus
+
 _START_TIMEOUT_S = 180
 
 
@@ -76,21 +79,13 @@ def _wait_ready(job: subprocess.Popen) -> dict:
 
 
 def _report(body: dict, store: Path) -> None:
-    print(f"\nsnapshot {body['id']}: {body['status']}")
-    if body.get("error"):
-        print(f"  error: {body['error']['code']}: {body['error']['detail']}")
-    summary = body.get("summary") or {}
-    if summary.get("step_time_ms_avg") is not None:
-        print(
-            f"  {summary['step_count']} steps captured, step time avg "
-            f"{summary['step_time_ms_avg']} ms; XProf's bottleneck: {summary.get('bottleneck')}"
-        )
-    if summary.get("input_conclusion"):
-        print(f"  {summary['input_conclusion']}")
-    if body["status"] == "ready":
-        print(f"  stored in {store / 'plugins' / 'profile' / body['id']}")
+    snapshot = Snapshot.model_validate(body)
+    print()
+    print(format_snapshot(snapshot))
+    if snapshot.status is SnapshotStatus.READY:
+        print(f"  stored in {store / 'plugins' / 'profile' / snapshot.id}")
         print(
             f"\nopen it in XProf:        xprof --logdir {store} --port 8791"
-            f"\n  then browse http://127.0.0.1:8791/?run={body['id']}&tool=overview_page"
+            f"\n  then browse http://127.0.0.1:8791/?run={snapshot.id}&tool=overview_page"
             f"\nor in TensorBoard:       tensorboard --logdir {store}"
         )

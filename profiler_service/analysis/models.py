@@ -1,0 +1,180 @@
+"""The analysed summary and the findings: typed, stored in `snapshot.json`, served by the API.
+
+Units are in the names (`_ms`, `_us`, `_bytes`, `_pct` for 0-100, `_share` for 0-1).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+
+class StepBreakdown(BaseModel):
+    """Where a step's time goes, in ms (XProf's step-time table; averages or one step)."""
+
+    input_ms: float = 0.0
+    host_compute_ms: float = 0.0
+    device_compute_ms: float = 0.0
+    kernel_launch_ms: float = 0.0
+    device_to_device_ms: float = 0.0
+    collectives_ms: float = 0.0
+    compile_ms: float = 0.0
+    output_ms: float = 0.0
+    other_ms: float = 0.0
+
+
+class StepSample(BaseModel):
+    name: str
+    step_time_ms: float
+    breakdown: StepBreakdown
+
+
+class StepTime(BaseModel):
+    count: int = 0
+    avg_ms: float | None = None
+    min_ms: float | None = None
+    max_ms: float | None = None
+    stddev_ms: float | None = None
+    breakdown_avg: StepBreakdown = Field(default_factory=StepBreakdown)
+    steps: list[StepSample] = Field(default_factory=list)  # the first MAX_STEP_SAMPLES
+
+
+class InputBound(StrEnum):
+    """XProf's own classification (op_stats_to_input_pipeline_analysis.cc: 20 % / 5 %)."""
+
+    HIGHLY = "highly"
+    MODERATELY = "moderately"
+    POTENTIALLY = "potentially"  # input is small, but "All Others" time may hide I/O or Python
+    NOT = "not"
+    UNKNOWN = "unknown"
+
+
+class InputOp(BaseModel):
+    name: str
+    category: str
+    count: int
+    self_time_ms: float
+    self_time_share: float
+
+
+class InputPipeline(BaseModel):
+    classification: InputBound = InputBound.UNKNOWN
+    input_share_pct: float | None = None  # of step time, waiting for input
+    conclusion: str | None = None  # XProf's sentence
+    # Host-side input time by tf.data stage (XProf's input pipeline analyzer), in µs.
+    stage_time_us: dict[str, float] = Field(default_factory=dict)
+    slowest_stage: str | None = None
+    slowest_ops: list[InputOp] = Field(default_factory=list)
+    python_in_pipeline: bool = False  # py_function / numpy_function in the slowest input ops
+
+
+class Utilisation(BaseModel):
+    hardware_type: str | None = None  # CPU_ONLY, GPU, TPU
+    device_type: str | None = None
+    device_duty_cycle_pct: float | None = None
+    device_idle_pct: float | None = None
+    host_idle_pct: float | None = None
+    host_eager_pct: float | None = None  # share of host op time executed eagerly
+    device_eager_pct: float | None = None
+
+
+class OpCategory(StrEnum):
+    COMPUTE = "compute"
+    MEMORY = "memory"
+    COMMUNICATION = "communication"
+    INPUT = "input"
+    OTHER = "other"
+
+
+class TopOp(BaseModel):
+    name: str
+    type: str
+    host_or_device: str
+    category: OpCategory
+    occurrences: int
+    self_time_ms: float
+    self_time_share: float  # of all op time on its side (host or device)
+    eager: bool = False
+
+
+class MemoryPoint(BaseModel):
+    time_ms: float
+    bytes_in_use: int
+
+
+class AllocatorMemory(BaseModel):
+    allocator: str
+    peak_bytes_in_use: int
+    capacity_bytes: int | None = None
+    peak_share_of_capacity: float | None = None
+    fragmentation_share: float | None = None
+    timeline: list[MemoryPoint] = Field(default_factory=list)
+    # At the peak: bytes held by allocations from concat/stack-style ops (temporaries).
+    peak_temporaries_bytes: int = 0
+    peak_temporaries_ops: list[str] = Field(default_factory=list)
+
+
+class Kernel(BaseModel):
+    name: str
+    op_name: str
+    occurrences: int
+    total_us: float
+    tensor_core_eligible: bool
+    uses_tensor_core: bool
+
+
+class Kernels(BaseModel):
+    total_us: float = 0.0
+    top: list[Kernel] = Field(default_factory=list)
+    # Time in kernels of ops that could use Tensor Cores but whose kernels did not.
+    eligible_unused_us: float = 0.0
+
+
+class HostSummary(BaseModel):
+    host: str
+    step_count: int = 0
+    step_time_ms_avg: float | None = None
+    input_share_pct: float | None = None
+
+
+class Summary(BaseModel):
+    """Everything the findings are drawn from; XProf computes, this only reads."""
+
+    tools: list[str] = Field(default_factory=list)
+    hosts: list[str] = Field(default_factory=list)
+    bottleneck: str | None = None  # XProf's verdict: input, host, device, unknown
+    next_step_advice: str | None = None
+    step_time: StepTime = Field(default_factory=StepTime)
+    input_pipeline: InputPipeline = Field(default_factory=InputPipeline)
+    utilisation: Utilisation = Field(default_factory=Utilisation)
+    top_ops: list[TopOp] = Field(default_factory=list)
+    op_category_share: dict[str, float] = Field(default_factory=dict)
+    memory: list[AllocatorMemory] = Field(default_factory=list)
+    kernels: Kernels = Field(default_factory=Kernels)
+    per_host: list[HostSummary] = Field(default_factory=list)
+    # XProf's own bottleneck flags (kernel launch, all others, collectives): "high"/"moderate"/...
+    xprof_flags: dict[str, str] = Field(default_factory=dict)
+    notes: list[str] = Field(default_factory=list)  # what could not be read, and why
+
+
+class Severity(StrEnum):
+    CRITICAL = "critical"
+    WARNING = "warning"
+    INFO = "info"
+
+    @property
+    def rank(self) -> int:
+        return {"critical": 0, "warning": 1, "info": 2}[self.value]
+
+
+class Finding(BaseModel):
+    rule: str
+    severity: Severity
+    title: str
+    evidence: dict[str, Any] = Field(default_factory=dict)
+    recommendation: str = ""
+    docs: str | None = None
+    # Share of step time this finding explains (0-1), for ordering within a severity.
+    impact_share: float = 0.0

@@ -1,0 +1,136 @@
+"""The accelerator: idle time, dominant ops, communication, Tensor Cores."""
+
+from __future__ import annotations
+
+from profiler_service.analysis.models import Finding, OpCategory, Severity, Summary
+from profiler_service.analysis.rules import rule, share
+
+DEVICE_IDLE_CRITICAL_PCT = 50.0
+DEVICE_IDLE_WARNING_PCT = 20.0
+OP_DOMINATES_SHARE = 0.5
+COMMUNICATION_WARNING_SHARE = 0.15
+TRANSFER_WARNING_SHARE = 0.15
+TENSOR_CORE_UNUSED_SHARE = 0.10
+
+
+def _has_device(summary: Summary) -> bool:
+    return (summary.utilisation.hardware_type or "CPU_ONLY") != "CPU_ONLY"
+
+
+@rule("device_idle")
+def device_idle(summary: Summary) -> Finding | None:
+    idle = summary.utilisation.device_idle_pct
+    if not _has_device(summary) or idle is None or idle < DEVICE_IDLE_WARNING_PCT:
+        return None
+    severity = Severity.CRITICAL if idle >= DEVICE_IDLE_CRITICAL_PCT else Severity.WARNING
+    return Finding(
+        rule="device_idle",
+        severity=severity,
+        title=f"The {summary.utilisation.device_type or 'device'} is idle {idle:g}% of the time",
+        evidence={
+            "device_idle_pct": idle,
+            "device_duty_cycle_pct": summary.utilisation.device_duty_cycle_pct,
+            "bottleneck": summary.bottleneck,
+        },
+        recommendation="The host does not feed the device fast enough: see the input and host "
+        "findings; overlap input with `prefetch`, and keep Python out of the step.",
+        docs="https://www.tensorflow.org/guide/gpu_performance_analysis",
+        impact_share=idle / 100,
+    )
+
+
+@rule("op_dominates")
+def op_dominates(summary: Summary) -> Finding | None:
+    side = "Device" if _has_device(summary) else "Host"
+    ops = [
+        op
+        for op in summary.top_ops
+        if op.host_or_device == side and op.category is not OpCategory.INPUT
+    ]
+    if not ops or ops[0].self_time_share < OP_DOMINATES_SHARE:
+        return None
+    top = ops[0]
+    return Finding(
+        rule="op_dominates",
+        severity=Severity.INFO,
+        title=f"One op, {top.name} ({top.type}), takes {top.self_time_share:.0%} of "
+        f"{side.lower()} op time",
+        evidence={
+            "op": top.name,
+            "type": top.type,
+            "self_time_share": round(top.self_time_share, 4),
+            "self_time_ms": round(top.self_time_ms, 3),
+            "occurrences": top.occurrences,
+        },
+        recommendation="Optimise this op first: check its shapes and dtype (mixed precision), "
+        "whether XLA fuses it (`jit_compile=True`), and whether it runs more "
+        "often than the model needs.",
+        impact_share=top.self_time_share,
+    )
+
+
+@rule("communication_bound")
+def communication_bound(summary: Summary) -> Finding | None:
+    st = summary.step_time
+    part = st.breakdown_avg.collectives_ms + st.breakdown_avg.device_to_device_ms
+    comm = share(part, st.avg_ms)
+    if comm < COMMUNICATION_WARNING_SHARE:
+        return None
+    return Finding(
+        rule="communication_bound",
+        severity=Severity.WARNING,
+        title=f"{comm:.0%} of step time is collectives and device-to-device copies",
+        evidence={
+            "communication_share": round(comm, 4),
+            "collectives_ms_avg": st.breakdown_avg.collectives_ms,
+            "device_to_device_ms_avg": st.breakdown_avg.device_to_device_ms,
+        },
+        recommendation="Grow the per-replica batch so compute hides communication, pack "
+        "gradients (`CommunicationOptions(bytes_per_pack=...)`), or use NCCL "
+        "for all-reduce.",
+        docs="https://www.tensorflow.org/guide/distributed_training",
+        impact_share=comm,
+    )
+
+
+@rule("host_device_transfer")
+def host_device_transfer(summary: Summary) -> Finding | None:
+    if not _has_device(summary):
+        return None
+    transfer = sum(
+        op.self_time_share
+        for op in summary.top_ops
+        if op.host_or_device == "Device" and op.type.startswith("Memcpy")
+    )
+    if transfer < TRANSFER_WARNING_SHARE:
+        return None
+    return Finding(
+        rule="host_device_transfer",
+        severity=Severity.WARNING,
+        title=f"{transfer:.0%} of device time copies data between host and device",
+        evidence={"transfer_share": round(transfer, 4)},
+        recommendation="Keep tensors on the device between steps; prefetch to the device "
+        "(`tf.data.experimental.prefetch_to_device`); avoid `.numpy()` in the step.",
+        impact_share=transfer,
+    )
+
+
+@rule("tensor_cores_unused")
+def tensor_cores_unused(summary: Summary) -> Finding | None:
+    k = summary.kernels
+    unused = share(k.eligible_unused_us, k.total_us)
+    if unused < TENSOR_CORE_UNUSED_SHARE:
+        return None
+    names = [
+        kern.op_name for kern in k.top if kern.tensor_core_eligible and not kern.uses_tensor_core
+    ]
+    return Finding(
+        rule="tensor_cores_unused",
+        severity=Severity.WARNING,
+        title=f"{unused:.0%} of kernel time could use Tensor Cores but does not",
+        evidence={"eligible_unused_share": round(unused, 4), "ops": names[:5]},
+        recommendation="Enable mixed precision (`keras.mixed_precision.set_global_policy("
+        "'mixed_float16')`) and keep matmul/conv dimensions multiples of 8.",
+        docs="https://www.tensorflow.org/guide/mixed_precision",
+        impact_share=unused,
+    )

@@ -1,0 +1,133 @@
+"""Host-side overheads: Python and "All Others" time, eager execution, launches, compiles."""
+
+from __future__ import annotations
+
+from profiler_service.analysis.models import Finding, InputBound, Severity, Summary
+from profiler_service.analysis.rules import rule, share
+
+# XProf's thresholds for "All Others" and kernel launch time (share of step time).
+ALL_OTHER_HIGH_SHARE = 0.15
+ALL_OTHER_MODERATE_SHARE = 0.03
+KERNEL_LAUNCH_HIGH_SHARE = 0.15
+EAGER_WARNING_PCT = 10.0
+COMPILE_WARNING_SHARE = 0.10
+MIN_STEPS = 3
+
+
+@rule("host_overhead")
+def host_overhead(summary: Summary) -> Finding | None:
+    st = summary.step_time
+    other = share(st.breakdown_avg.other_ms, st.avg_ms)
+    if other >= ALL_OTHER_HIGH_SHARE:
+        severity = Severity.WARNING
+    elif other >= ALL_OTHER_MODERATE_SHARE and (
+        summary.input_pipeline.classification is InputBound.POTENTIALLY
+    ):
+        severity = Severity.INFO
+    else:
+        return None
+    return Finding(
+        rule="host_overhead",
+        severity=severity,
+        title=f"{other:.0%} of step time is 'All Others' time: Python or I/O between TF ops",
+        evidence={
+            "all_others_share": round(other, 4),
+            "all_others_ms_avg": st.breakdown_avg.other_ms,
+            "step_time_ms_avg": st.avg_ms,
+        },
+        recommendation="Look for Python work in the training loop (logging, metrics, data "
+        "conversion per step), move it out of the step or into tf.function, and "
+        "avoid reading files synchronously between steps.",
+        docs="https://www.tensorflow.org/guide/profiler#performance_analysis",
+        impact_share=other,
+    )
+
+
+@rule("eager_execution")
+def eager_execution(summary: Summary) -> Finding | None:
+    pct = summary.utilisation.host_eager_pct or 0.0
+    if pct < EAGER_WARNING_PCT or summary.step_time.count == 0:
+        return None
+    return Finding(
+        rule="eager_execution",
+        severity=Severity.WARNING,
+        title=f"{pct:g}% of host op time runs eagerly, one Python call per op",
+        evidence={"host_eager_pct": pct, "device_eager_pct": summary.utilisation.device_eager_pct},
+        recommendation="Wrap the training step in `@tf.function` (Keras does this unless "
+        "`run_eagerly=True`), so TensorFlow runs it as one graph instead of "
+        "dispatching every small op from Python.",
+        docs="https://www.tensorflow.org/guide/function",
+        impact_share=pct / 100,
+    )
+
+
+@rule("kernel_launch_bound")
+def kernel_launch_bound(summary: Summary) -> Finding | None:
+    st = summary.step_time
+    launch = share(st.breakdown_avg.kernel_launch_ms, st.avg_ms)
+    if launch < KERNEL_LAUNCH_HIGH_SHARE:
+        return None
+    return Finding(
+        rule="kernel_launch_bound",
+        severity=Severity.WARNING,
+        title=f"{launch:.0%} of step time is spent launching kernels",
+        evidence={
+            "kernel_launch_share": round(launch, 4),
+            "kernel_launch_ms_avg": st.breakdown_avg.kernel_launch_ms,
+        },
+        recommendation="Many small kernels: fuse them (XLA: `jit_compile=True`), run several "
+        "steps per call (`steps_per_execution`), or grow the batch.",
+        docs="https://www.tensorflow.org/guide/gpu_performance_analysis",
+        impact_share=launch,
+    )
+
+
+@rule("compile_time")
+def compile_time(summary: Summary) -> Finding | None:
+    st = summary.step_time
+    compile_share = share(st.breakdown_avg.compile_ms, st.avg_ms)
+    if compile_share < COMPILE_WARNING_SHARE:
+        return None
+    return Finding(
+        rule="compile_time",
+        severity=Severity.WARNING,
+        title=f"{compile_share:.0%} of step time is compilation",
+        evidence={
+            "compile_share": round(compile_share, 4),
+            "compile_ms_avg": st.breakdown_avg.compile_ms,
+        },
+        recommendation="Steps keep compiling: a tf.function retraced for new shapes or Python "
+        "values. Give it an `input_signature`, pad to fixed shapes, or pass "
+        "tensors instead of Python numbers.",
+        docs="https://www.tensorflow.org/guide/function#controlling_retracing",
+        impact_share=compile_share,
+    )
+
+
+@rule("no_step_markers")
+def no_step_markers(summary: Summary) -> Finding | None:
+    if summary.step_time.count > 0 or not summary.tools:
+        return None
+    return Finding(
+        rule="no_step_markers",
+        severity=Severity.WARNING,
+        title="No training steps were marked, so step time cannot be analysed",
+        evidence={"steps": 0},
+        recommendation="Pass `profiler_service.steps.ProfilerStepCallback()` to `model.fit`, or "
+        "wrap each step of a custom loop in `training_step(i)`; capture while the "
+        "job is training.",
+        docs="https://www.tensorflow.org/guide/profiler#profiling_custom_training_loops",
+    )
+
+
+@rule("short_capture")
+def short_capture(summary: Summary) -> Finding | None:
+    if not 0 < summary.step_time.count < MIN_STEPS:
+        return None
+    return Finding(
+        rule="short_capture",
+        severity=Severity.INFO,
+        title=f"Only {summary.step_time.count} steps were captured: the figures are rough",
+        evidence={"steps": summary.step_time.count, "step_time_ms_avg": summary.step_time.avg_ms},
+        recommendation="Capture for longer (a few seconds more than several steps).",
+    )

@@ -1,0 +1,51 @@
+"""Input-bound: the step waits on tf.data."""
+
+from __future__ import annotations
+
+from profiler_service.analysis.models import Finding, InputBound, Severity, Summary
+from profiler_service.analysis.rules import rule
+
+DOCS = "https://www.tensorflow.org/guide/data_performance"
+# XProf's own verdict is reused (HIGHLY > 20 %, MODERATELY > 5 % of step time on input).
+SEVERITY_OF = {InputBound.HIGHLY: Severity.CRITICAL, InputBound.MODERATELY: Severity.WARNING}
+
+
+@rule("input_bound")
+def input_bound(summary: Summary) -> Finding | None:
+    pipeline = summary.input_pipeline
+    severity = SEVERITY_OF.get(pipeline.classification)
+    if severity is None:
+        return None
+    pct = pipeline.input_share_pct or 0.0
+    slowest = pipeline.slowest_ops[0].name if pipeline.slowest_ops else None
+    advice = [
+        "parallelise the map: `.map(fn, num_parallel_calls=tf.data.AUTOTUNE)`",
+        "overlap input with training: end the pipeline with `.prefetch(tf.data.AUTOTUNE)`",
+        "`.cache()` what does not change between epochs (after decoding, before augmentation)",
+        "store records as TFRecord and read them with `interleave(..., num_parallel_calls=...)`",
+    ]
+    if pipeline.python_in_pipeline:
+        advice.insert(
+            0,
+            "move the Python decoding (tf.py_function / tf.numpy_function) into "
+            "TensorFlow ops: Python runs one element at a time under the GIL",
+        )
+    where = f"; the slowest stage is {pipeline.slowest_stage}" if pipeline.slowest_stage else ""
+    return Finding(
+        rule="input_bound",
+        severity=severity,
+        title=f"Your input pipeline is the bottleneck: {pct:g}% of step time waits on input{where}",
+        evidence={
+            "input_share_pct": pct,
+            "classification": pipeline.classification.value,
+            "step_time_ms_avg": summary.step_time.avg_ms,
+            "input_ms_avg": summary.step_time.breakdown_avg.input_ms,
+            "slowest_stage": pipeline.slowest_stage,
+            "slowest_input_op": slowest,
+            "python_in_pipeline": pipeline.python_in_pipeline,
+            "stage_time_us": pipeline.stage_time_us,
+        },
+        recommendation="; ".join(advice) + ".",
+        docs=DOCS,
+        impact_share=pct / 100,
+    )
