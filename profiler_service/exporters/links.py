@@ -12,6 +12,7 @@ from profiler_service.models import Snapshot, SnapshotStatus
 
 class SnapshotLinks(BaseModel):
     self: str
+    report: str
     files: dict[str, str] = Field(default_factory=dict)
     tensorboard: str | None = None
 
@@ -20,7 +21,9 @@ def snapshot_links(snapshot: Snapshot, settings: Settings, base_url: str = "") -
     base = base_url.rstrip("/")
     own = f"{base}/profiles/{quote(snapshot.id)}"
     links = SnapshotLinks(
-        self=own, files={f.name: f"{own}/files/{quote(f.name)}" for f in snapshot.files}
+        self=own,
+        report=f"{own}/report",
+        files={f.name: f"{own}/files/{quote(f.name)}" for f in snapshot.files},
     )
     if settings.tensorboard_url and snapshot.status is SnapshotStatus.READY:
         query = {"run": snapshot.id, "tool": "overview_page"}

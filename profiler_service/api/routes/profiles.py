@@ -6,12 +6,13 @@ from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request, Response
-from fastapi.responses import FileResponse
+from fastapi.responses import FileResponse, HTMLResponse
 
 from profiler_service.api.deps import ControllerDep, SettingsDep, StoreDep, TokenRequired
 from profiler_service.api.schemas import ERROR_RESPONSES, SnapshotPublic, SnapshotsPublic
 from profiler_service.capture.controller import CaptureRequest
 from profiler_service.errors import SnapshotNotFound
+from profiler_service.exporters.report import render_report
 from profiler_service.models import SnapshotStatus, Trigger, TriggerKind, is_snapshot_id
 from profiler_service.store import SnapshotQuery
 from profiler_service.trigger.duration import parse_duration
@@ -107,6 +108,12 @@ def list_profiles(
 def read_profile(snapshot_id: SnapshotId, settings: SettingsDep, store: StoreDep) -> SnapshotPublic:
     """One snapshot: status, trigger, capture options, summary, findings, links."""
     return SnapshotPublic.of(store.get(_checked(snapshot_id)), settings)
+
+
+@router.get("/profiles/{snapshot_id}/report", response_class=HTMLResponse)
+def read_profile_report(snapshot_id: SnapshotId, settings: SettingsDep, store: StoreDep) -> str:
+    """The report a person reads first: findings, step-time chart, top ops, memory, links."""
+    return render_report(store.get(_checked(snapshot_id)), settings)
 
 
 @router.get("/profiles/{snapshot_id}/files/{name:path}", response_class=FileResponse)
