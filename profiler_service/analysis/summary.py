@@ -7,7 +7,9 @@ trace stays available on demand in XProf/TensorBoard.
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -41,39 +43,43 @@ def summarise_run(run_dir: Path) -> Summary:
     if not paths:
         raise ToolFailed(f"no .xplane.pb in {run_dir}")
     summary = Summary(hosts=[p.name.removesuffix(".xplane.pb") for p in paths])
-    summary.tools = tool_names(paths)
-    if "overview_page" not in summary.tools:
-        raise ToolFailed(f"XProf found no overview page in {[p.name for p in paths]}")
-    # The overview is required; the other tools add detail, and a failure there is a note.
-    summarise_overview(tool_data(paths, "overview_page"), summary)
-    _optional(
-        summary,
-        "framework_op_stats",
-        lambda: summarise_op_stats(tool_data(paths, "framework_op_stats"), summary),
-    )
-    _optional(
-        summary,
-        "input_pipeline_analyzer",
-        lambda: summarise_input_pipeline(tool_data(paths, "input_pipeline_analyzer"), summary),
-    )
-    _optional(
-        summary,
-        "kernel_stats",
-        lambda: summarise_kernels(tool_data(paths, "kernel_stats"), summary),
-    )
-    for path in paths:  # XProf's memory profile reads one host at a time
-        _optional(
-            summary,
-            "memory_profile",
-            lambda p=path: summarise_memory(tool_data([p], "memory_profile"), summary),
-        )
+    # XProf's converters release the GIL. The memory profile and the tool list each parse the
+    # capture again, so they run beside the overview instead of after it.
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="xprof") as pool:
+        names = pool.submit(tool_names, paths)
+        memory = [
+            pool.submit(_read_or_note, lambda p=p: tool_data([p], "memory_profile")) for p in paths
+        ]  # XProf's memory profile reads one host at a time
+        overview = tool_data(paths, "overview_page")  # required: a failure fails the analysis
+        summary.tools = names.result()
+        memory_profiles = [m.result() for m in memory]
+    summarise_overview(overview, summary)
+    # These reuse the op stats the overview cached beside the capture; failures become notes.
+    for tool, read in (
+        ("framework_op_stats", summarise_op_stats),
+        ("input_pipeline_analyzer", summarise_input_pipeline),
+        ("kernel_stats", summarise_kernels),
+    ):
+        _optional(summary, tool, lambda t=tool, r=read: r(tool_data(paths, t), summary))
+    for profile in memory_profiles:
+        if isinstance(profile, str):
+            summary.notes.append(f"memory_profile: {profile}")
+        else:
+            summarise_memory(profile, summary)
     if len(paths) > 1:
         summary.per_host = [_host_summary(path) for path in paths]
     return summary
 
 
+def _read_or_note(read: Callable[[], Any]) -> Any:
+    try:
+        return read()
+    except (ToolFailed, ValueError) as exc:
+        return str(exc)
+
+
 def _optional(summary: Summary, tool: str, read: Callable[[], None]) -> None:
-    if tool not in summary.tools and tool != "kernel_stats":
+    if tool not in summary.tools and tool != "kernel_stats":  # kernel_stats is not listed on CPU
         return
     try:
         read()
