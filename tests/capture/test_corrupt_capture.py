@@ -1,0 +1,67 @@
+"""A corrupt or truncated capture fails analysis with XProf's reason, and its file is kept.
+
+The capture stage is a stand-in that writes bytes where the profiler would (the profiler itself
+only writes whole files); everything after it is real: store, controller, XProf's converters.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from profiler_service.capture.capturer import CaptureJob, collect_xplanes
+from profiler_service.capture.controller import CaptureRequest
+from profiler_service.config import Settings, TargetKind
+from profiler_service.service import build_service
+
+
+class WritesBytes:
+    """Writes `payload` as the profiler would: <logdir>/plugins/profile/<id>/<host>.xplane.pb."""
+
+    applies_tracer_levels = True
+
+    def __init__(self, payload: bytes):
+        self.payload = payload
+
+    def capture(self, job: CaptureJob) -> list[Path]:
+        run = job.logdir / "plugins" / "profile" / job.snapshot_id
+        run.mkdir(parents=True)
+        (run / "worker-0.xplane.pb").write_bytes(self.payload)
+        return collect_xplanes(job)
+
+
+@pytest.mark.parametrize(
+    ("payload", "reason"),
+    [
+        (os.urandom(5000), "Can't parse"),
+        # A valid XSpace starts with field tags; cut short, XProf reads past the end.
+        (b"\x0a\xff\xff\x7f" + b"\x00" * 100, ""),
+    ],
+)
+def test_unreadable_capture_fails_analysis_and_keeps_the_file(tmp_path, payload, reason):
+    settings = Settings(store=tmp_path / "store", targets="grpc://127.0.0.1:9")
+    service = build_service(settings, {TargetKind.GRPC: WritesBytes(payload)})
+    snapshot = service.controller.start(CaptureRequest(duration_s=0.1))
+    assert service.controller.wait(snapshot.id, 120)
+    done = service.store.get(snapshot.id)
+    assert done.status == "failed"
+    assert done.error.code == "analysis_failed"
+    assert "XProf" in done.error.detail and reason in done.error.detail
+    kept = service.store.file_path(snapshot.id, "worker-0.xplane.pb")
+    assert kept.read_bytes() == payload
+    assert not (settings.store / "plugins" / "profile" / snapshot.id).exists()
+    service.close()
+
+
+def test_empty_capture_file_is_a_capture_failure_not_a_snapshot(tmp_path):
+    settings = Settings(store=tmp_path / "store", targets="grpc://127.0.0.1:9")
+    service = build_service(settings, {TargetKind.GRPC: WritesBytes(b"")})
+    snapshot = service.controller.start(CaptureRequest(duration_s=0.1))
+    assert service.controller.wait(snapshot.id, 60)
+    done = service.store.get(snapshot.id)
+    assert (done.status, done.error.code) == ("failed", "capture_empty")
+    assert "2 GB" in done.error.detail
+    assert done.files == []
+    service.close()
