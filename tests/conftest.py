@@ -2,68 +2,11 @@
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import pytest
-
-QUIET_TF = {"TF_CPP_MIN_LOG_LEVEL": "1", "PYTHONUNBUFFERED": "1"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@dataclass
-class Job:
-    proc: subprocess.Popen
-    ready: dict
-
-    @property
-    def address(self) -> str:
-        return f"grpc://127.0.0.1:{self.ready['profiler_port']}"
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-
-def start_job(*args: str, cwd: Path | None = None) -> Job:
-    """A real Keras job (profiler_service.demo.job); returns once it is training."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "profiler_service.demo.job", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        cwd=cwd,
-        env={**os.environ, **QUIET_TF},
-    )
-    deadline = time.monotonic() + 180
-    assert proc.stdout is not None
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"job exited early with status {proc.wait()}")
-        if line.startswith("READY "):
-            return Job(proc, json.loads(line[len("READY ") :]))
-    proc.kill()
-    raise RuntimeError("job did not start training within 180 s")
+from helpers import Job, ServiceProcess, free_port, start_job, start_service
 
 
 @pytest.fixture(scope="session")
@@ -78,69 +21,6 @@ def compute_bound_job() -> Iterator[Job]:
     job = start_job("--workload", "compute-bound", "--profiler-port", str(free_port()))
     yield job
     job.stop()
-
-
-@dataclass
-class ServiceProcess:
-    proc: subprocess.Popen
-    url: str
-    store: Path
-    log: Path
-
-    def client(self, **kwargs) -> httpx.Client:
-        return httpx.Client(base_url=self.url, timeout=120, **kwargs)
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.kill()
-
-
-def start_service(
-    store: Path, targets: list[str], env: dict[str, str] | None = None, *extra: str
-) -> ServiceProcess:
-    """`profiler-service serve` as its own process on a free loopback port, ready to answer."""
-    port = free_port()
-    log = store.parent / f"service-{port}.log"
-    args = [
-        sys.executable,
-        "-m",
-        "profiler_service.cli",
-        "serve",
-        "--store",
-        str(store),
-        "--port",
-        str(port),
-        *extra,
-    ]
-    for target in targets:
-        args += ["--target", target]
-    proc = subprocess.Popen(
-        args,
-        stdout=log.open("w"),
-        stderr=subprocess.STDOUT,
-        env={**os.environ, **QUIET_TF, **(env or {})},
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"service exited: {log.read_text()[-2000:]}")
-        try:
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                return ServiceProcess(proc, url, store, log)
-        except httpx.TransportError:
-            time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("service did not answer /healthz within 60 s")
 
 
 @pytest.fixture
@@ -160,17 +40,3 @@ def service_factory(tmp_path: Path) -> Iterator:
     yield factory
     for service in started:
         service.stop()
-
-
-def wait_for_status(
-    client: httpx.Client, snapshot_id: str, statuses: set[str], timeout_s: float = 120
-) -> dict:
-    """Poll GET /profiles/{id} until its status is one of `statuses`; return the body."""
-    deadline = time.monotonic() + timeout_s
-    body: dict = {}
-    while time.monotonic() < deadline:
-        body = client.get(f"/profiles/{snapshot_id}").json()
-        if body.get("status") in statuses:
-            return body
-        time.sleep(0.1)
-    raise AssertionError(f"snapshot {snapshot_id} stayed {body.get('status')}, wanted {statuses}")

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
-from conftest import wait_for_status
+from helpers import wait_for_status
 
 
 def test_fifty_concurrent_posts_start_exactly_one_capture(input_bound_job, service_factory):

@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from conftest import QUIET_TF, free_port
+from helpers import QUIET_TF, free_port
 
 
 def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:

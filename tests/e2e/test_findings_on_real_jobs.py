@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from conftest import free_port, start_job
+from helpers import free_port, start_job
 
 
 def test_compute_bound_job_gets_no_input_bound_finding(compute_bound_job, service_factory):

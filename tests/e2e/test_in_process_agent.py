@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import httpx
-from conftest import start_job, wait_for_status
+from helpers import start_job, wait_for_status
 
 from profiler_service import agent
 

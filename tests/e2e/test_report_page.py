@@ -69,7 +69,7 @@ def test_report_shows_findings_first_and_draws_its_charts(
 
 
 def test_report_of_a_failed_snapshot_says_why(service_factory, browser):
-    from conftest import free_port, wait_for_status
+    from helpers import free_port, wait_for_status
 
     service = service_factory([f"grpc://127.0.0.1:{free_port()}"])
     with service.client() as client:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import wait_for_status
+from helpers import wait_for_status
 from xprof.convert import _pywrap_profiler_plugin, raw_to_tool_data
 
 
@@ -93,7 +93,7 @@ def test_snapshot_ids_are_run_names_in_the_store_layout(input_bound_job, service
 
 
 def test_unreachable_target_fails_with_its_address_and_service_keeps_serving(service_factory):
-    from conftest import free_port
+    from helpers import free_port
 
     dead = f"127.0.0.1:{free_port()}"
     service = service_factory([f"grpc://{dead}"])

@@ -9,7 +9,7 @@ import sys
 import time
 
 import httpx
-from conftest import QUIET_TF, free_port
+from helpers import QUIET_TF, free_port
 
 
 def test_xprof_server_lists_only_ready_snapshots(input_bound_job, service_factory, tmp_path):
