@@ -67,6 +67,23 @@ class Target(BaseModel):
         return cls(name=name.strip(), workers=[w for w in rest.split(",") if w.strip()])
 
 
+class TargetRule(BaseModel):
+    """Alert -> target: an alert whose `label` fully matches `pattern` (a regex) -> `target`."""
+
+    label: str = Field(min_length=1)
+    pattern: str
+    target: str
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, value: str) -> str:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"pattern {value!r} is not a regular expression: {exc}") from exc
+        return value
+
+
 def in_process_target(name: str = "local") -> Target:
     return Target(name=name, kind=TargetKind.IN_PROCESS)
 
@@ -103,6 +120,32 @@ class Settings(BaseSettings):
     # Where TensorBoard/XProf serves this store, for deep links (e.g. http://xprof:8791).
     tensorboard_url: str | None = None
     tensorboard_flavour: str = Field(default="xprof", pattern="^(xprof|tensorboard)$")
+    # Where people reach this service (e.g. https://profiler.example), for links in annotations.
+    public_url: str | None = None
+
+    # Alert webhooks (POST /webhooks/grafana, /webhooks/alertmanager).
+    webhook_token: SecretStr | None = None  # Bearer; falls back to api_token when unset
+    webhook_username: str | None = None  # HTTP basic auth, with webhook_password
+    webhook_password: SecretStr | None = None
+    webhook_hmac_secret: SecretStr | None = None  # Grafana's signed webhooks
+    webhook_hmac_header: str = Field(default="X-Grafana-Alerting-Signature", min_length=1)
+    webhook_hmac_timestamp_header: str | None = None
+    webhook_hmac_max_age_s: float = Field(default=300.0, gt=0)
+    webhook_max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
+    webhook_cooldown_s: float = Field(default=600.0, ge=0)  # per alert fingerprint
+    webhook_min_interval_s: float = Field(default=60.0, ge=0)  # between alert captures
+    webhook_target_rules: list[TargetRule] = Field(default_factory=list)
+    webhook_target_labels: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["profile_target", "pod", "job", "instance"]
+    )
+    webhook_default_target: str | None = None
+
+    # Grafana annotations for every finished capture (a service-account token with
+    # annotations:create).
+    grafana_url: str | None = None
+    grafana_token: SecretStr | None = None
+    grafana_annotation_attempts: int = Field(default=3, ge=1, le=10)
+    grafana_timeout_s: float = Field(default=5.0, gt=0)
 
     @field_validator("targets", mode="before")
     @classmethod
@@ -133,7 +176,37 @@ class Settings(BaseSettings):
         names = [t.name for t in self.targets]
         if len(names) != len(set(names)):
             raise ValueError(f"target names must be unique, got {names}")
+        self._check_webhooks(names)
         return self
+
+    @field_validator("webhook_target_labels", mode="before")
+    @classmethod
+    def _parse_labels(cls, value: Any) -> Any:
+        """Accept a JSON list or comma-separated names (`pod,job`)."""
+        if isinstance(value, str):
+            text = value.strip()
+            return (
+                json.loads(text)
+                if text.startswith("[")
+                else [s.strip() for s in text.split(",") if s.strip()]
+            )
+        return value
+
+    def _check_webhooks(self, names: list[str]) -> None:
+        wanted = [
+            (f"webhook_target_rules ({r.label}~{r.pattern})", r.target)
+            for r in self.webhook_target_rules
+        ]
+        if self.webhook_default_target is not None:
+            wanted.append(("webhook_default_target", self.webhook_default_target))
+        for where, target in wanted:
+            if target not in names:
+                raise ValueError(
+                    f"{where} names target {target!r}, which is not configured "
+                    f"(configured: {', '.join(names) or 'none'})"
+                )
+        if (self.webhook_username is None) != (self.webhook_password is None):
+            raise ValueError("webhook_username and webhook_password go together: set both")
 
     def target(self, name: str | None) -> Target | None:
         """The named target, or the only/first one when no name is given."""

@@ -64,3 +64,18 @@ class Unauthorized(ServiceError):
 class Forbidden(ServiceError):
     code = "forbidden"
     status_code = 403
+
+
+class InvalidSignature(ServiceError):
+    code = "invalid_signature"
+    status_code = 401
+
+
+class InvalidPayload(ServiceError):
+    code = "invalid_payload"
+    status_code = 400
+
+
+class PayloadTooLarge(ServiceError):
+    code = "payload_too_large"
+    status_code = 413

@@ -9,7 +9,11 @@ from profiler_service.capture.capturer import Capturer
 from profiler_service.capture.controller import CaptureController
 from profiler_service.capture.remote import RemoteCapturer
 from profiler_service.config import Settings, TargetKind
+from profiler_service.exporters.grafana import GrafanaAnnotator, grafana_annotator
+from profiler_service.exporters.metrics import ServiceMetrics
 from profiler_service.store import SnapshotStore
+from profiler_service.trigger.alert_log import AlertLog
+from profiler_service.trigger.alerts import AlertTrigger
 
 
 @dataclass
@@ -17,8 +21,15 @@ class Service:
     settings: Settings
     store: SnapshotStore
     controller: CaptureController
+    metrics: ServiceMetrics | None = None  # GET /metrics; built by build_service
+    alerts: AlertTrigger | None = None  # POST /webhooks/...; built by build_service
+    annotator: GrafanaAnnotator | None = None  # when a Grafana URL and token are set
 
     def close(self) -> None:
+        if self.annotator is not None:
+            self.annotator.close()
+        if self.alerts is not None:
+            self.alerts.close()
         self.store.close()
 
 
@@ -37,4 +48,12 @@ def build_service(
     controller = CaptureController(
         settings, store, capturers, XprofAnalyzer(timeout_s=settings.analysis_timeout_s)
     )
-    return Service(settings, store, controller)
+    alerts = AlertTrigger(
+        settings, controller, AlertLog(store.root / "webhooks" / "alerts.jsonl").open()
+    )
+    annotator = grafana_annotator(settings)
+    if annotator is not None:
+        controller.on_finished.append(annotator.on_finished)
+    service = Service(settings, store, controller, alerts=alerts, annotator=annotator)
+    service.metrics = ServiceMetrics(service)
+    return service

@@ -5,6 +5,8 @@ Empty on CPU-only captures (TensorFlow's CPU allocator records no memory activit
 
 from __future__ import annotations
 
+import math
+
 from profiler_service.analysis.models import AllocatorMemory, MemoryPoint, Summary
 
 MAX_TIMELINE_POINTS = 300
@@ -36,7 +38,7 @@ def _allocator_memory(allocator: str, data: dict) -> AllocatorMemory:
     sampled = data.get("sampledTimelineSnapshots") or snapshots
     timeline = []
     if sampled:
-        step = max(1, len(sampled) // MAX_TIMELINE_POINTS)
+        step = max(1, math.ceil(len(sampled) / MAX_TIMELINE_POINTS))
         t0 = _int(sampled[0].get("timeOffsetPs"))
         for snap in sampled[::step]:
             agg = snap.get("aggregationStats") or {}

@@ -83,8 +83,10 @@ def summarise_overview(tables: list[dict], summary: Summary) -> None:
     match = _CONCLUSION.search(conclusion or "")
     if match and summary.step_time.count:
         pipeline.classification = InputBound(match["level"].lower())
-        pipeline.input_share_pct = float(match["pct"])
-    elif summary.step_time.count and summary.step_time.avg_ms:
+        # A POTENTIALLY sentence quotes the "All Others" share, not the input share.
+        if pipeline.classification is not InputBound.POTENTIALLY:
+            pipeline.input_share_pct = float(match["pct"])
+    if pipeline.input_share_pct is None and summary.step_time.count and summary.step_time.avg_ms:
         pipeline.input_share_pct = round(
             100 * summary.step_time.breakdown_avg.input_ms / summary.step_time.avg_ms, 1
         )

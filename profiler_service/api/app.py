@@ -9,7 +9,7 @@ from fastapi import FastAPI
 
 from profiler_service import __version__
 from profiler_service.api.errors import install_error_handlers
-from profiler_service.api.routes import health, profiles
+from profiler_service.api.routes import health, metrics, profiles, webhooks
 from profiler_service.service import Service
 
 
@@ -29,4 +29,6 @@ def create_app(service: Service) -> FastAPI:
     install_error_handlers(app)
     app.include_router(profiles.router)
     app.include_router(health.router)
+    app.include_router(metrics.router)
+    app.include_router(webhooks.router)
     return app

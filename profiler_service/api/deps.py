@@ -11,8 +11,11 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from profiler_service.capture.controller import CaptureController
 from profiler_service.config import Settings
 from profiler_service.errors import Forbidden, Unauthorized
+from profiler_service.exporters.metrics import ServiceMetrics
 from profiler_service.service import Service
 from profiler_service.store import SnapshotStore
+from profiler_service.trigger.alert_log import AlertLog
+from profiler_service.trigger.alerts import AlertTrigger
 
 
 def get_service(request: Request) -> Service:
@@ -31,9 +34,25 @@ def get_controller(request: Request) -> CaptureController:
     return request.app.state.service.controller
 
 
+def get_metrics(request: Request) -> ServiceMetrics:
+    return request.app.state.service.metrics
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 StoreDep = Annotated[SnapshotStore, Depends(get_store)]
 ControllerDep = Annotated[CaptureController, Depends(get_controller)]
+MetricsDep = Annotated[ServiceMetrics, Depends(get_metrics)]
+
+
+async def get_alerts(request: Request) -> AlertTrigger:
+    """Async on purpose: a sync dependency costs a worker-thread hop on every webhook."""
+    service = request.app.state.service
+    if service.alerts is None:  # a Service built by hand: decisions kept in memory only
+        service.alerts = AlertTrigger(service.settings, service.controller, AlertLog(None))
+    return service.alerts
+
+
+AlertsDep = Annotated[AlertTrigger, Depends(get_alerts)]
 
 _bearer = HTTPBearer(auto_error=False, description="PROFILER_API_TOKEN, when one is configured")
 

@@ -1,1 +1,1 @@
-"""Exporters: what the service hands to other tools (links today; metrics and Grafana later)."""
+"""Exporters: what the service hands to other tools (links, Prometheus metrics, Grafana)."""

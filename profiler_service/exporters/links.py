@@ -15,6 +15,8 @@ class SnapshotLinks(BaseModel):
     report: str
     files: dict[str, str] = Field(default_factory=dict)
     tensorboard: str | None = None
+    # The alert behind a webhook capture: its Grafana panel, else dashboard, else rule's graph.
+    alert: str | None = None
 
 
 def snapshot_links(snapshot: Snapshot, settings: Settings, base_url: str = "") -> SnapshotLinks:
@@ -25,6 +27,8 @@ def snapshot_links(snapshot: Snapshot, settings: Settings, base_url: str = "") -
         report=f"{own}/report",
         files={f.name: f"{own}/files/{quote(f.name)}" for f in snapshot.files},
     )
+    trigger = snapshot.trigger
+    links.alert = trigger.panel_url or trigger.dashboard_url or trigger.generator_url
     if settings.tensorboard_url and snapshot.status is SnapshotStatus.READY:
         query = {"run": snapshot.id, "tool": "overview_page"}
         if snapshot.hosts:

@@ -29,6 +29,9 @@ CREATE TABLE IF NOT EXISTS snapshots (
     doc TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS snapshots_created ON snapshots (created_at DESC);
+-- Covering indexes for the metrics scrape: totals by status, newest ready snapshot per target.
+CREATE INDEX IF NOT EXISTS snapshots_status_totals ON snapshots (status, size_bytes, pinned);
+CREATE INDEX IF NOT EXISTS snapshots_status_target ON snapshots (status, target, created_at, id);
 """
 
 
@@ -160,3 +163,29 @@ class SnapshotIndex:
                 [*args, q.limit, q.offset],
             ).fetchall()
         return [Snapshot.model_validate_json(r[0]) for r in rows], total
+
+    def totals_by_status(self) -> list[tuple[str, int, int, int]]:
+        """(status, snapshots, bytes, pinned) per status: one aggregate query, no JSON read."""
+        with self._lock:
+            return self._conn.execute(
+                "SELECT status, count(*), coalesce(sum(size_bytes), 0), coalesce(sum(pinned), 0) "
+                "FROM snapshots GROUP BY status"
+            ).fetchall()
+
+    def latest_ready(self) -> dict[str, tuple[str, str]]:
+        """{target: (id, created_at)} of each target's newest ready snapshot (index only)."""
+        with self._lock:
+            rows = self._conn.execute(
+                # SQLite fills bare columns from the row that holds max(created_at).
+                "SELECT target, id, max(created_at) FROM snapshots "
+                "WHERE status = 'ready' GROUP BY target"
+            ).fetchall()
+        return {r[0]: (r[1], r[2]) for r in rows}
+
+    def doc(self, snapshot_id: str) -> str | None:
+        """The stored snapshot.json text, unparsed."""
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT doc FROM snapshots WHERE id = ?", (snapshot_id,)
+            ).fetchone()
+        return row[0] if row else None

@@ -1,0 +1,134 @@
+"""`GET /metrics`: one registry per service, the collectors in it, and the exposition.
+
+    metrics = ServiceMetrics(service)              # or ServiceMetrics(service, registry=mine)
+    body, content_type = metrics.render(accept)    # OpenMetrics when the scraper asks for it
+
+Events (a capture finished) are counted by instrumented metrics fed from the controller's
+`on_finished` callbacks; state (GPUs, host, store, latest analysis) is read by collectors at scrape
+time. The in-process collectors (training steps, TensorFlow device memory) are registered only
+when the service captures its own process, so the sidecar never touches TensorFlow.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector
+from prometheus_client.exposition import choose_encoder
+
+from profiler_service.config import TargetKind
+from profiler_service.exporters.gpu_collector import GpuCollector
+from profiler_service.exporters.service_collector import ServiceCollector
+from profiler_service.exporters.step_collector import STEP_STATS, StepCollector, StepStats
+from profiler_service.exporters.system_collector import SystemCollector
+from profiler_service.exporters.tf_collector import TFMemoryCollector
+from profiler_service.exporters.webhook_collector import WebhookCollector
+from profiler_service.models import Snapshot, SnapshotStatus, TriggerKind
+
+if TYPE_CHECKING:
+    from profiler_service.service import Service
+
+__all__ = ["CaptureMetrics", "ServiceMetrics"]
+
+CAPTURE_BUCKETS_S = (0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300)
+ANALYSIS_BUCKETS_S = (0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600)
+OUTCOMES = ("ready", "failed")
+
+
+class CaptureMetrics:
+    """Counts finished captures and times their two halves; `observe` is an on_finished callback."""
+
+    def __init__(self, registry: CollectorRegistry, targets: list[str] = ()):
+        self.captures = Counter(
+            "profiler_captures",
+            "Finished captures by target, trigger and outcome (ready or failed); OpenMetrics "
+            "exemplars carry the snapshot_id.",
+            ["target", "trigger", "outcome"],
+            registry=registry,
+        )
+        self.errors = Counter(
+            "profiler_capture_errors",
+            "Failed captures by target and error code (README, failure codes).",
+            ["target", "error"],
+            registry=registry,
+        )
+        self.capture_duration = Histogram(
+            "profiler_capture_duration_seconds",
+            "From the start of tracing to the capture file being on disk (or the failure).",
+            ["target"],
+            buckets=CAPTURE_BUCKETS_S,
+            registry=registry,
+        )
+        self.analysis_duration = Histogram(
+            "profiler_analysis_duration_seconds",
+            "From the capture file being on disk to the snapshot being ready (or failed).",
+            ["target"],
+            buckets=ANALYSIS_BUCKETS_S,
+            registry=registry,
+        )
+        # Series start at 0, so increase() sees a target's first capture.
+        for target in targets:
+            for trigger in TriggerKind:
+                for outcome in OUTCOMES:
+                    self.captures.labels(target, trigger.value, outcome)
+            self.capture_duration.labels(target)
+            self.analysis_duration.labels(target)
+
+    def observe(self, snapshot: Snapshot) -> None:
+        exemplar = {"snapshot_id": snapshot.id}
+        outcome = "ready" if snapshot.status is SnapshotStatus.READY else "failed"
+        self.captures.labels(snapshot.target, snapshot.trigger.kind.value, outcome).inc(
+            exemplar=exemplar
+        )
+        if outcome == "failed":
+            code = snapshot.error.code if snapshot.error else "unknown"
+            self.errors.labels(snapshot.target, code).inc()
+        started, traced, finished = (
+            snapshot.capture_started_at,
+            snapshot.capture_finished_at,
+            snapshot.finished_at,
+        )
+        capture_end = traced or finished
+        if started is not None and capture_end is not None:
+            self.capture_duration.labels(snapshot.target).observe(
+                max(0.0, (capture_end - started).total_seconds()), exemplar=exemplar
+            )
+        if traced is not None and finished is not None:
+            self.analysis_duration.labels(snapshot.target).observe(
+                max(0.0, (finished - traced).total_seconds()), exemplar=exemplar
+            )
+
+
+class ServiceMetrics:
+    """Every metric the service exports, in `registry` (a fresh one per service by default)."""
+
+    def __init__(
+        self,
+        service: Service,
+        registry: CollectorRegistry | None = None,
+        *,
+        gpu: GpuCollector | None = None,
+        steps: StepStats = STEP_STATS,
+    ):
+        self.registry = registry if registry is not None else CollectorRegistry()
+        settings = service.settings
+        self.captures = CaptureMetrics(self.registry, [t.name for t in settings.targets])
+        service.controller.on_finished.append(self.captures.observe)
+        self.gpu = gpu or GpuCollector()
+        collectors = [
+            ServiceCollector(service.controller, service.store),
+            WebhookCollector(service),
+            SystemCollector(),
+            self.gpu,
+            ProcessCollector(registry=None),
+        ]
+        self.in_process = any(t.kind is TargetKind.IN_PROCESS for t in settings.targets)
+        if self.in_process:
+            collectors += [StepCollector(steps), TFMemoryCollector()]
+        for collector in collectors:
+            self.registry.register(collector)
+
+    def render(self, accept: str | None) -> tuple[bytes, str]:
+        """The exposition and its content type: OpenMetrics 1.0 when `accept` asks for it."""
+        encoder, content_type = choose_encoder(accept or "")
+        return encoder(self.registry), content_type

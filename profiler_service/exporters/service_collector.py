@@ -1,0 +1,197 @@
+"""The service's state at scrape time: captures in flight, the store, each target's latest analysis.
+
+Everything comes from the controller's memory and the SQLite index in two small queries; no
+`snapshot.json` is read. A target's latest summary is parsed once, when its newest ready snapshot
+changes, and kept until the next one.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from prometheus_client.metrics_core import GaugeMetricFamily, InfoMetricFamily, Metric
+
+from profiler_service.capture.controller import CaptureController
+from profiler_service.models import SnapshotStatus
+from profiler_service.store import SnapshotStore
+
+__all__ = ["ServiceCollector", "read_analysis"]
+
+
+@dataclass(frozen=True)
+class LatestAnalysis:
+    """The numbers exported from one target's newest ready snapshot."""
+
+    snapshot_id: str
+    created_s: float
+    bottleneck: str
+    step_time_s: float | None
+    input_share: float | None
+    device_idle_share: float | None
+    findings: Mapping[tuple[str, str], int]  # (rule, severity) -> count
+
+
+def _path(data: Any, *keys: str) -> Any:
+    for key in keys:
+        if not isinstance(data, Mapping):
+            return None
+        data = data.get(key)
+    return data
+
+
+def _number(*candidates: tuple[Any, float]) -> float | None:
+    """The first candidate that is a number, times its scale (100 -> 1 for percentages)."""
+    for value, scale in candidates:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value) * scale
+    return None
+
+
+def read_analysis(snapshot_id: str, created_at: str, doc: str) -> LatestAnalysis:
+    """Pick the exported numbers out of a snapshot document, tolerating older and newer shapes.
+
+    The summary is still growing (issue 3), so each number is looked up where the current
+    `Summary` keeps it and where the first one did; a missing number is simply not exported.
+    """
+    data = json.loads(doc)
+    summary = data.get("summary") or {}
+    findings: Counter[tuple[str, str]] = Counter()
+    for finding in data.get("findings") or []:
+        if isinstance(finding, Mapping) and finding.get("rule"):
+            findings[(str(finding["rule"]), str(finding.get("severity") or "unknown"))] += 1
+    step_ms = _number(
+        (_path(summary, "step_time", "avg_ms"), 1.0), (summary.get("step_time_ms_avg"), 1.0)
+    )
+    return LatestAnalysis(
+        snapshot_id=snapshot_id,
+        created_s=datetime.fromisoformat(created_at).timestamp(),
+        bottleneck=str(summary.get("bottleneck") or "unknown"),
+        step_time_s=None if step_ms is None else step_ms / 1000.0,
+        input_share=_number(
+            (_path(summary, "input_pipeline", "input_share_pct"), 0.01),
+            (summary.get("input_share_pct"), 0.01),
+        ),
+        device_idle_share=_number((_path(summary, "utilisation", "device_idle_pct"), 0.01)),
+        findings=dict(findings),
+    )
+
+
+class ServiceCollector:
+    """Captures in progress, snapshots and bytes in the store, latest analysis per target."""
+
+    def __init__(self, controller: CaptureController, store: SnapshotStore):
+        self.controller = controller
+        self.store = store
+        self._lock = threading.Lock()
+        self._latest: dict[str, LatestAnalysis] = {}
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._in_progress()
+        yield from self._store()
+        yield from self._latest_analysis()
+
+    def _in_progress(self) -> Iterator[Metric]:
+        gauge = GaugeMetricFamily(
+            "profiler_capture_in_progress",
+            "1 while a capture (or its analysis) of the target runs, else 0.",
+            labels=["target"],
+        )
+        busy = Counter(s.target for s in self.controller.in_flight())
+        for target in self.controller.settings.targets:
+            gauge.add_metric([target.name], busy.pop(target.name, 0))
+        for name, n in busy.items():
+            gauge.add_metric([name], n)
+        yield gauge
+
+    def _store(self) -> Iterator[Metric]:
+        snapshots = GaugeMetricFamily(
+            "profiler_store_snapshots",
+            "Snapshots in the store by status (from its index).",
+            labels=["status"],
+        )
+        size = GaugeMetricFamily(
+            "profiler_store_size_bytes",
+            "Bytes of snapshot files in the store by status.",
+            labels=["status"],
+            unit="bytes",
+        )
+        totals = {s.value: (0, 0, 0) for s in SnapshotStatus}
+        for status, count, size_bytes, pinned in self.store.index.totals_by_status():
+            totals[status] = (count, size_bytes, pinned)
+        for status, (count, size_bytes, _) in totals.items():
+            snapshots.add_metric([status], count)
+            size.add_metric([status], size_bytes)
+        yield snapshots
+        yield size
+        yield GaugeMetricFamily(
+            "profiler_store_pinned_snapshots",
+            "Pinned snapshots (baselines retention never evicts).",
+            value=sum(p for _, _, p in totals.values()),
+        )
+
+    def _latest_for_targets(self) -> dict[str, LatestAnalysis]:
+        rows = self.store.index.latest_ready()
+        with self._lock:
+            for target, (snapshot_id, created_at) in rows.items():
+                cached = self._latest.get(target)
+                if cached is None or cached.snapshot_id != snapshot_id:
+                    doc = self.store.index.doc(snapshot_id)
+                    if doc is not None:
+                        self._latest[target] = read_analysis(snapshot_id, created_at, doc)
+            for gone in set(self._latest) - set(rows):
+                del self._latest[gone]
+            return dict(self._latest)
+
+    def _latest_analysis(self) -> Iterator[Metric]:
+        latest = self._latest_for_targets()
+        info = InfoMetricFamily(
+            "profiler_latest_analysis",
+            "The target's newest ready snapshot and XProf's bottleneck verdict for it.",
+            labels=["target"],
+        )
+        created = GaugeMetricFamily(
+            "profiler_latest_analysis_timestamp_seconds",
+            "When the target's newest ready snapshot was taken (Unix time).",
+            labels=["target"],
+            unit="seconds",
+        )
+        step = GaugeMetricFamily(
+            "profiler_latest_step_time_seconds",
+            "Average step time in the target's newest ready snapshot.",
+            labels=["target"],
+            unit="seconds",
+        )
+        input_share = GaugeMetricFamily(
+            "profiler_latest_input_bound_ratio",
+            "Share (0-1) of step time spent waiting for input in the newest ready snapshot.",
+            labels=["target"],
+            unit="ratio",
+        )
+        idle = GaugeMetricFamily(
+            "profiler_latest_device_idle_ratio",
+            "Share (0-1) of time the device was idle in the newest ready snapshot.",
+            labels=["target"],
+            unit="ratio",
+        )
+        findings = GaugeMetricFamily(
+            "profiler_latest_findings",
+            "Findings in the target's newest ready snapshot, by rule and severity.",
+            labels=["target", "rule", "severity"],
+        )
+        for target, a in sorted(latest.items()):
+            info.add_metric([target], {"snapshot_id": a.snapshot_id, "bottleneck": a.bottleneck})
+            created.add_metric([target], a.created_s)
+            for family, value in ((step, a.step_time_s), (input_share, a.input_share)):
+                if value is not None:
+                    family.add_metric([target], value)
+            if a.device_idle_share is not None:
+                idle.add_metric([target], a.device_idle_share)
+            for (rule, severity), n in sorted(a.findings.items()):
+                findings.add_metric([target, rule, severity], n)
+        yield from (info, created, step, input_share, idle, findings)

@@ -1,0 +1,74 @@
+"""TensorFlow's own device memory, read in the training process (the embedded agent).
+
+The collector never imports TensorFlow: it reads the module the job already imported
+(`sys.modules["tensorflow"]`) and exports nothing when there is none, so registering it in the
+sidecar could not pull TF in either (the sidecar does not register it at all).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+
+__all__ = ["TFMemoryCollector"]
+
+log = logging.getLogger(__name__)
+
+
+class TFMemoryCollector:
+    """`profiler_tf_device_memory_bytes` and `..._peak_bytes` per logical device.
+
+    `tf.config.experimental.get_memory_info(device)` answers `{"current", "peak"}` in bytes.
+    Devices whose allocator keeps no statistics (TF's CPU allocator by default) answer a peak of
+    0; they are left out rather than exported as a misleading 0. Devices that refuse the call are
+    remembered and not asked again.
+    """
+
+    def __init__(self, tf_module: Callable[[], Any] | None = None):
+        self._tf_module = tf_module or (lambda: sys.modules.get("tensorflow"))
+        self._devices: list[tuple[str, str]] | None = None  # (name for the API, device type)
+        self._refused: set[str] = set()
+
+    def _list_devices(self, tf: Any) -> list[tuple[str, str]]:
+        if self._devices is None:
+            self._devices = [
+                (d.name.removeprefix("/device:"), d.device_type)
+                for d in tf.config.list_logical_devices()
+            ]
+        return self._devices
+
+    def collect(self) -> Iterator[Metric]:
+        tf = self._tf_module()
+        if tf is None:
+            return
+        current = GaugeMetricFamily(
+            "profiler_tf_device_memory_bytes",
+            "Bytes TensorFlow's allocator holds on the device now (get_memory_info current).",
+            labels=["device", "device_type"],
+            unit="bytes",
+        )
+        peak = GaugeMetricFamily(
+            "profiler_tf_device_memory_peak_bytes",
+            "Most bytes TensorFlow's allocator held on the device since start or reset.",
+            labels=["device", "device_type"],
+            unit="bytes",
+        )
+        for name, device_type in self._list_devices(tf):
+            if name in self._refused:
+                continue
+            try:
+                info = tf.config.experimental.get_memory_info(name)
+            except (ValueError, RuntimeError) as exc:
+                log.info("TF device %s gives no memory info (%s); not asking again", name, exc)
+                self._refused.add(name)
+                continue
+            if not info.get("peak"):
+                continue
+            current.add_metric([name, device_type], float(info.get("current", 0)))
+            peak.add_metric([name, device_type], float(info["peak"]))
+        yield current
+        yield peak

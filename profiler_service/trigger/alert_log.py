@@ -1,0 +1,150 @@
+"""The record of every webhook alert's outcome: bounded in memory, appended to a file, counted.
+
+    STORE/webhooks/alerts.jsonl     one AlertOutcome a line, newest last
+    STORE/webhooks/alerts.jsonl.1   the previous file, once the current one passed its size
+
+Counts are by (source, outcome) since the process started, as a Prometheus counter wants them;
+`counts()` is what `/metrics` reads. Alerts a sender left out of its payload (`truncatedAlerts`)
+are counted under the outcome `truncated`: they were never seen, but they are not hidden.
+At start the last records are read back, so dedupe survives a restart.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Iterable
+from datetime import datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import IO
+
+from pydantic import BaseModel, Field
+
+from profiler_service.models import utcnow
+
+__all__ = ["TRUNCATED", "AlertLog", "AlertOutcome", "Outcome"]
+
+log = logging.getLogger(__name__)
+
+TRUNCATED = "truncated"
+MAX_RECORDS_IN_MEMORY = 1000
+MAX_FILE_BYTES = 4 * 1024 * 1024
+
+
+class Outcome(StrEnum):
+    CAPTURED = "captured"
+    DEDUPLICATED = "deduplicated"
+    SKIPPED_BUSY = "skipped_busy"
+    THROTTLED = "throttled"
+    REJECTED = "rejected"
+    RESOLVED = "resolved"
+
+
+class AlertOutcome(BaseModel):
+    """What was done with one alert; kept in the alert log and answered to the sender."""
+
+    at: datetime = Field(default_factory=utcnow)
+    source: str
+    alertname: str | None = None
+    fingerprint: str
+    status: str
+    outcome: Outcome
+    reason: str | None = None  # a stable code for rejected/deduplicated/throttled/skipped_busy
+    detail: str
+    target: str | None = None
+    snapshot_id: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class AlertLog:
+    def __init__(
+        self,
+        path: Path | None,
+        *,
+        max_records: int = MAX_RECORDS_IN_MEMORY,
+        max_file_bytes: int = MAX_FILE_BYTES,
+    ):
+        self.path = path
+        self.max_file_bytes = max_file_bytes
+        self._records: deque[AlertOutcome] = deque(maxlen=max_records)
+        self._counts: dict[tuple[str, str], int] = {}
+        self._lock = threading.Lock()
+        self._file: IO[str] | None = None
+        self._file_bytes = 0
+
+    def open(self) -> AlertLog:
+        """Read back the newest records (current file and the rotated one), then append."""
+        if self.path is None:
+            return self
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        for path in (self.path.with_name(self.path.name + ".1"), self.path):
+            if not path.exists():
+                continue
+            with path.open(encoding="utf-8", errors="replace") as f:
+                for line in f:
+                    try:
+                        self._records.append(AlertOutcome.model_validate_json(line))
+                    except ValueError:
+                        log.warning("skipping an unreadable line in %s", path)
+        self._file = self.path.open("a", encoding="utf-8")
+        self._file_bytes = self.path.stat().st_size
+        return self
+
+    def record(self, source: str, outcomes: Iterable[AlertOutcome], truncated: int = 0) -> None:
+        lines = []
+        with self._lock:
+            for outcome in outcomes:
+                self._records.append(outcome)
+                key = (source, str(outcome.outcome))
+                self._counts[key] = self._counts.get(key, 0) + 1
+                lines.append(outcome.model_dump_json() + "\n")
+            if truncated:
+                key = (source, TRUNCATED)
+                self._counts[key] = self._counts.get(key, 0) + truncated
+            if self._file is not None and lines:
+                self._append("".join(lines))
+
+    def _append(self, text: str) -> None:
+        try:
+            if self._file_bytes + len(text) > self.max_file_bytes and self._file_bytes > 0:
+                self._rotate()
+            self._file.write(text)
+            self._file.flush()
+            self._file_bytes += len(text)
+        except OSError:
+            log.exception("could not append to the alert log %s (kept in memory)", self.path)
+
+    def _rotate(self) -> None:
+        self._file.close()
+        self.path.replace(self.path.with_name(self.path.name + ".1"))
+        self._file = self.path.open("a", encoding="utf-8")
+        self._file_bytes = 0
+
+    def counts(self) -> dict[tuple[str, str], int]:
+        """Alerts by (source, outcome) since start: what `/metrics` exports as a counter."""
+        with self._lock:
+            return dict(self._counts)
+
+    def recent(self, limit: int = 100) -> list[AlertOutcome]:
+        """The newest outcomes first."""
+        with self._lock:
+            records = list(self._records)
+        return [r.model_copy() for r in reversed(records[-limit:])] if limit > 0 else []
+
+    def recent_captures(self, since_s: float) -> dict[str, tuple[float, str]]:
+        """fingerprint -> (epoch seconds, snapshot id) of captures at or after `since_s`."""
+        out: dict[str, tuple[float, str]] = {}
+        with self._lock:
+            for r in self._records:
+                at = r.at.timestamp()
+                if r.outcome == "captured" and r.snapshot_id and at >= since_s:
+                    out[r.fingerprint] = (at, r.snapshot_id)
+        return out
+
+    def close(self) -> None:
+        with self._lock:
+            if self._file is not None:
+                self._file.close()
+                self._file = None

@@ -1,0 +1,348 @@
+"""Alerts that ask for a capture: the webhook payloads, and what is done with each alert.
+
+Two senders, one envelope. Alertmanager's webhook payload (version 4) is
+`{version, groupKey, truncatedAlerts, status, receiver, groupLabels, commonLabels,
+commonAnnotations, externalURL, alerts: [{status, labels, annotations, startsAt, endsAt,
+generatorURL, fingerprint}]}`. Grafana's unified-alerting webhook contact point sends the same
+envelope (version "1") plus `orgId`, `title`, `state`, `message`, and per alert `silenceURL`,
+`dashboardURL`, `panelURL`, `imageURL`, `values` / `valueString`. Unknown fields are ignored.
+
+For every alert the decision is, in this order:
+
+    resolved                     -> resolved      (recorded, never captured)
+    no configured target matches -> rejected      (reason no_matching_target, saying what was tried)
+    bad `profile_duration`       -> rejected      (reason invalid_duration, naming the range)
+    fingerprint captured within the cooldown -> deduplicated
+    an alert capture started within the global minimum interval -> throttled
+    the target is being captured -> skipped_busy
+    otherwise                    -> captured      (with the snapshot id)
+
+The target comes only from configuration: explicit rules first (`label` fully matching a regex
+names a target), then the listed labels whose value is a target's name, then the default target.
+An address in a payload is never dialled.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from profiler_service.capture.controller import CaptureController, CaptureRequest
+from profiler_service.config import Settings
+from profiler_service.errors import CaptureBusy, InvalidDuration, ServiceError
+from profiler_service.models import Trigger, TriggerKind
+from profiler_service.trigger.alert_log import AlertLog, AlertOutcome, Outcome
+from profiler_service.trigger.duration import parse_duration
+
+__all__ = [
+    "AlertOutcome",
+    "AlertTrigger",
+    "Outcome",
+    "Source",
+    "WebhookAlert",
+    "WebhookPayload",
+    "WebhookResult",
+    "alert_fingerprint",
+]
+
+log = logging.getLogger(__name__)
+
+DURATION_KEY = "profile_duration"  # a label or annotation: 500ms, 5s, 2m, bare seconds
+# Fingerprints remembered for dedupe; older than the cooldown ones are pruned past this size.
+_MAX_REMEMBERED_FINGERPRINTS = 10_000
+
+
+class Source(StrEnum):
+    GRAFANA = "grafana"
+    ALERTMANAGER = "alertmanager"
+
+
+def _strings(value: Any) -> dict[str, str]:
+    """Label and annotation maps: null becomes {}, scalar values become strings."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ValueError("must be an object of names to strings")
+    return {str(k): v if isinstance(v, str) else str(v) for k, v in value.items()}
+
+
+def _lenient_time(value: Any) -> datetime | None:
+    """A timestamp that does not parse is dropped, not a reason to refuse the whole payload."""
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        parsed = value
+    else:
+        try:
+            parsed = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+        except ValueError:
+            return None
+    if parsed.year <= 1:  # Go's zero time means "not set"
+        return None
+    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+
+
+class WebhookAlert(BaseModel):
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    status: str = "firing"
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    starts_at: datetime | None = Field(default=None, alias="startsAt")
+    ends_at: datetime | None = Field(default=None, alias="endsAt")
+    generator_url: str | None = Field(default=None, alias="generatorURL")
+    fingerprint: str | None = None
+    # Grafana only
+    silence_url: str | None = Field(default=None, alias="silenceURL")
+    dashboard_url: str | None = Field(default=None, alias="dashboardURL")
+    panel_url: str | None = Field(default=None, alias="panelURL")
+
+    @field_validator("labels", "annotations", mode="before")
+    @classmethod
+    def _maps(cls, value: Any) -> dict[str, str]:
+        return _strings(value)
+
+    @field_validator("starts_at", "ends_at", mode="before")
+    @classmethod
+    def _times(cls, value: Any) -> datetime | None:
+        return _lenient_time(value)
+
+    @field_validator(
+        "generator_url", "fingerprint", "silence_url", "dashboard_url", "panel_url", mode="before"
+    )
+    @classmethod
+    def _empty_is_none(cls, value: Any) -> Any:
+        return None if value == "" else value
+
+    @property
+    def alertname(self) -> str | None:
+        return self.labels.get("alertname")
+
+
+class WebhookPayload(BaseModel):
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    version: str | None = None
+    receiver: str | None = None
+    status: str | None = None
+    group_key: str | None = Field(default=None, alias="groupKey")
+    truncated_alerts: int = Field(default=0, ge=0, alias="truncatedAlerts")
+    group_labels: dict[str, str] = Field(default_factory=dict, alias="groupLabels")
+    common_labels: dict[str, str] = Field(default_factory=dict, alias="commonLabels")
+    common_annotations: dict[str, str] = Field(default_factory=dict, alias="commonAnnotations")
+    external_url: str | None = Field(default=None, alias="externalURL")
+    alerts: list[WebhookAlert]
+    # Grafana only
+    org_id: int | None = Field(default=None, alias="orgId")
+    title: str | None = None
+    state: str | None = None
+
+    @field_validator("group_labels", "common_labels", "common_annotations", mode="before")
+    @classmethod
+    def _maps(cls, value: Any) -> dict[str, str]:
+        return _strings(value)
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _version_text(cls, value: Any) -> Any:
+        return None if value is None else str(value)
+
+    @field_validator("truncated_alerts", mode="before")
+    @classmethod
+    def _null_is_zero(cls, value: Any) -> Any:
+        return 0 if value is None else value
+
+
+class WebhookResult(BaseModel):
+    source: str
+    receiver: str | None = None
+    received: int
+    truncated_alerts: int = 0  # alerts the sender left out of the payload; counted, not seen
+    counts: dict[str, int]
+    alerts: list[AlertOutcome]
+
+
+def alert_fingerprint(labels: dict[str, str]) -> str:
+    """For alerts without one: 16 hex digits over the sorted labels (same labels, same print)."""
+    text = "\xff".join(f"{k}\xfe{v}" for k, v in sorted(labels.items()))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+class AlertTrigger:
+    """Turns webhook alerts into captures; one lock makes every decision atomic under a storm."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        controller: CaptureController,
+        alert_log: AlertLog,
+        clock: Callable[[], float] = time.time,
+    ):
+        self.settings = settings
+        self.controller = controller
+        self.log = alert_log
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._rules = [(r, re.compile(r.pattern)) for r in settings.webhook_target_rules]
+        # fingerprint -> (epoch seconds, snapshot id) of its last capture; survives restarts.
+        self._captured = alert_log.recent_captures(clock() - settings.webhook_cooldown_s)
+        self._last_capture_s = max((t for t, _ in self._captured.values()), default=None)
+
+    def handle(self, source: Source | str, payload: WebhookPayload) -> WebhookResult:
+        """Decide every alert of one payload, record the outcomes, and say what was done."""
+        source = Source(source)
+        outcomes = [self._decide(source, alert) for alert in payload.alerts]
+        if payload.truncated_alerts:
+            log.warning(
+                "%s payload from receiver %r left out %d alerts (truncatedAlerts)",
+                source,
+                payload.receiver,
+                payload.truncated_alerts,
+            )
+        self.log.record(source, outcomes, truncated=payload.truncated_alerts)
+        counts: dict[str, int] = {}
+        for o in outcomes:
+            counts[o.outcome] = counts.get(o.outcome, 0) + 1
+        return WebhookResult(
+            source=source,
+            receiver=payload.receiver,
+            received=len(outcomes),
+            truncated_alerts=payload.truncated_alerts,
+            counts=counts,
+            alerts=outcomes,
+        )
+
+    def match_target(self, labels: dict[str, str]) -> tuple[str | None, str]:
+        """The configured target an alert is about, and a sentence: how, or what was tried."""
+        for rule, pattern in self._rules:
+            value = labels.get(rule.label)
+            if value is not None and pattern.fullmatch(value):
+                return rule.target, f"label {rule.label}={value!r} matches {rule.pattern!r}"
+        for label in self.settings.webhook_target_labels:
+            value = labels.get(label)
+            if value is not None and self.settings.target(value) is not None:
+                return value, f"label {label}={value!r} names a configured target"
+        if self.settings.webhook_default_target:
+            return self.settings.webhook_default_target, "the default webhook target"
+        return None, self._no_match_sentence(labels)
+
+    def _no_match_sentence(self, labels: dict[str, str]) -> str:
+        names = {r.label for r, _ in self._rules} | set(self.settings.webhook_target_labels)
+        tried = ", ".join(f"{k}={labels[k]!r}" for k in sorted(names) if k in labels)
+        configured = ", ".join(t.name for t in self.settings.targets) or "none"
+        rules = ", ".join(f"{r.label}~{r.pattern}->{r.target}" for r, _ in self._rules) or "none"
+        return (
+            f"no configured target matches this alert (labels tried: {tried or 'none present'}; "
+            f"targets: {configured}; rules: {rules}; labels read: "
+            f"{', '.join(self.settings.webhook_target_labels) or 'none'})"
+        )
+
+    def _decide(self, source: Source, alert: WebhookAlert) -> AlertOutcome:
+        fingerprint = alert.fingerprint or alert_fingerprint(alert.labels)
+        outcome = AlertOutcome(
+            source=source,
+            alertname=alert.alertname,
+            fingerprint=fingerprint,
+            status=alert.status,
+            outcome=Outcome.REJECTED,
+            detail="",
+            labels=alert.labels,
+        )
+        if alert.status == "resolved":
+            return _set(outcome, Outcome.RESOLVED, None, "resolved: recorded, never captured")
+        if alert.status != "firing":
+            detail = f"status {alert.status!r} is neither firing nor resolved"
+            return _set(outcome, Outcome.REJECTED, "unknown_status", detail)
+        target, how = self.match_target(alert.labels)
+        if target is None:
+            return _set(outcome, Outcome.REJECTED, "no_matching_target", how)
+        outcome.target = target
+        s = self.settings
+        raw = alert.labels.get(DURATION_KEY) or alert.annotations.get(DURATION_KEY)
+        try:
+            duration_s = parse_duration(
+                raw, default_s=s.duration_default_s, min_s=s.duration_min_s, max_s=s.duration_max_s
+            )
+        except InvalidDuration as exc:
+            return _set(outcome, Outcome.REJECTED, "invalid_duration", f"{DURATION_KEY}: {exc}")
+        request = CaptureRequest(
+            duration_s=duration_s, target=target, trigger=_trigger(source, alert, fingerprint)
+        )
+        with self._lock:
+            self._start_capture(outcome, request)
+        if outcome.outcome is Outcome.CAPTURED:
+            outcome.detail = f"capturing {target} for {duration_s:g} s ({how})"
+        return outcome
+
+    def _start_capture(self, outcome: AlertOutcome, request: CaptureRequest) -> None:
+        """Cooldown, throttle, busy, start: called under the lock, so a storm cannot race it."""
+        s = self.settings
+        now = self._clock()
+        last = self._captured.get(outcome.fingerprint)
+        if last is not None and now - last[0] < s.webhook_cooldown_s:
+            outcome.snapshot_id = last[1]
+            detail = (
+                f"this alert was captured {now - last[0]:.0f} s ago (snapshot {last[1]}); "
+                f"its cooldown is {s.webhook_cooldown_s:g} s"
+            )
+            _set(outcome, Outcome.DEDUPLICATED, "cooldown", detail)
+            return
+        since_last = None if self._last_capture_s is None else now - self._last_capture_s
+        if since_last is not None and since_last < s.webhook_min_interval_s:
+            detail = (
+                f"an alert capture started {since_last:.0f} s ago; alerts start at most one "
+                f"capture every {s.webhook_min_interval_s:g} s"
+            )
+            _set(outcome, Outcome.THROTTLED, "min_interval", detail)
+            return
+        try:
+            snapshot = self.controller.start(request)
+        except CaptureBusy as exc:
+            _set(outcome, Outcome.SKIPPED_BUSY, exc.code, exc.detail)
+            return
+        except ServiceError as exc:
+            _set(outcome, Outcome.REJECTED, exc.code, exc.detail)
+            return
+        self._remember(outcome.fingerprint, now, snapshot.id)
+        outcome.snapshot_id = snapshot.id
+        _set(outcome, Outcome.CAPTURED, None, "")
+
+    def _remember(self, fingerprint: str, now: float, snapshot_id: str) -> None:
+        self._captured[fingerprint] = (now, snapshot_id)
+        self._last_capture_s = now
+        if len(self._captured) > _MAX_REMEMBERED_FINGERPRINTS:
+            horizon = now - self.settings.webhook_cooldown_s
+            self._captured = {k: v for k, v in self._captured.items() if v[0] >= horizon}
+            while len(self._captured) > _MAX_REMEMBERED_FINGERPRINTS:
+                del self._captured[min(self._captured, key=lambda k: self._captured[k][0])]
+
+    def close(self) -> None:
+        self.log.close()
+
+
+def _set(outcome: AlertOutcome, kind: Outcome, reason: str | None, detail: str) -> AlertOutcome:
+    outcome.outcome, outcome.reason, outcome.detail = kind, reason, detail
+    return outcome
+
+
+def _trigger(source: Source, alert: WebhookAlert, fingerprint: str) -> Trigger:
+    return Trigger(
+        kind=TriggerKind.WEBHOOK,
+        source=f"{source}:{alert.alertname or 'unnamed alert'}",
+        labels=alert.labels,
+        annotations=alert.annotations,
+        starts_at=alert.starts_at,
+        fingerprint=fingerprint,
+        generator_url=alert.generator_url,
+        dashboard_url=alert.dashboard_url,
+        panel_url=alert.panel_url,
+    )

@@ -1,0 +1,583 @@
+"""The rule library: every registered rule fires at its named threshold and not just below it.
+
+No GPU runs here, so the GPU summaries in this module are synthetic: their fields (device idle
+time, Memcpy ops on the device, kernel Tensor Core flags, allocator peaks and fragmentation)
+follow the shapes of XProf's documented outputs (overview page, framework op stats, kernel stats,
+memory profile), as the parsers in `profiler_service.analysis` read them into a `Summary`.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from profiler_service.analysis import rules
+from profiler_service.analysis.models import (
+    AllocatorMemory,
+    Finding,
+    InputBound,
+    InputOp,
+    InputPipeline,
+    Kernel,
+    Kernels,
+    OpCategory,
+    Severity,
+    StepBreakdown,
+    StepTime,
+    Summary,
+    TopOp,
+    Utilisation,
+)
+from profiler_service.analysis.rules import RULES, device, evaluate, host, input_pipeline, memory
+
+EXPECTED_RULES = {
+    "input_bound",
+    "host_overhead",
+    "eager_execution",
+    "kernel_launch_bound",
+    "compile_time",
+    "no_step_markers",
+    "short_capture",
+    "device_idle",
+    "op_dominates",
+    "communication_bound",
+    "host_device_transfer",
+    "tensor_cores_unused",
+    "memory_pressure",
+    "memory_fragmentation",
+    "memory_temporaries",
+}
+GPU_RULES = (
+    "device_idle",
+    "host_device_transfer",
+    "tensor_cores_unused",
+    "memory_pressure",
+    "memory_fragmentation",
+    "memory_temporaries",
+)
+AVG_MS = 1000  # integer parts over 1000 give exactly the decimal threshold as a float
+
+
+# --- builders -------------------------------------------------------------------------------
+
+
+def steps(count: int = 10, avg_ms: float = AVG_MS, **parts: float) -> StepTime:
+    return StepTime(
+        count=count,
+        avg_ms=avg_ms,
+        min_ms=avg_ms,
+        max_ms=avg_ms,
+        stddev_ms=0.0,
+        breakdown_avg=StepBreakdown(**parts),
+    )
+
+
+def part_at(threshold: float) -> int:
+    """Milliseconds of AVG_MS that make exactly `threshold` of step time."""
+    part = round(threshold * AVG_MS)
+    assert part / AVG_MS == threshold, "threshold not representable in ms of AVG_MS"
+    return part
+
+
+def cpu(**fields) -> Summary:
+    fields.setdefault("tools", ["overview_page", "framework_op_stats"])
+    fields.setdefault("utilisation", Utilisation(hardware_type="CPU_ONLY", device_type="CPU"))
+    return Summary(**fields)
+
+
+def gpu(**fields) -> Summary:
+    fields.setdefault("tools", ["overview_page", "framework_op_stats", "kernel_stats"])
+    fields.setdefault("utilisation", Utilisation(hardware_type="GPU", device_type="GPU"))
+    return Summary(**fields)
+
+
+def op(
+    name: str, share: float, side: str = "Host", op_type: str = "MatMul", category=None
+) -> TopOp:
+    return TopOp(
+        name=name,
+        type=op_type,
+        host_or_device=side,
+        category=category or OpCategory.COMPUTE,
+        occurrences=10,
+        self_time_ms=share * 100,
+        self_time_share=share,
+    )
+
+
+def allocator(
+    peak_share: float | None = None,
+    fragmentation: float | None = None,
+    peak_bytes: int = 1000,
+    temporaries: int = 0,
+    name: str = "GPU_0_bfc",
+) -> AllocatorMemory:
+    capacity = round(peak_bytes / peak_share) if peak_share else None
+    return AllocatorMemory(
+        allocator=name,
+        peak_bytes_in_use=peak_bytes,
+        capacity_bytes=capacity,
+        peak_share_of_capacity=peak_share,
+        fragmentation_share=fragmentation,
+        peak_temporaries_bytes=temporaries,
+        peak_temporaries_ops=["model/concat/ConcatV2"] if temporaries else [],
+    )
+
+
+def kernels(eligible_unused_us: int, total_us: int = 1000) -> Kernels:
+    return Kernels(
+        total_us=total_us,
+        top=[
+            Kernel(
+                name="volta_sgemm_128x64_nn",
+                op_name="model/dense/MatMul",
+                occurrences=10,
+                total_us=eligible_unused_us,
+                tensor_core_eligible=True,
+                uses_tensor_core=False,
+            ),
+            Kernel(
+                name="redzone_checker",
+                op_name="",
+                occurrences=1,
+                total_us=total_us - eligible_unused_us,
+                tensor_core_eligible=False,
+                uses_tensor_core=False,
+            ),
+        ],
+        eligible_unused_us=eligible_unused_us,
+    )
+
+
+def run(name: str, summary: Summary) -> Finding | None:
+    finding = RULES[name](summary)
+    if finding is not None:
+        assert finding.rule == name, "a finding names the rule that made it"
+    return finding
+
+
+def assert_fires(name: str, summary: Summary, severity: Severity) -> Finding:
+    finding = run(name, summary)
+    assert finding is not None, f"{name} should fire"
+    assert finding.severity is severity
+    assert finding.title and finding.recommendation
+    return finding
+
+
+# --- the registry ---------------------------------------------------------------------------
+
+
+def test_every_rule_is_registered_once_under_its_own_name():
+    assert set(RULES) == EXPECTED_RULES
+    assert len(RULES) == len(set(RULES))
+    for name, func in RULES.items():
+        assert func.__name__ == name
+
+
+def test_registering_a_name_twice_is_refused():
+    before = dict(RULES)
+    with pytest.raises(ValueError, match="registered twice"):
+        rules.rule("input_bound")(lambda summary: None)
+    assert before == RULES
+
+
+# --- input ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("classification", "severity"),
+    [
+        (InputBound.HIGHLY, Severity.CRITICAL),
+        (InputBound.MODERATELY, Severity.WARNING),
+        (InputBound.POTENTIALLY, None),
+        (InputBound.NOT, None),
+        (InputBound.UNKNOWN, None),
+    ],
+)
+def test_input_bound_follows_xprofs_classification(classification, severity):
+    assert input_pipeline.SEVERITY_OF.get(classification) == severity
+    summary = cpu(
+        step_time=steps(input_ms=974),
+        input_pipeline=InputPipeline(classification=classification, input_share_pct=97.4),
+    )
+    finding = run("input_bound", summary)
+    if severity is None:
+        assert finding is None
+    else:
+        assert finding is not None and finding.severity is severity
+        assert finding.impact_share == pytest.approx(0.974)
+        assert finding.evidence["input_share_pct"] == 97.4
+        assert finding.docs == input_pipeline.DOCS
+
+
+def test_input_bound_names_the_slowest_stage_and_puts_python_advice_first():
+    summary = cpu(
+        step_time=steps(input_ms=500),
+        input_pipeline=InputPipeline(
+            classification=InputBound.HIGHLY,
+            input_share_pct=50.0,
+            slowest_stage="preprocessing",
+            python_in_pipeline=True,
+            slowest_ops=[
+                InputOp(
+                    name="Iterator::Map",
+                    category="preprocessing",
+                    count=3,
+                    self_time_ms=5.0,
+                    self_time_share=0.9,
+                )
+            ],
+        ),
+    )
+    finding = assert_fires("input_bound", summary, Severity.CRITICAL)
+    assert "slowest stage is preprocessing" in finding.title
+    assert finding.evidence["slowest_input_op"] == "Iterator::Map"
+    assert finding.recommendation.startswith("move the Python decoding")
+
+    summary.input_pipeline.python_in_pipeline = False
+    assert "Python" not in run("input_bound", summary).recommendation
+
+
+# --- host -----------------------------------------------------------------------------------
+
+
+def test_host_overhead_warns_at_xprofs_high_all_others_share():
+    at = part_at(host.ALL_OTHER_HIGH_SHARE)
+    finding = assert_fires("host_overhead", cpu(step_time=steps(other_ms=at)), Severity.WARNING)
+    assert finding.impact_share == host.ALL_OTHER_HIGH_SHARE
+    assert run("host_overhead", cpu(step_time=steps(other_ms=at - 1))) is None
+
+
+def test_host_overhead_is_info_at_the_moderate_share_only_when_xprof_says_potentially():
+    at = part_at(host.ALL_OTHER_MODERATE_SHARE)
+    potentially = InputPipeline(classification=InputBound.POTENTIALLY)
+    assert_fires(
+        "host_overhead",
+        cpu(step_time=steps(other_ms=at), input_pipeline=potentially),
+        Severity.INFO,
+    )
+    just_below = cpu(step_time=steps(other_ms=at - 1), input_pipeline=potentially)
+    assert run("host_overhead", just_below) is None
+    # Between the moderate and the high share, without XProf's POTENTIALLY: nothing.
+    high = part_at(host.ALL_OTHER_HIGH_SHARE)
+    for classification in (InputBound.NOT, InputBound.UNKNOWN, InputBound.HIGHLY):
+        summary = cpu(
+            step_time=steps(other_ms=high - 1),
+            input_pipeline=InputPipeline(classification=classification),
+        )
+        assert run("host_overhead", summary) is None
+
+
+def test_eager_execution_warns_at_its_threshold_when_steps_were_captured():
+    def summary(pct: float, count: int = 10) -> Summary:
+        return cpu(
+            step_time=steps(count=count),
+            utilisation=Utilisation(hardware_type="CPU_ONLY", host_eager_pct=pct),
+        )
+
+    finding = assert_fires("eager_execution", summary(host.EAGER_WARNING_PCT), Severity.WARNING)
+    assert finding.impact_share == pytest.approx(host.EAGER_WARNING_PCT / 100)
+    assert run("eager_execution", summary(host.EAGER_WARNING_PCT - 0.01)) is None
+    assert run("eager_execution", summary(90.0, count=0)) is None
+    assert run("eager_execution", cpu(step_time=steps())) is None  # host_eager_pct unknown
+
+
+@pytest.mark.parametrize(
+    ("name", "field", "threshold"),
+    [
+        ("kernel_launch_bound", "kernel_launch_ms", host.KERNEL_LAUNCH_HIGH_SHARE),
+        ("compile_time", "compile_ms", host.COMPILE_WARNING_SHARE),
+    ],
+)
+def test_step_share_rules_warn_at_their_threshold(name, field, threshold):
+    at = part_at(threshold)
+    finding = assert_fires(name, cpu(step_time=steps(**{field: at})), Severity.WARNING)
+    assert finding.impact_share == threshold
+    assert run(name, cpu(step_time=steps(**{field: at - 1}))) is None
+    assert run(name, cpu(step_time=steps(count=0, avg_ms=None, **{field: at}))) is None
+
+
+def test_no_step_markers_needs_a_capture_xprof_could_read():
+    assert_fires("no_step_markers", cpu(step_time=StepTime()), Severity.WARNING)
+    assert run("no_step_markers", cpu(step_time=steps(count=1))) is None
+    assert run("no_step_markers", Summary(tools=[])) is None  # nothing was read at all
+
+
+def test_short_capture_is_info_below_min_steps():
+    for count in range(1, host.MIN_STEPS):
+        finding = assert_fires("short_capture", cpu(step_time=steps(count=count)), Severity.INFO)
+        assert finding.evidence["steps"] == count
+    assert run("short_capture", cpu(step_time=steps(count=host.MIN_STEPS))) is None
+    assert run("short_capture", cpu(step_time=StepTime())) is None  # no_step_markers covers 0
+
+
+# --- device ---------------------------------------------------------------------------------
+
+
+def test_device_idle_warns_then_goes_critical_on_a_gpu():
+    def summary(idle: float) -> Summary:
+        return gpu(
+            utilisation=Utilisation(hardware_type="GPU", device_type="GPU", device_idle_pct=idle)
+        )
+
+    warning = assert_fires("device_idle", summary(device.DEVICE_IDLE_WARNING_PCT), Severity.WARNING)
+    assert warning.impact_share == pytest.approx(device.DEVICE_IDLE_WARNING_PCT / 100)
+    assert run("device_idle", summary(device.DEVICE_IDLE_WARNING_PCT - 0.01)) is None
+    assert_fires("device_idle", summary(device.DEVICE_IDLE_CRITICAL_PCT), Severity.CRITICAL)
+    assert_fires("device_idle", summary(device.DEVICE_IDLE_CRITICAL_PCT - 0.01), Severity.WARNING)
+    assert run("device_idle", gpu()) is None  # idle time unknown
+
+
+@pytest.mark.parametrize("hardware_type", ["CPU_ONLY", None])
+def test_device_idle_never_fires_without_an_accelerator(hardware_type):
+    # XProf reports a CPU-only capture's device as fully idle (duty cycle "0.0%").
+    summary = cpu(
+        utilisation=Utilisation(
+            hardware_type=hardware_type, device_idle_pct=100.0, device_duty_cycle_pct=0.0
+        )
+    )
+    assert run("device_idle", summary) is None
+
+
+def test_op_dominates_on_cpu_reads_host_ops():
+    at = device.OP_DOMINATES_SHARE
+    finding = assert_fires(
+        "op_dominates",
+        cpu(top_ops=[op("dense/MatMul", at), op("relu", 1 - at, op_type="Relu")]),
+        Severity.INFO,
+    )
+    assert finding.evidence["op"] == "dense/MatMul"
+    assert finding.impact_share == at
+    below = at - 0.0001
+    assert run("op_dominates", cpu(top_ops=[op("dense/MatMul", below)])) is None
+    # Device ops do not count on a CPU-only capture.
+    assert run("op_dominates", cpu(top_ops=[op("k", 0.9, side="Device")])) is None
+
+
+def test_op_dominates_skips_input_ops_and_reads_device_ops_on_a_gpu():
+    input_op = op("IteratorGetNext", 0.8, op_type="IteratorGetNext", category=OpCategory.INPUT)
+    summary = cpu(top_ops=[input_op, op("dense/MatMul", 0.2)])
+    assert run("op_dominates", summary) is None
+
+    summary = gpu(top_ops=[op("host/MatMul", 0.9), op("dev/MatMul", 0.6, side="Device")])
+    finding = assert_fires("op_dominates", summary, Severity.INFO)
+    assert finding.evidence["op"] == "dev/MatMul"
+    assert run("op_dominates", gpu(top_ops=[op("host/MatMul", 0.9)])) is None
+
+
+def test_communication_bound_counts_collectives_and_device_to_device():
+    at = part_at(device.COMMUNICATION_WARNING_SHARE)
+    collectives = at // 3
+    summary = cpu(step_time=steps(collectives_ms=collectives, device_to_device_ms=at - collectives))
+    finding = assert_fires("communication_bound", summary, Severity.WARNING)
+    assert finding.impact_share == pytest.approx(device.COMMUNICATION_WARNING_SHARE)
+    below = cpu(
+        step_time=steps(collectives_ms=collectives, device_to_device_ms=at - collectives - 1)
+    )
+    assert run("communication_bound", below) is None
+    # Not gated on an accelerator: multi-worker CPU jobs run collectives too.
+    assert_fires("communication_bound", gpu(step_time=steps(collectives_ms=at)), Severity.WARNING)
+
+
+def test_host_device_transfer_sums_device_memcpy_ops_on_a_gpu():
+    at = device.TRANSFER_WARNING_SHARE
+    copies = [
+        op("MemcpyHToD", at * 2 / 3, side="Device", op_type="MemcpyHToD"),
+        op("MemcpyDToH", at / 3, side="Device", op_type="MemcpyDToH"),
+        op("dense/MatMul", 0.5, side="Device"),
+    ]
+    finding = assert_fires("host_device_transfer", gpu(top_ops=copies), Severity.WARNING)
+    assert finding.evidence["transfer_share"] == pytest.approx(at)
+    below = [op("MemcpyHToD", at - 0.0001, side="Device", op_type="MemcpyHToD")]
+    assert run("host_device_transfer", gpu(top_ops=below)) is None
+    # Host-side Memcpy ops are not transfers the device waits on.
+    host_copies = [op("MemcpyHToD", 0.9, side="Host", op_type="MemcpyHToD")]
+    assert run("host_device_transfer", gpu(top_ops=host_copies)) is None
+    # Gated on the hardware: never on a CPU-only capture, whatever its ops.
+    assert run("host_device_transfer", cpu(top_ops=copies)) is None
+
+
+def test_tensor_cores_unused_warns_at_its_share_of_kernel_time():
+    at = part_at(device.TENSOR_CORE_UNUSED_SHARE)
+    finding = assert_fires("tensor_cores_unused", gpu(kernels=kernels(at)), Severity.WARNING)
+    assert finding.evidence["ops"] == ["model/dense/MatMul"]
+    assert finding.impact_share == device.TENSOR_CORE_UNUSED_SHARE
+    assert run("tensor_cores_unused", gpu(kernels=kernels(at - 1))) is None
+    assert run("tensor_cores_unused", gpu(kernels=Kernels())) is None
+
+
+# --- memory ---------------------------------------------------------------------------------
+
+
+def test_memory_pressure_warns_then_goes_critical():
+    def summary(*shares: float | None) -> Summary:
+        return gpu(memory=[allocator(s, name=f"GPU_{i}_bfc") for i, s in enumerate(shares)])
+
+    finding = assert_fires("memory_pressure", summary(memory.PEAK_WARNING_SHARE), Severity.WARNING)
+    assert finding.evidence["allocator"] == "GPU_0_bfc"
+    assert run("memory_pressure", summary(memory.PEAK_WARNING_SHARE - 0.0001)) is None
+    assert_fires("memory_pressure", summary(memory.PEAK_CRITICAL_SHARE), Severity.CRITICAL)
+    assert_fires("memory_pressure", summary(memory.PEAK_CRITICAL_SHARE - 0.0001), Severity.WARNING)
+    # The fullest allocator is the one reported; one without a capacity is ignored.
+    worst = assert_fires("memory_pressure", summary(None, 0.5, 0.95), Severity.CRITICAL)
+    assert worst.evidence["allocator"] == "GPU_2_bfc"
+    assert run("memory_pressure", summary(None)) is None
+
+
+def test_memory_fragmentation_warns_only_when_memory_is_also_tight():
+    frag = memory.FRAGMENTATION_WARNING_SHARE
+    tight = memory.FRAGMENTATION_MIN_PEAK_SHARE
+
+    def summary(fragmentation, peak_share) -> Summary:
+        return gpu(memory=[allocator(peak_share, fragmentation)])
+
+    finding = assert_fires("memory_fragmentation", summary(frag, tight), Severity.WARNING)
+    assert finding.evidence["fragmentation_share"] == frag
+    assert run("memory_fragmentation", summary(frag - 0.0001, tight)) is None
+    assert run("memory_fragmentation", summary(frag, tight - 0.0001)) is None
+    assert run("memory_fragmentation", summary(0.9, None)) is None  # capacity unknown
+    assert run("memory_fragmentation", summary(None, 0.99)) is None
+
+
+def test_memory_temporaries_warns_at_its_share_of_the_peak():
+    at = round(memory.TEMPORARIES_WARNING_SHARE * 1000)
+    summary = gpu(memory=[allocator(0.5, peak_bytes=1000, temporaries=at)])
+    finding = assert_fires("memory_temporaries", summary, Severity.WARNING)
+    assert finding.impact_share == memory.TEMPORARIES_WARNING_SHARE
+    assert finding.evidence["ops"] == ["model/concat/ConcatV2"]
+    below = gpu(memory=[allocator(0.5, peak_bytes=1000, temporaries=at - 1)])
+    assert run("memory_temporaries", below) is None
+    assert run("memory_temporaries", gpu(memory=[allocator(0.5, peak_bytes=0)])) is None
+
+
+# --- GPU-only rules on a CPU-only capture ---------------------------------------------------
+
+
+def cpu_only_capture() -> Summary:
+    """What a CPU-only capture reads as: the device "idle", no kernels, no memory profile."""
+    return cpu(
+        bottleneck="input",
+        step_time=steps(count=20, input_ms=974, host_compute_ms=20, other_ms=6),
+        input_pipeline=InputPipeline(classification=InputBound.HIGHLY, input_share_pct=97.4),
+        utilisation=Utilisation(
+            hardware_type="CPU_ONLY",
+            device_type="CPU",
+            device_duty_cycle_pct=0.0,
+            device_idle_pct=100.0,
+            host_idle_pct=3.0,
+            host_eager_pct=0.0,
+        ),
+        top_ops=[
+            op("MemcpyHToD", 0.4, side="Host", op_type="MemcpyHToD", category=OpCategory.MEMORY),
+            op("dense/MatMul", 0.3),
+        ],
+    )
+
+
+def test_gpu_rules_stay_silent_on_a_cpu_only_capture():
+    summary = cpu_only_capture()
+    for name in GPU_RULES:
+        assert run(name, summary) is None, name
+    assert [f.rule for f in evaluate(summary)] == ["input_bound"]
+
+
+def test_kernel_and_memory_rules_gate_on_their_data_not_on_the_hardware_type():
+    """XProf emits no kernel stats and TF no allocator activity without a GPU, so these rules
+    read only their data; device_idle and host_device_transfer check hardware_type itself."""
+    summary = cpu_only_capture()
+    summary.kernels = kernels(500)
+    summary.memory = [allocator(0.95, 0.5, temporaries=500)]
+    fired = {name for name in GPU_RULES if run(name, summary) is not None}
+    assert fired == {
+        "tensor_cores_unused",
+        "memory_pressure",
+        "memory_fragmentation",
+        "memory_temporaries",
+    }
+
+
+# --- evaluate() -----------------------------------------------------------------------------
+
+
+def test_an_empty_summary_yields_no_findings():
+    assert evaluate(Summary()) == []
+
+
+def test_a_readable_capture_without_steps_yields_only_no_step_markers():
+    findings = evaluate(Summary(tools=["overview_page"]))
+    assert [(f.rule, f.severity) for f in findings] == [("no_step_markers", Severity.WARNING)]
+
+
+def test_findings_are_ordered_by_severity_then_impact():
+    summary = gpu(
+        step_time=steps(count=2, input_ms=300, other_ms=200, compile_ms=250),
+        input_pipeline=InputPipeline(classification=InputBound.HIGHLY, input_share_pct=30.0),
+        utilisation=Utilisation(hardware_type="GPU", device_type="GPU", device_idle_pct=60.0),
+        top_ops=[op("dev/MatMul", 0.7, side="Device")],
+        memory=[allocator(0.85)],
+    )
+    findings = evaluate(summary)
+    assert [(f.rule, f.severity) for f in findings] == [
+        ("device_idle", Severity.CRITICAL),  # 0.60
+        ("input_bound", Severity.CRITICAL),  # 0.30
+        ("compile_time", Severity.WARNING),  # 0.25
+        ("host_overhead", Severity.WARNING),  # 0.20
+        ("memory_pressure", Severity.WARNING),  # 0.0: no share of step time
+        ("op_dominates", Severity.INFO),  # 0.70
+        ("short_capture", Severity.INFO),  # 0.0
+    ]
+    keys = [(f.severity.rank, -f.impact_share) for f in findings]
+    assert keys == sorted(keys)
+
+
+def test_ordering_ties_break_by_rule_name(monkeypatch):
+    def fixed(name: str, severity: Severity, impact: float):
+        return lambda summary: Finding(
+            rule=name, severity=severity, title=name, impact_share=impact
+        )
+
+    monkeypatch.setattr(
+        rules,
+        "RULES",
+        {
+            "b_info": fixed("b_info", Severity.INFO, 0.9),
+            "z_warn": fixed("z_warn", Severity.WARNING, 0.5),
+            "a_warn": fixed("a_warn", Severity.WARNING, 0.5),
+            "c_crit": fixed("c_crit", Severity.CRITICAL, 0.01),
+            "w_big": fixed("w_big", Severity.WARNING, 0.8),
+        },
+    )
+    assert [f.rule for f in rules.evaluate(Summary())] == [
+        "c_crit",
+        "w_big",
+        "a_warn",
+        "z_warn",
+        "b_info",
+    ]
+
+
+def test_a_rule_that_raises_is_logged_and_skipped(monkeypatch, caplog):
+    def broken(summary: Summary) -> Finding | None:
+        raise ZeroDivisionError("bad rule")
+
+    expected = [f.rule for f in evaluate(cpu_only_capture())]
+    monkeypatch.setitem(RULES, "broken", broken)
+    with caplog.at_level(logging.ERROR, logger=rules.__name__):
+        findings = evaluate(cpu_only_capture())
+    assert [f.rule for f in findings] == expected
+    assert any("broken" in r.getMessage() and r.exc_info for r in caplog.records)
+
+
+def test_rules_after_a_broken_one_still_run(monkeypatch):
+    def broken(summary: Summary) -> Finding | None:
+        raise KeyError("missing")
+
+    expected = [f.rule for f in evaluate(cpu_only_capture())]
+    monkeypatch.setattr(rules, "RULES", {"broken": broken, **RULES})  # first, not last
+    assert [f.rule for f in rules.evaluate(cpu_only_capture())] == expected
+
+
+def test_the_registry_is_restored_after_patching():
+    assert "broken" not in RULES
+    assert set(RULES) == EXPECTED_RULES

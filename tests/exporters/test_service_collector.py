@@ -1,0 +1,118 @@
+"""Store and latest-analysis gauges: read from the SQLite index, never from snapshot.json."""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable, Iterator
+
+import pytest
+from exporter_helpers import add_snapshot, real_service
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from profiler_service.exporters.service_collector import ServiceCollector, read_analysis
+from profiler_service.models import Snapshot
+from profiler_service.service import Service
+
+
+@pytest.fixture
+def service(tmp_path) -> Iterator[Service]:
+    with real_service(tmp_path) as svc:
+        yield svc
+
+
+@pytest.fixture
+def add(service) -> Callable[..., Snapshot]:
+    """add(snapshot_id, **kwargs): a snapshot in the service's store (see add_snapshot)."""
+    return functools.partial(add_snapshot, service.store)
+
+
+SUMMARY = {
+    "bottleneck": "input",
+    "step_time": {"count": 36, "avg_ms": 77.0},
+    "input_pipeline": {"input_share_pct": 97.4},
+    "utilisation": {"device_idle_pct": 12.5},
+}
+FINDINGS = [
+    {"rule": "input_bound", "severity": "critical", "title": "t"},
+    {"rule": "python_in_input", "severity": "warning", "title": "t"},
+    {"rule": "python_in_input", "severity": "warning", "title": "t2"},
+]
+
+
+def scrape(service) -> dict[str, list]:
+    registry = CollectorRegistry()
+    registry.register(ServiceCollector(service.controller, service.store))
+    text = generate_latest(registry).decode()
+    out: dict[str, list] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out.setdefault(s.name, []).append((s.labels, s.value))
+    return out
+
+
+def test_store_totals_by_status_and_capture_in_progress(service, add):
+    add("s1", xplane_bytes=1000)
+    add("s2", minutes=1, xplane_bytes=3000)
+    add("f1", minutes=2, ready=False)
+    service.store.set_pinned("s1", True)
+    m = scrape(service)
+    snapshots = {lab["status"]: v for lab, v in m["profiler_store_snapshots"]}
+    assert snapshots == {"ready": 2, "failed": 1, "interrupted": 0, "capturing": 0, "analyzing": 0}
+    size = {lab["status"]: v for lab, v in m["profiler_store_size_bytes"]}
+    # Each ready snapshot holds its xplane file and its snapshot.json.
+    assert 4000 < size["ready"] < 4000 + 2 * 8000
+    assert m["profiler_store_pinned_snapshots"] == [({}, 1.0)]
+    assert m["profiler_capture_in_progress"] == [({"target": "default"}, 0.0)]
+
+
+def test_latest_analysis_per_target_comes_from_the_newest_ready_snapshot(service, add):
+    add("old", summary={"bottleneck": "device", "step_time": {"avg_ms": 10.0}})
+    add("new", minutes=5, summary=SUMMARY, findings=FINDINGS)
+    add("newer-failed", minutes=9, ready=False)
+    m = scrape(service)
+    info = m["profiler_latest_analysis_info"]
+    assert info == [({"target": "default", "snapshot_id": "new", "bottleneck": "input"}, 1.0)]
+    assert m["profiler_latest_step_time_seconds"] == [({"target": "default"}, 0.077)]
+    assert m["profiler_latest_input_bound_ratio"][0][1] == pytest.approx(0.974)
+    assert m["profiler_latest_device_idle_ratio"][0][1] == pytest.approx(0.125)
+    findings = {(lab["rule"], lab["severity"]): v for lab, v in m["profiler_latest_findings"]}
+    assert findings == {("input_bound", "critical"): 1, ("python_in_input", "warning"): 2}
+    created = m["profiler_latest_analysis_timestamp_seconds"][0][1]
+    assert created == service.store.get("new").created_at.timestamp()
+
+
+def test_scrapes_never_read_snapshot_json_files(service, add):
+    add("a", summary=SUMMARY, findings=FINDINGS)
+    before = scrape(service)
+    for doc in service.store.root.rglob("snapshot.json"):
+        doc.unlink()
+    assert scrape(service) == before
+
+
+def test_a_new_snapshot_replaces_the_cached_latest_and_a_deleted_one_drops_out(service, add):
+    collector = ServiceCollector(service.controller, service.store)
+    add("first", summary=SUMMARY)
+    list(collector.collect())
+    add("second", minutes=1, summary={"bottleneck": "device", "step_time": {"avg_ms": 5.0}})
+    latest = collector._latest_for_targets()
+    assert latest["default"].snapshot_id == "second" and latest["default"].step_time_s == 0.005
+    service.store.delete("second")
+    service.store.delete("first")
+    assert collector._latest_for_targets() == {}
+
+
+def test_read_analysis_accepts_the_first_summary_shape_and_missing_numbers():
+    first_shape = json.dumps(
+        {"summary": {"step_time_ms_avg": 50.0, "bottleneck": "host"}, "findings": []}
+    )
+    a = read_analysis("x", "2026-01-05T12:00:00+00:00", first_shape)
+    assert (a.step_time_s, a.bottleneck, a.input_share, a.device_idle_share) == (
+        0.05,
+        "host",
+        None,
+        None,
+    )
+    empty = read_analysis("y", "2026-01-05T12:00:00+00:00", json.dumps({"summary": None}))
+    assert (empty.step_time_s, empty.bottleneck, empty.findings) == (None, "unknown", {})
