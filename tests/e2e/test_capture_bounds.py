@@ -16,7 +16,7 @@ def test_fifty_concurrent_posts_start_exactly_one_capture(input_bound_job, servi
     service = service_factory([input_bound_job.address])
 
     def post(_: int) -> httpx.Response:
-        return httpx.post(f"{service.url}/profile", params={"duration": "3s"}, timeout=60)
+        return httpx.post(f"{service.url}/profile", params={"duration": "10s"}, timeout=60)
 
     with ThreadPoolExecutor(max_workers=50) as pool:
         responses = list(pool.map(post, range(50)))
@@ -88,9 +88,9 @@ def test_a_second_capture_of_a_job_already_being_profiled_says_so(
     first = service_factory([input_bound_job.address], store=tmp_path / "a")
     second = service_factory([input_bound_job.address], store=tmp_path / "b")
     with first.client() as a, second.client() as b:
-        long = a.post("/profile", params={"duration": "6s"}).json()
+        long = a.post("/profile", params={"duration": "8s"}).json()
         wait_for_status(a, long["id"], {"capturing"})
-        time.sleep(1.5)
+        time.sleep(2.5)  # the capture client has connected and the job's profiler is busy
         clash = b.post("/profile", params={"duration": "1s", "wait": "true"}).json()
         assert clash["status"] == "failed"
         assert clash["error"]["code"] == "profiler_busy", clash["error"]
