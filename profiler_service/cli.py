@@ -132,6 +132,58 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Exit 0: within the threshold; 1: regressed; 2: cannot tell (missing, not analysed)."""
+    from profiler_service.analysis.compare import GateMetric, compare, parse_threshold
+    from profiler_service.analysis.text_report import format_comparison
+
+    metric = GateMetric(args.metric)
+    threshold = parse_threshold(args.max_regression)
+    base, head = (load_snapshot(ref, args) for ref in (args.base, args.head))
+    comparison = compare(base, head)
+    print(f"{base.id} -> {head.id} ({metric.value}, max regression {threshold:.0%})")
+    print("\n".join(format_comparison(comparison, metric, threshold)))
+    regressed = comparison.regressed(metric, threshold)
+    if regressed is None:
+        print(f"cannot gate: {metric.value} is missing from one side", file=sys.stderr)
+        return 2
+    ratio = comparison.ratio(metric)
+    verdict = "REGRESSION" if regressed else "ok"
+    print(f"{verdict}: {metric.value} is {ratio:.1%} of the baseline (limit {1 + threshold:.0%})")
+    return 1 if regressed else 0
+
+
+def load_snapshot(ref: str, args: argparse.Namespace):
+    """A snapshot from a path (snapshot.json or its directory), a service (--url), or --store."""
+    from profiler_service.models import Snapshot
+
+    path = Path(ref)
+    if path.is_dir():
+        path = path / "snapshot.json"
+    if path.is_file():
+        return Snapshot.model_validate_json(path.read_bytes())
+    if args.url:
+        import httpx
+
+        headers = {"Authorization": f"Bearer {args.token}"} if args.token else {}
+        response = httpx.get(f"{args.url.rstrip('/')}/profiles/{ref}", headers=headers, timeout=30)
+        if response.status_code != 200:
+            raise ServiceError(
+                f"{args.url} answered {response.status_code} for {ref}: {response.text[:300]}"
+            )
+        return Snapshot.model_validate(response.json())
+    if args.store:
+        from profiler_service.store import SnapshotStore
+
+        store = SnapshotStore(args.store)
+        store.open()
+        try:
+            return store.get(ref)
+        finally:
+            store.close()
+    raise ServiceError(f"{ref!r} is neither a snapshot path nor an id with --url or --store")
+
+
 def find_xplanes(path: Path, run: str | None = None) -> list[Path]:
     """`.xplane.pb` files of a file, a run directory, or a logdir (its newest run, or `run`)."""
     if path.is_file():
@@ -181,6 +233,20 @@ def build_parser() -> argparse.ArgumentParser:
     analyze.add_argument("--json", action="store_true", help="print the analysis as JSON")
     analyze.add_argument("--timeout", type=float, default=600, help="seconds before giving up")
     analyze.set_defaults(func=cmd_analyze)
+
+    comp = sub.add_parser("compare", help="compare two snapshots; exit 1 on a regression (CI gate)")
+    comp.add_argument("base", help="baseline: snapshot id (with --url or --store) or path")
+    comp.add_argument("head", help="the snapshot to judge: id or path")
+    comp.add_argument("--max-regression", default="10%", help="allowed growth (default 10%%)")
+    comp.add_argument(
+        "--metric",
+        default="step_time",
+        choices=["step_time", "input_share", "device_idle", "memory_peak"],
+    )
+    comp.add_argument("--url", help="a running service, e.g. http://127.0.0.1:8080")
+    comp.add_argument("--token", help="bearer token for --url (reads need none by default)")
+    comp.add_argument("--store", type=Path, help="a snapshot store directory")
+    comp.set_defaults(func=cmd_compare)
 
     demo = sub.add_parser("demo", help="train a small Keras job with the agent and profile it")
     demo.add_argument("--store", type=Path, help="where to keep the snapshot (default ./profiles)")

@@ -88,6 +88,16 @@ def in_process_target(name: str = "local") -> Target:
     return Target(name=name, kind=TargetKind.IN_PROCESS)
 
 
+class Schedule(BaseModel):
+    """Periodic captures of one target; off unless configured."""
+
+    target: str = Field(pattern=TARGET_NAME_PATTERN)
+    interval_s: float = Field(ge=10)
+    jitter_s: float = Field(default=0.0, ge=0)
+    duration_s: float | None = Field(default=None, gt=0)
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
 class Settings(BaseSettings):
     """Every setting has a safe default; README lists each one."""
 
@@ -147,6 +157,12 @@ class Settings(BaseSettings):
     grafana_annotation_attempts: int = Field(default=3, ge=1, le=10)
     grafana_timeout_s: float = Field(default=5.0, gt=0)
 
+    # History: labels on every capture (e.g. {"model_version": "v7"}), scheduled captures,
+    # and the step-time growth that counts as a regression against a baseline.
+    capture_labels: dict[str, str] = Field(default_factory=dict)
+    schedules: list[Schedule] = Field(default_factory=list)
+    regression_max_share: float = Field(default=0.10, ge=0)
+
     @field_validator("targets", mode="before")
     @classmethod
     def _parse_targets(cls, value: Any) -> Any:
@@ -177,6 +193,16 @@ class Settings(BaseSettings):
         if len(names) != len(set(names)):
             raise ValueError(f"target names must be unique, got {names}")
         self._check_webhooks(names)
+        for schedule in self.schedules:
+            if schedule.target not in names:
+                raise ValueError(
+                    f"a schedule names target {schedule.target!r}, which is not configured "
+                    f"(configured: {', '.join(names) or 'none'})"
+                )
+            if schedule.duration_s is not None and not (
+                self.duration_min_s <= schedule.duration_s <= self.duration_max_s
+            ):
+                raise ValueError(f"schedule of {schedule.target!r}: duration_s out of bounds")
         return self
 
     @field_validator("webhook_target_labels", mode="before")

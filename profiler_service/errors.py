@@ -46,6 +46,11 @@ class SnapshotNotFound(ServiceError):
     status_code = 404
 
 
+class NoBaseline(ServiceError):
+    code = "no_baseline"
+    status_code = 404
+
+
 class FileNotFound(ServiceError):
     code = "file_not_found"
     status_code = 404

@@ -14,6 +14,7 @@ from profiler_service.exporters.metrics import ServiceMetrics
 from profiler_service.store import SnapshotStore
 from profiler_service.trigger.alert_log import AlertLog
 from profiler_service.trigger.alerts import AlertTrigger
+from profiler_service.trigger.schedule import CaptureScheduler
 
 
 @dataclass
@@ -24,8 +25,11 @@ class Service:
     metrics: ServiceMetrics | None = None  # GET /metrics; built by build_service
     alerts: AlertTrigger | None = None  # POST /webhooks/...; built by build_service
     annotator: GrafanaAnnotator | None = None  # when a Grafana URL and token are set
+    scheduler: CaptureScheduler | None = None  # started by the HTTP app, when schedules are set
 
     def close(self) -> None:
+        if self.scheduler is not None:
+            self.scheduler.stop()
         if self.annotator is not None:
             self.annotator.close()
         if self.alerts is not None:
@@ -54,6 +58,13 @@ def build_service(
     annotator = grafana_annotator(settings)
     if annotator is not None:
         controller.on_finished.append(annotator.on_finished)
-    service = Service(settings, store, controller, alerts=alerts, annotator=annotator)
+    service = Service(
+        settings,
+        store,
+        controller,
+        alerts=alerts,
+        annotator=annotator,
+        scheduler=CaptureScheduler(settings, controller),
+    )
     service.metrics = ServiceMetrics(service)
     return service

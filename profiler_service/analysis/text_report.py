@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import textwrap
 
+from profiler_service.analysis.compare import Comparison, GateMetric
 from profiler_service.analysis.models import Finding, Summary
 from profiler_service.models import Snapshot
 
@@ -43,3 +44,36 @@ def format_snapshot(snapshot: Snapshot) -> str:
         lines += ["  " + line for line in format_summary(snapshot.summary)]
         lines += ["  " + line for line in format_findings(snapshot.findings)]
     return "\n".join(lines)
+
+
+def format_comparison(
+    comparison: Comparison, metric: GateMetric, max_regression: float
+) -> list[str]:
+    lines = [f"{'':<22}{'base':>14}{'head':>14}{'change':>10}"]
+    rows = [(name, c) for name, c in comparison.metrics.items()]
+    rows += [
+        (f"  {part.removesuffix('_ms')} ms", c) for part, c in comparison.step_breakdown_ms.items()
+    ]
+    for name, c in rows:
+        if c.base is None and c.head is None:
+            continue
+        change = f"{100 * (c.ratio - 1):+.1f}%" if c.ratio is not None else "n/a"
+        mark = (
+            " <-" if name == metric.value and comparison.regressed(metric, max_regression) else ""
+        )
+        lines.append(f"{name:<22}{_num(c.base):>14}{_num(c.head):>14}{change:>10}{mark}")
+    for title, ops in (("grown", comparison.ops_grown), ("new", comparison.ops_new)):
+        for op in ops[:5]:
+            lines.append(
+                f"op {title}: {op.name} ({_num(op.base_ms_per_step)} -> "
+                f"{_num(op.head_ms_per_step)} ms/step)"
+            )
+    if comparison.findings_new:
+        lines.append(f"new findings: {', '.join(comparison.findings_new)}")
+    if comparison.findings_resolved:
+        lines.append(f"resolved findings: {', '.join(comparison.findings_resolved)}")
+    return lines + comparison.notes
+
+
+def _num(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.4g}"

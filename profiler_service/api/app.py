@@ -9,13 +9,15 @@ from fastapi import FastAPI
 
 from profiler_service import __version__
 from profiler_service.api.errors import install_error_handlers
-from profiler_service.api.routes import health, metrics, profiles, webhooks
+from profiler_service.api.routes import comparisons, health, metrics, profiles, webhooks
 from profiler_service.service import Service
 
 
 def create_app(service: Service) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if service.scheduler is not None:
+            service.scheduler.start()
         yield
         service.close()
 
@@ -28,6 +30,7 @@ def create_app(service: Service) -> FastAPI:
     app.state.service = service
     install_error_handlers(app)
     app.include_router(profiles.router)
+    app.include_router(comparisons.router)
     app.include_router(health.router)
     app.include_router(metrics.router)
     app.include_router(webhooks.router)

@@ -106,11 +106,14 @@ class CaptureController:
                     headers={"Retry-After": str(retry_after)},
                     snapshot_id=busy.snapshot.id,
                 )
+            trigger = request.trigger.model_copy(
+                update={"labels": {**s.capture_labels, **request.trigger.labels}}
+            )
             snapshot = Snapshot(
                 id=new_snapshot_id(target.name),
                 target=target.name,
                 workers=target.workers,
-                trigger=request.trigger,
+                trigger=trigger,
                 capture=options,
             )
             logdir = self.store.begin(snapshot)

@@ -23,9 +23,12 @@ from profiler_service.steps import ProfilerStepCallback, training_step
 FEATURES = 64
 
 
+DECODE_S = 0.002  # per record; --decode-ms makes a deliberately slower reader
+
+
 def _python_decode(_index):
     """Decoding in pure Python, one record at a time: the accelerator waits on this."""
-    time.sleep(0.002)
+    time.sleep(DECODE_S)
     return np.random.default_rng().random(FEATURES, dtype=np.float32)
 
 
@@ -98,7 +101,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--agent", action="store_true", help="embed the profiler agent")
     parser.add_argument("--agent-port", type=int, default=0, help="agent port (0: any free port)")
     parser.add_argument("--store", default="./profiles", help="agent's snapshot store")
+    parser.add_argument("--decode-ms", type=float, default=2.0, help="input-bound: ms per record")
     args = parser.parse_args(argv)
+    global DECODE_S
+    DECODE_S = args.decode_ms / 1000
 
     ready: dict = {"pid": __import__("os").getpid()}
     if args.profiler_port:

@@ -6,6 +6,7 @@ from functools import cache
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
+from profiler_service.analysis.compare import Comparison
 from profiler_service.config import Settings
 from profiler_service.exporters import charts
 from profiler_service.exporters.links import snapshot_links
@@ -24,19 +25,21 @@ def _environment() -> Environment:
     return env
 
 
-def render_report(snapshot: Snapshot, settings: Settings) -> str:
-    return (
-        _environment()
-        .get_template("report.html")
-        .render(
-            s=snapshot,
-            summary=snapshot.summary,
-            links=snapshot_links(snapshot, settings),
-            charts=charts,
-            step_parts=charts.STEP_PARTS,
-            category_colours=charts.CATEGORY_COLOURS,
-            severity_colours=SEVERITY_COLOURS,
-        )
+def render_report(
+    snapshot: Snapshot, settings: Settings, comparison: tuple[Snapshot, Comparison] | None = None
+) -> str:
+    """`comparison` is (baseline, compare(baseline, snapshot)) for the side-by-side section."""
+    template = _environment().get_template("report.html")
+    return template.render(
+        s=snapshot,
+        summary=snapshot.summary,
+        links=snapshot_links(snapshot, settings),
+        baseline=comparison[0] if comparison else None,
+        comparison=comparison[1] if comparison else None,
+        charts=charts,
+        step_parts=charts.STEP_PARTS,
+        category_colours=charts.CATEGORY_COLOURS,
+        severity_colours=SEVERITY_COLOURS,
     )
 
 

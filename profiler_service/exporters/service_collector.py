@@ -20,6 +20,7 @@ from prometheus_client.metrics_core import GaugeMetricFamily, InfoMetricFamily, 
 from profiler_service.capture.controller import CaptureController
 from profiler_service.models import SnapshotStatus
 from profiler_service.store import SnapshotStore
+from profiler_service.store.baselines import target_key
 
 __all__ = ["ServiceCollector", "read_analysis"]
 
@@ -90,6 +91,7 @@ class ServiceCollector:
         self.store = store
         self._lock = threading.Lock()
         self._latest: dict[str, LatestAnalysis] = {}
+        self._baselines: dict[str, LatestAnalysis] = {}
 
     def collect(self) -> Iterator[Metric]:
         yield from self._in_progress()
@@ -184,7 +186,16 @@ class ServiceCollector:
             "Findings in the target's newest ready snapshot, by rule and severity.",
             labels=["target", "rule", "severity"],
         )
+        regression = GaugeMetricFamily(
+            "profiler_latest_step_time_regression_ratio",
+            "Newest ready snapshot's step time over the target's baseline (1.1 = 10% slower).",
+            labels=["target", "baseline"],
+            unit="ratio",
+        )
         for target, a in sorted(latest.items()):
+            base = self._baseline_of(target)
+            if base is not None and base.step_time_s and a.step_time_s is not None:
+                regression.add_metric([target, base.snapshot_id], a.step_time_s / base.step_time_s)
             info.add_metric([target], {"snapshot_id": a.snapshot_id, "bottleneck": a.bottleneck})
             created.add_metric([target], a.created_s)
             for family, value in ((step, a.step_time_s), (input_share, a.input_share)):
@@ -194,4 +205,21 @@ class ServiceCollector:
                 idle.add_metric([target], a.device_idle_share)
             for (rule, severity), n in sorted(a.findings.items()):
                 findings.add_metric([target, rule, severity], n)
-        yield from (info, created, step, input_share, idle, findings)
+        yield from (info, created, step, input_share, idle, findings, regression)
+
+    def _baseline_of(self, target: str) -> LatestAnalysis | None:
+        """The target's baseline, parsed once per baseline id (see store/baselines.py)."""
+        snapshot_id = self.store.baselines.get(target_key(target))
+        if snapshot_id is None:
+            return None
+        with self._lock:
+            cached = self._baselines.get(snapshot_id)
+        if cached is None:
+            doc = self.store.index.doc(snapshot_id)
+            if doc is None:
+                return None
+            created_at = json.loads(doc).get("created_at") or "1970-01-01T00:00:00+00:00"
+            cached = read_analysis(snapshot_id, created_at, doc)
+            with self._lock:
+                self._baselines[snapshot_id] = cached
+        return cached

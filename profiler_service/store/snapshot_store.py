@@ -25,6 +25,7 @@ from pathlib import Path
 
 from profiler_service.errors import (
     FileNotFound,
+    InvalidRequest,
     SnapshotBusy,
     SnapshotNotFound,
     StoreNotWritable,
@@ -37,6 +38,7 @@ from profiler_service.models import (
     is_snapshot_id,
     utcnow,
 )
+from profiler_service.store.baselines import BaselineRegistry
 from profiler_service.store.index import IndexEntry, SnapshotIndex, SnapshotQuery
 from profiler_service.store.retention import select_evictions
 
@@ -56,6 +58,7 @@ class SnapshotStore:
         self.max_bytes = max_bytes
         self._lock = threading.RLock()
         self._index: SnapshotIndex | None = None
+        self.baselines = BaselineRegistry(self.root / "baselines.json")
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -214,6 +217,27 @@ class SnapshotStore:
             self._write(self._dir_of(snapshot_id, location), snapshot, location)
         return snapshot
 
+    def set_baseline(self, snapshot_id: str, key: str) -> Snapshot:
+        """Make a ready snapshot the baseline for `key` (see baselines.py); it is pinned."""
+        with self._lock:
+            snapshot = self.get(snapshot_id)
+            if snapshot.status is not SnapshotStatus.READY:
+                raise InvalidRequest(
+                    f"snapshot {snapshot_id} is {snapshot.status}; only a ready one is a baseline"
+                )
+            snapshot = self.set_pinned(snapshot_id, True)
+            self.baselines.set(key, snapshot_id)
+        return snapshot
+
+    def baseline(self, key: str) -> Snapshot | None:
+        snapshot_id = self.baselines.get(key)
+        if snapshot_id is None:
+            return None
+        try:
+            return self.get(snapshot_id)
+        except SnapshotNotFound:
+            return None
+
     # ---- internals -------------------------------------------------------------------------
 
     def _dir_of(self, snapshot_id: str, location: str) -> Path:
@@ -244,6 +268,7 @@ class SnapshotStore:
                 os.replace(directory, trash)
                 shutil.rmtree(trash, ignore_errors=True)
         self.index.remove(snapshot_id)
+        self.baselines.forget(snapshot_id)
 
     def _enforce_retention(self) -> None:
         for snapshot_id in select_evictions(

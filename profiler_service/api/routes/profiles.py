@@ -2,27 +2,31 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request, Response
 from fastapi.responses import FileResponse, HTMLResponse
 
+from profiler_service.analysis.compare import compare
 from profiler_service.api.deps import ControllerDep, SettingsDep, StoreDep, TokenRequired
 from profiler_service.api.schemas import ERROR_RESPONSES, SnapshotPublic, SnapshotsPublic
 from profiler_service.capture.controller import CaptureRequest
-from profiler_service.errors import SnapshotNotFound
+from profiler_service.errors import InvalidRequest, SnapshotNotFound
 from profiler_service.exporters.report import render_report
 from profiler_service.models import SnapshotStatus, Trigger, TriggerKind, is_snapshot_id
 from profiler_service.store import SnapshotQuery
 from profiler_service.trigger.duration import parse_duration
+
+_LABEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 
 router = APIRouter(tags=["profiles"], responses=ERROR_RESPONSES)
 
 SnapshotId = Annotated[str, Path(description="snapshot id, e.g. 20261202-164155-default-a1b2c3")]
 
 
-def _checked(snapshot_id: str) -> str:
+def checked_id(snapshot_id: str) -> str:
     if not is_snapshot_id(snapshot_id):
         raise SnapshotNotFound(f"no snapshot with id {snapshot_id!r}")
     return snapshot_id
@@ -43,8 +47,12 @@ def create_profile(
     python_tracer_level: Annotated[int | None, Query(ge=0, le=1)] = None,
     device_tracer_level: Annotated[int | None, Query(ge=0, le=1)] = None,
     wait: Annotated[bool, Query(description="answer once the snapshot is analysed")] = False,
+    label: Annotated[
+        list[str] | None, Query(description="name=value, e.g. model_version=v7; repeatable")
+    ] = None,
 ) -> SnapshotPublic:
     """Start a bounded capture; 202 at once, or 200 when finished with `wait=true`."""
+    labels = _parse_labels(label or [])
     seconds = parse_duration(
         duration,
         default_s=settings.duration_default_s,
@@ -59,7 +67,7 @@ def create_profile(
             host_tracer_level=host_tracer_level,
             python_tracer_level=python_tracer_level,
             device_tracer_level=device_tracer_level,
-            trigger=Trigger(kind=TriggerKind.API, source=client),
+            trigger=Trigger(kind=TriggerKind.API, source=client, labels=labels),
         )
     )
     if wait:
@@ -107,26 +115,38 @@ def list_profiles(
 @router.get("/profiles/{snapshot_id}", response_model=SnapshotPublic)
 def read_profile(snapshot_id: SnapshotId, settings: SettingsDep, store: StoreDep) -> SnapshotPublic:
     """One snapshot: status, trigger, capture options, summary, findings, links."""
-    return SnapshotPublic.of(store.get(_checked(snapshot_id)), settings)
+    return SnapshotPublic.of(store.get(checked_id(snapshot_id)), settings)
 
 
 @router.get("/profiles/{snapshot_id}/report", response_class=HTMLResponse)
-def read_profile_report(snapshot_id: SnapshotId, settings: SettingsDep, store: StoreDep) -> str:
+def read_profile_report(
+    snapshot_id: SnapshotId,
+    settings: SettingsDep,
+    store: StoreDep,
+    baseline: Annotated[
+        str | None, Query(description="compare side by side with this snapshot id")
+    ] = None,
+) -> str:
     """The report a person reads first: findings, step-time chart, top ops, memory, links."""
-    return render_report(store.get(_checked(snapshot_id)), settings)
+    snapshot = store.get(checked_id(snapshot_id))
+    comparison = None
+    if baseline is not None:
+        base = store.get(checked_id(baseline))
+        comparison = (base, compare(base, snapshot))
+    return render_report(snapshot, settings, comparison)
 
 
 @router.get("/profiles/{snapshot_id}/files/{name:path}", response_class=FileResponse)
 def read_profile_file(snapshot_id: SnapshotId, name: str, store: StoreDep) -> FileResponse:
     """Download a raw capture file (`<host>.xplane.pb`)."""
-    path = store.file_path(_checked(snapshot_id), name)
+    path = store.file_path(checked_id(snapshot_id), name)
     return FileResponse(path, media_type="application/octet-stream", filename=path.name)
 
 
 @router.delete("/profiles/{snapshot_id}", status_code=204, dependencies=[TokenRequired])
 def delete_profile(snapshot_id: SnapshotId, store: StoreDep) -> Response:
     """Remove a finished snapshot and its files."""
-    store.delete(_checked(snapshot_id))
+    store.delete(checked_id(snapshot_id))
     return Response(status_code=204)
 
 
@@ -135,7 +155,7 @@ def delete_profile(snapshot_id: SnapshotId, store: StoreDep) -> Response:
 )
 def pin_profile(snapshot_id: SnapshotId, settings: SettingsDep, store: StoreDep) -> SnapshotPublic:
     """Pin a snapshot (a baseline): retention never evicts it."""
-    return SnapshotPublic.of(store.set_pinned(_checked(snapshot_id), True), settings)
+    return SnapshotPublic.of(store.set_pinned(checked_id(snapshot_id), True), settings)
 
 
 @router.delete(
@@ -145,7 +165,19 @@ def unpin_profile(
     snapshot_id: SnapshotId, settings: SettingsDep, store: StoreDep
 ) -> SnapshotPublic:
     """Unpin a snapshot, so retention may evict it again."""
-    return SnapshotPublic.of(store.set_pinned(_checked(snapshot_id), False), settings)
+    return SnapshotPublic.of(store.set_pinned(checked_id(snapshot_id), False), settings)
+
+
+def _parse_labels(items: list[str]) -> dict[str, str]:
+    labels = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not _LABEL_NAME.match(name) or not value or len(value) > 128:
+            raise InvalidRequest(
+                f"label {item!r} must look like name=value (name: [A-Za-z_][A-Za-z0-9_]*)"
+            )
+        labels[name] = value
+    return labels
 
 
 def _utc(value: datetime | None) -> datetime | None:

@@ -1,0 +1,101 @@
+"""Baselines and comparisons: `PUT /profiles/{id}/baseline`, `GET /profiles/{id}/compare`."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+from pydantic import BaseModel
+
+from profiler_service.analysis.compare import Comparison, GateMetric, compare, parse_threshold
+from profiler_service.api.deps import SettingsDep, StoreDep, TokenRequired
+from profiler_service.api.routes.profiles import SnapshotId, checked_id
+from profiler_service.api.schemas import ERROR_RESPONSES, SnapshotPublic
+from profiler_service.errors import InvalidRequest, NoBaseline
+from profiler_service.models import Snapshot
+from profiler_service.store import SnapshotStore
+from profiler_service.store.baselines import label_key, target_key
+
+router = APIRouter(tags=["comparisons"], responses=ERROR_RESPONSES)
+
+
+class BaselinePublic(BaseModel):
+    key: str
+    snapshot: SnapshotPublic
+
+
+class ComparisonPublic(Comparison):
+    max_regression: float
+    regressed: dict[str, bool | None]  # per gate metric; None when a side lacks the number
+
+
+@router.put(
+    "/profiles/{snapshot_id}/baseline", response_model=BaselinePublic, dependencies=[TokenRequired]
+)
+def set_baseline(
+    snapshot_id: SnapshotId,
+    settings: SettingsDep,
+    store: StoreDep,
+    label: Annotated[
+        str | None,
+        Query(description="baseline of a label (name=value) instead of the snapshot's target"),
+    ] = None,
+) -> BaselinePublic:
+    """Make a ready snapshot the baseline of its target (or of a label); it becomes pinned."""
+    snapshot = store.get(checked_id(snapshot_id))
+    try:
+        key = label_key(label) if label else target_key(snapshot.target)
+    except ValueError as exc:
+        raise InvalidRequest(str(exc)) from None
+    snapshot = store.set_baseline(snapshot.id, key)
+    return BaselinePublic(key=key, snapshot=SnapshotPublic.of(snapshot, settings))
+
+
+@router.get("/baselines", response_model=dict[str, str])
+def list_baselines(store: StoreDep) -> dict[str, str]:
+    """Every baseline: `target:NAME` or `label:NAME=VALUE` -> snapshot id."""
+    return store.baselines.all()
+
+
+@router.get("/profiles/{snapshot_id}/compare", response_model=ComparisonPublic)
+def compare_profile(
+    snapshot_id: SnapshotId,
+    settings: SettingsDep,
+    store: StoreDep,
+    baseline: Annotated[
+        str | None, Query(description="snapshot id; default: the target's baseline")
+    ] = None,
+    max_regression: Annotated[
+        str | None, Query(description="e.g. 10% (default: PROFILER_REGRESSION_MAX_SHARE)")
+    ] = None,
+) -> ComparisonPublic:
+    """What moved between a baseline and this snapshot, and whether it regressed."""
+    head = store.get(checked_id(snapshot_id))
+    base = resolve_baseline(store, head, baseline)
+    try:
+        threshold = (
+            parse_threshold(max_regression) if max_regression else settings.regression_max_share
+        )
+    except ValueError as exc:
+        raise InvalidRequest(str(exc)) from None
+    return comparison_public(compare(base, head), threshold)
+
+
+def resolve_baseline(store: SnapshotStore, head: Snapshot, baseline_id: str | None) -> Snapshot:
+    if baseline_id is not None:
+        return store.get(checked_id(baseline_id))
+    base = store.baseline(target_key(head.target))
+    if base is None:
+        raise NoBaseline(
+            f"target {head.target!r} has no baseline: pass ?baseline=ID, or set one with "
+            f"PUT /profiles/ID/baseline"
+        )
+    return base
+
+
+def comparison_public(comparison: Comparison, threshold: float) -> ComparisonPublic:
+    return ComparisonPublic(
+        **comparison.model_dump(),
+        max_regression=threshold,
+        regressed={m.value: comparison.regressed(m, threshold) for m in GateMetric},
+    )

@@ -1,0 +1,76 @@
+"""Scheduled captures: each configured target, every interval (plus jitter), bounded like any other.
+
+A due capture that finds its target busy is skipped, not queued: the next one comes at the next
+interval. Off unless `PROFILER_SCHEDULES` names at least one target.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections import Counter
+
+from profiler_service.capture.controller import CaptureController, CaptureRequest
+from profiler_service.config import Schedule, Settings
+from profiler_service.errors import ServiceError
+from profiler_service.models import Trigger, TriggerKind
+
+log = logging.getLogger(__name__)
+
+
+class CaptureScheduler:
+    def __init__(
+        self, settings: Settings, controller: CaptureController, rng: random.Random | None = None
+    ):
+        self.settings = settings
+        self.controller = controller
+        self.rng = rng or random.Random()
+        self.outcomes: Counter[tuple[str, str]] = Counter()  # (target, started|skipped|failed)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self.settings.schedules and self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="capture-scheduler", daemon=True)
+            self._thread.start()
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+    def next_delay_s(self, schedule: Schedule) -> float:
+        return schedule.interval_s + self.rng.uniform(0, schedule.jitter_s)
+
+    def fire(self, schedule: Schedule) -> str:
+        """Start one scheduled capture now; returns what happened (for logs and metrics)."""
+        duration = schedule.duration_s or self.settings.duration_default_s
+        labels = {**self.settings.capture_labels, **schedule.labels}
+        try:
+            snapshot = self.controller.start(
+                CaptureRequest(
+                    duration_s=duration,
+                    target=schedule.target,
+                    trigger=Trigger(kind=TriggerKind.SCHEDULE, source="schedule", labels=labels),
+                )
+            )
+        except ServiceError as exc:
+            outcome = "skipped" if exc.code == "capture_in_progress" else "failed"
+            log.info("scheduled capture of %s %s: %s", schedule.target, outcome, exc.detail)
+        else:
+            outcome = "started"
+            log.info("scheduled capture of %s started: %s", schedule.target, snapshot.id)
+        self.outcomes[(schedule.target, outcome)] += 1
+        return outcome
+
+    def _run(self) -> None:
+        now = time.monotonic()
+        due = [now + self.next_delay_s(s) for s in self.settings.schedules]
+        while not self._stop.is_set():
+            i = min(range(len(due)), key=due.__getitem__)
+            if self._stop.wait(max(0.0, due[i] - time.monotonic())):
+                return
+            self.fire(self.settings.schedules[i])
+            due[i] = time.monotonic() + self.next_delay_s(self.settings.schedules[i])
