@@ -46,17 +46,20 @@ class Job:
                 self.proc.wait()
 
 
-def start_job(*args: str, cwd: Path | None = None) -> Job:
-    """A real Keras job (profiler_service.demo.job); returns once it is training."""
-    proc = subprocess.Popen(
+def launch_job(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """Start a real TF job (profiler_service.demo.job) without waiting for it."""
+    return subprocess.Popen(
         [sys.executable, "-m", "profiler_service.demo.job", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
-        cwd=cwd,
-        env={**os.environ, **QUIET_TF},
+        env={**os.environ, **QUIET_TF, **(env or {})},
     )
-    deadline = time.monotonic() + 180
+
+
+def wait_ready(proc: subprocess.Popen, timeout_s: float = 180) -> Job:
+    """Wait for the job's `READY {json}` line: it is training."""
+    deadline = time.monotonic() + timeout_s
     assert proc.stdout is not None
     while time.monotonic() < deadline:
         line = proc.stdout.readline()
@@ -65,7 +68,12 @@ def start_job(*args: str, cwd: Path | None = None) -> Job:
         if line.startswith("READY "):
             return Job(proc, json.loads(line[len("READY ") :]))
     proc.kill()
-    raise RuntimeError("job did not start training within 180 s")
+    raise RuntimeError(f"job did not start training within {timeout_s:g} s")
+
+
+def start_job(*args: str) -> Job:
+    """A real TF job (profiler_service.demo.job); returns once it is training."""
+    return wait_ready(launch_job(*args))
 
 
 @dataclass

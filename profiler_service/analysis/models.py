@@ -133,10 +133,16 @@ class Kernels(BaseModel):
 
 
 class HostSummary(BaseModel):
+    """One worker of a multi-host capture, analysed on its own."""
+
     host: str
     step_count: int = 0
     step_time_ms_avg: float | None = None
     input_share_pct: float | None = None
+    breakdown_avg: StepBreakdown = Field(default_factory=StepBreakdown)
+    # Step time minus time waiting on the others ("All Others" and collectives): in a
+    # synchronous job every worker's step is as long as the slowest one's busy time.
+    busy_ms_avg: float | None = None
 
 
 class Summary(BaseModel):

@@ -88,15 +88,17 @@ def _optional(summary: Summary, tool: str, read: Callable[[], None]) -> None:
 
 
 def _host_summary(path: Path) -> HostSummary:
-    step_time, _ = read_step_time(tool_data([path], "overview_page"))
-    input_share = (
-        round(100 * step_time.breakdown_avg.input_ms / step_time.avg_ms, 1)
-        if step_time.avg_ms
-        else None
-    )
+    step_time, _ = read_step_time(tool_data([path], "overview_page", use_saved_result=False))
+    parts = step_time.breakdown_avg
+    input_share = busy = None
+    if step_time.avg_ms:
+        input_share = round(100 * parts.input_ms / step_time.avg_ms, 1)
+        busy = round(max(0.0, step_time.avg_ms - parts.other_ms - parts.collectives_ms), 3)
     return HostSummary(
         host=path.name.removesuffix(".xplane.pb"),
         step_count=step_time.count,
         step_time_ms_avg=step_time.avg_ms,
         input_share_pct=input_share,
+        breakdown_avg=parts,
+        busy_ms_avg=busy,
     )

@@ -18,16 +18,17 @@ def tool_names(xplane_paths: Sequence[Path]) -> list[str]:
     return raw_to_tool_data.xspace_to_tool_names([str(p) for p in xplane_paths])
 
 
-def tool_data(xplane_paths: Sequence[Path], tool: str) -> Any:
+def tool_data(xplane_paths: Sequence[Path], tool: str, *, use_saved_result: bool = True) -> Any:
     """A tool's output as parsed JSON (a list of Google DataTables for most tools).
 
     `use_saved_result` lets every tool after the first reuse the op stats XProf caches beside
-    the capture, so the whole analysis costs little more than the overview page alone.
+    the capture, so the whole analysis costs little more than the overview page alone. The
+    cache is named for all hosts together: per-host calls must pass `use_saved_result=False`.
     """
     from xprof.convert import _pywrap_profiler_plugin
 
     raw, ok = _pywrap_profiler_plugin.xspace_to_tools_data(
-        [str(p) for p in xplane_paths], tool, {"use_saved_result": True}
+        [str(p) for p in xplane_paths], tool, {"use_saved_result": use_saved_result}
     )
     if not ok:
         message = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)

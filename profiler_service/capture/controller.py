@@ -166,6 +166,7 @@ class CaptureController:
             self.store.update(snapshot)
             analysis = self.analyzer.analyze(run_dir)
             snapshot.summary, snapshot.findings = analysis.summary, analysis.findings
+            _note_missing_workers(snapshot)
             self.store.publish(snapshot)
             log.info("snapshot %s ready (%s)", snapshot.id, snapshot.target)
         except CaptureFailed as exc:
@@ -220,6 +221,19 @@ def _with_deadline(capturer: Capturer, job: CaptureJob):
     if "error" in result:
         raise result["error"]
     return result["paths"]
+
+
+def _note_missing_workers(snapshot: Snapshot) -> None:
+    """Each worker's profiler names its file <host>_<port>.xplane.pb; say which never wrote one."""
+    if len(snapshot.workers) < 2 or snapshot.summary is None:
+        return
+    written = set(snapshot.hosts)
+    missing = [w for w in snapshot.workers if w.replace(":", "_") not in written]
+    if missing:
+        snapshot.summary.notes.append(
+            f"{len(missing)} of {len(snapshot.workers)} workers wrote no capture: "
+            f"{', '.join(missing)}; the analysis covers the others"
+        )
 
 
 def _pick(requested: int | None, default: int) -> int:

@@ -23,10 +23,12 @@ class RemoteCapturer:
 
     def capture(self, job: CaptureJob) -> list[Path]:
         request = {
-            "service_addr": job.target.service_addr,
+            # Comma-separated: the client profiles every worker at once, each writing its own
+            # <host>_<port>.xplane.pb. (worker_list asks service_addr to fan out, which only
+            # TPU-style profiler services implement: TF's answers UNIMPLEMENTED.)
+            "service_addr": ",".join(job.target.workers),
             "logdir": str(job.logdir),
-            # With one worker the client profiles service_addr itself; with several, all at once.
-            "worker_list": ",".join(job.target.workers) if len(job.target.workers) > 1 else "",
+            "worker_list": "",
             "include_dataset_ops": job.options.include_dataset_ops,
             "duration_ms": job.options.duration_ms,
             "num_tracing_attempts": job.attempts,
@@ -56,13 +58,13 @@ class RemoteCapturer:
             proc.communicate()
             raise CaptureFailed(
                 "capture_timeout",
-                f"the capture from {job.target.service_addr} did not finish within "
+                f"the capture from {', '.join(job.target.workers)} did not finish within "
                 f"{job.timeout_s:g} s (duration + grace) and was stopped",
             ) from None
         result = _parse_result(stdout)
         if not result.get("ok"):
             raise classify_remote_failure(
-                job.target.service_addr,
+                ", ".join(job.target.workers),
                 result.get("error", f"exit status {proc.returncode}"),
                 stderr,
             )

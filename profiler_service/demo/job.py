@@ -75,6 +75,43 @@ class _Deadline(keras.callbacks.Callback):
             self.model.stop_training = True
 
 
+def multi_worker_loop(seconds: float, ready: dict) -> None:
+    """One worker of a MultiWorkerMirroredStrategy job; the cluster comes from TF_CONFIG.
+
+    Each worker reads its own input (Python decoding, --decode-ms per record) and gradients are
+    all-reduced every step, so a worker given a slower reader is the straggler the others wait
+    for. A plain custom loop: Keras 3's fit() does not run under this strategy here.
+    """
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    dataset = input_bound_dataset(batch_size=16).with_options(options)
+    with strategy.scope():
+        w = tf.Variable(tf.random.normal((FEATURES, 1)))
+    batches = iter(strategy.experimental_distribute_dataset(dataset))
+
+    @tf.function
+    def train_step(batch):
+        def replica_step(inputs):
+            x, y = inputs
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(tf.square(tf.matmul(x, w) - y))
+            grad = tf.distribute.get_replica_context().all_reduce("SUM", tape.gradient(loss, w))
+            w.assign_sub(0.0001 * grad)
+            return loss
+
+        return strategy.run(replica_step, args=(batch,))
+
+    end = time.monotonic() + seconds
+    step = 0
+    while time.monotonic() < end:
+        with training_step(step):
+            train_step(next(batches))
+        if step == 0:
+            print("READY " + json.dumps(ready), flush=True)
+        step += 1
+
+
 def eager_loop(seconds: float, ready: dict) -> None:
     """A custom loop of tiny ops run eagerly, one Python dispatch per op (no tf.function)."""
     x = tf.random.normal((8, FEATURES))
@@ -94,7 +131,9 @@ def eager_loop(seconds: float, ready: dict) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--workload", choices=["input-bound", "compute-bound", "eager"], default="input-bound"
+        "--workload",
+        choices=["input-bound", "compute-bound", "eager", "multi-worker"],
+        default="input-bound",
     )
     parser.add_argument("--seconds", type=float, default=600, help="stop training after this long")
     parser.add_argument("--profiler-port", type=int, help="start TF's profiler server on this port")
@@ -115,8 +154,9 @@ def main(argv: list[str] | None = None) -> None:
 
         embedded = agent.start(port=args.agent_port, store=args.store)
         ready["agent_url"] = embedded.url
-    if args.workload == "eager":
-        eager_loop(args.seconds, ready)
+    if args.workload in ("eager", "multi-worker"):
+        loop = eager_loop if args.workload == "eager" else multi_worker_loop
+        loop(args.seconds, ready)
         print("DONE", flush=True)
         return
     if args.workload == "input-bound":

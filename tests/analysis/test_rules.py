@@ -16,6 +16,7 @@ from profiler_service.analysis import rules
 from profiler_service.analysis.models import (
     AllocatorMemory,
     Finding,
+    HostSummary,
     InputBound,
     InputOp,
     InputPipeline,
@@ -29,7 +30,15 @@ from profiler_service.analysis.models import (
     TopOp,
     Utilisation,
 )
-from profiler_service.analysis.rules import RULES, device, evaluate, host, input_pipeline, memory
+from profiler_service.analysis.rules import (
+    RULES,
+    device,
+    distributed,
+    evaluate,
+    host,
+    input_pipeline,
+    memory,
+)
 
 EXPECTED_RULES = {
     "input_bound",
@@ -47,6 +56,7 @@ EXPECTED_RULES = {
     "memory_pressure",
     "memory_fragmentation",
     "memory_temporaries",
+    "straggler",
 }
 GPU_RULES = (
     "device_idle",
@@ -581,3 +591,37 @@ def test_rules_after_a_broken_one_still_run(monkeypatch):
 def test_the_registry_is_restored_after_patching():
     assert "broken" not in RULES
     assert set(RULES) == EXPECTED_RULES
+
+
+# --- distributed ----------------------------------------------------------------------------
+
+
+def worker(name: str, busy_ms: float, input_ms: float = 0.0, step_ms: float = 100.0) -> HostSummary:
+    return HostSummary(
+        host=name,
+        step_count=10,
+        step_time_ms_avg=step_ms,
+        busy_ms_avg=busy_ms,
+        breakdown_avg=StepBreakdown(input_ms=input_ms, other_ms=step_ms - busy_ms),
+    )
+
+
+def test_straggler_names_the_busiest_worker_and_its_cause():
+    summary = cpu(per_host=[worker("w0", 20, input_ms=5), worker("w1", 90, input_ms=80)])
+    finding = assert_fires("straggler", summary, Severity.WARNING)
+    assert finding.evidence["straggler"] == "w1"
+    assert finding.evidence["slowed_by"] == "its input pipeline"
+    assert finding.impact_share == pytest.approx(0.7)
+    compute = cpu(per_host=[worker("w0", 20), worker("w1", 90, input_ms=10)])
+    assert run("straggler", compute).evidence["slowed_by"] == "its own compute"
+
+
+def test_balanced_workers_and_single_hosts_have_no_straggler():
+    ratio = distributed.STRAGGLER_RATIO
+    just_below = cpu(per_host=[worker("w0", 40), worker("w1", 40 * ratio - 0.01)])
+    assert run("straggler", just_below) is None
+    # Over the ratio but a negligible share of the step: not worth a finding.
+    tiny = cpu(per_host=[worker("w0", 1), worker("w1", 5, step_ms=100)])
+    assert run("straggler", tiny) is None
+    assert run("straggler", cpu(per_host=[worker("w0", 90)])) is None
+    assert run("straggler", cpu()) is None

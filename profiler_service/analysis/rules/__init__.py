@@ -46,6 +46,12 @@ def share(part_ms: float | None, whole_ms: float | None) -> float:
 
 
 # Importing the rule modules registers their rules.
-from profiler_service.analysis.rules import device, host, input_pipeline, memory  # noqa: E402, F401
+from profiler_service.analysis.rules import (  # noqa: E402, F401
+    device,
+    distributed,
+    host,
+    input_pipeline,
+    memory,
+)
 
 __all__ = ["RULES", "evaluate", "rule"]

@@ -1,0 +1,45 @@
+"""Several workers in one capture: one slower worker holds every synchronous step back."""
+
+from __future__ import annotations
+
+from profiler_service.analysis.models import Finding, Severity, Summary
+from profiler_service.analysis.rules import rule
+
+# The slowest worker's busy time over the fastest's, and its excess as a share of step time.
+STRAGGLER_RATIO = 1.25
+STRAGGLER_MIN_STEP_SHARE = 0.10
+
+
+@rule("straggler")
+def straggler(summary: Summary) -> Finding | None:
+    hosts = [h for h in summary.per_host if h.busy_ms_avg is not None and h.step_time_ms_avg]
+    if len(hosts) < 2:
+        return None
+    slow = max(hosts, key=lambda h: h.busy_ms_avg)
+    fast = min(hosts, key=lambda h: h.busy_ms_avg)
+    excess_share = (slow.busy_ms_avg - fast.busy_ms_avg) / slow.step_time_ms_avg
+    if slow.busy_ms_avg < STRAGGLER_RATIO * max(fast.busy_ms_avg, 1e-9) or (
+        excess_share < STRAGGLER_MIN_STEP_SHARE
+    ):
+        return None
+    parts = slow.breakdown_avg
+    cause = "its input pipeline" if parts.input_ms >= slow.busy_ms_avg / 2 else "its own compute"
+    return Finding(
+        rule="straggler",
+        severity=Severity.WARNING,
+        title=f"Worker {slow.host} is the straggler: busy {slow.busy_ms_avg:g} ms per step "
+        f"against {fast.busy_ms_avg:g} ms on {fast.host}; the others wait for it",
+        evidence={
+            "straggler": slow.host,
+            "busy_ms_by_host": {h.host: h.busy_ms_avg for h in hosts},
+            "input_ms_by_host": {h.host: h.breakdown_avg.input_ms for h in hosts},
+            "step_time_ms_avg": slow.step_time_ms_avg,
+            "slowed_by": cause,
+        },
+        recommendation=f"Every synchronous step waits for {slow.host}, slowed by {cause}: "
+        "check its data shard and reader (a bigger or slower shard, a slower disk), its "
+        "machine (CPU contention, thermal limits, a noisy neighbour), and balance the "
+        "per-worker input so no worker does more than the others.",
+        docs="https://www.tensorflow.org/guide/distributed_training",
+        impact_share=excess_share,
+    )
