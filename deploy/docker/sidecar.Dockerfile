@@ -1,0 +1,24 @@
+# The profiler-service sidecar: the service and XProf's capture client, no TensorFlow.
+#
+#   docker build -f deploy/docker/sidecar.Dockerfile -t profiler-service:0.1.0 .
+#
+# `pip install` of the project without extras installs no TensorFlow (pyproject.toml keeps it in
+# the `tf` extra, for the in-process agent); tests/deploy/test_images.py checks this file and the
+# dependency closure. The same image serves the central XProf UI (`xprof --logdir ... --port ...`).
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    HOME=/tmp
+
+COPY pyproject.toml README.md /src/
+COPY profiler_service /src/profiler_service
+RUN pip install --no-cache-dir /src \
+    && rm -rf /src
+
+# The chart runs it as this user with a read-only root filesystem; /tmp and the store are volumes.
+USER 65532:65532
+EXPOSE 8080
+ENTRYPOINT ["profiler-service"]
+CMD ["serve", "--host", "0.0.0.0"]

@@ -1,0 +1,244 @@
+{{/*
+Named templates. The ones marked "public" are meant for charts that own their pod spec (training.kind
+none): call them with a context whose .Values are this chart's values and .Release the release:
+
+  {{- $profiler := dict "Values" (index .Values "profiler-service") "Release" .Release }}
+  initContainers:
+    {{- include "profiler-service.sidecar" $profiler | nindent 4 }}
+  containers:
+    - name: trainer
+      env: {{- include "profiler-service.trainingEnv" $profiler | nindent 8 }}
+      volumeMounts: {{- include "profiler-service.storeMount" $profiler | nindent 8 }}
+  volumes: {{- include "profiler-service.volumes" $profiler | nindent 4 }}
+
+and give the pod the labels of "profiler-service.selectorLabels" (the Service and monitors select
+them). They use no .Chart, so they work from a parent chart as they are.
+*/}}
+
+{{- define "profiler-service.fullname" -}}
+{{- if contains "profiler" .Release.Name -}}
+{{- .Release.Name | trunc 50 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-profiler" .Release.Name | trunc 50 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* public: the labels the pod must carry */}}
+{{- define "profiler-service.selectorLabels" -}}
+app.kubernetes.io/name: profiler-service
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "profiler-service.labels" -}}
+{{ include "profiler-service.selectorLabels" . }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+{{- end -}}
+
+{{- define "profiler-service.image" -}}
+{{- $tag := .Values.image.tag | default "0.1.0" -}}
+{{- printf "%s:%s" .Values.image.repository $tag -}}
+{{- end -}}
+
+{{- define "profiler-service.secretName" -}}
+{{- .Values.secret.existingSecret | default (include "profiler-service.fullname" .) -}}
+{{- end -}}
+
+{{- define "profiler-service.usesSecret" -}}
+{{- if or .Values.secret.create .Values.secret.existingSecret }}true{{ end -}}
+{{- end -}}
+
+{{- define "profiler-service.claimName" -}}
+{{- .Values.store.persistentVolumeClaim.existingClaim | default (printf "%s-store" (include "profiler-service.fullname" .)) -}}
+{{- end -}}
+
+{{- define "profiler-service.xprofUrl" -}}
+{{- if .Values.xprof.url -}}
+{{- .Values.xprof.url -}}
+{{- else -}}
+{{- printf "http://%s-xprof.%s.svc:%d" (include "profiler-service.fullname" .) .Release.Namespace (int .Values.xprof.port) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* public: the shared volume's mount, the same absolute path in both containers */}}
+{{- define "profiler-service.storeMount" -}}
+- name: profiler-store
+  mountPath: {{ .Values.store.mountPath }}
+{{- end -}}
+
+{{/* public: the pod's volumes for the sidecar (the store, and a writable /tmp) */}}
+{{- define "profiler-service.volumes" -}}
+- name: profiler-store
+{{- if eq .Values.store.type "persistentVolumeClaim" }}
+  persistentVolumeClaim:
+    claimName: {{ include "profiler-service.claimName" . }}
+{{- else }}
+  emptyDir:
+    {{- with .Values.store.emptyDir.sizeLimit }}
+    sizeLimit: {{ . }}
+    {{- end }}
+{{- end }}
+- name: profiler-tmp
+  emptyDir:
+    sizeLimit: 1Gi
+{{- end -}}
+
+{{/* public: environment for the training container (which port to serve the profiler on) */}}
+{{- define "profiler-service.trainingEnv" -}}
+- name: {{ .Values.training.profilerPortEnv }}
+  value: {{ .Values.training.profilerPort | quote }}
+{{- if .Values.training.metricsPort }}
+- name: {{ .Values.training.metricsPortEnv }}
+  value: {{ .Values.training.metricsPort | quote }}
+{{- end }}
+{{- end -}}
+
+{{- define "profiler-service.secretEnv" -}}
+{{- $name := include "profiler-service.secretName" . -}}
+{{- range $env, $key := dict "PROFILER_WEBHOOK_TOKEN" "webhook-token" "PROFILER_WEBHOOK_USERNAME" "webhook-username" "PROFILER_WEBHOOK_PASSWORD" "webhook-password" "PROFILER_WEBHOOK_HMAC_SECRET" "webhook-hmac-secret" "PROFILER_GRAFANA_TOKEN" "grafana-token" }}
+- name: {{ $env }}
+  valueFrom:
+    secretKeyRef: {name: {{ $name }}, key: {{ $key }}, optional: true}
+{{- end }}
+{{- end -}}
+
+{{/* public: the sidecar container, one list item (an init container when sidecar.native) */}}
+{{- define "profiler-service.sidecar" -}}
+{{- $values := .Values -}}
+- name: profiler-service
+  image: {{ include "profiler-service.image" . }}
+  imagePullPolicy: {{ .Values.image.pullPolicy }}
+  {{- if .Values.sidecar.native }}
+  restartPolicy: Always
+  {{- end }}
+  args: [serve]
+  ports:
+    - {name: http, containerPort: {{ .Values.sidecar.port }}, protocol: TCP}
+  env:
+    - {name: PROFILER_HOST, value: "0.0.0.0"}
+    - {name: PROFILER_PORT, value: {{ .Values.sidecar.port | quote }}}
+    - {name: PROFILER_STORE, value: {{ .Values.store.mountPath | quote }}}
+    - name: PROFILER_TARGETS
+      value: {{ printf "%s=grpc://127.0.0.1:%d" .Values.targetName (int .Values.training.profilerPort) | quote }}
+    - {name: HOME, value: /tmp}
+    {{- if and .Values.xprof.enabled (not (hasKey .Values.sidecar.settings "tensorboard_url")) }}
+    - {name: PROFILER_TENSORBOARD_URL, value: {{ include "profiler-service.xprofUrl" . | quote }}}
+    {{- end }}
+    {{- with .Values.sidecar.publicUrl }}
+    - {name: PROFILER_PUBLIC_URL, value: {{ . | quote }}}
+    {{- end }}
+    {{- if .Values.sidecar.insecure }}
+    - {name: PROFILER_INSECURE, value: "true"}
+    {{- end }}
+    {{- if include "profiler-service.usesSecret" . }}
+    - name: PROFILER_API_TOKEN
+      valueFrom:
+        secretKeyRef: {name: {{ include "profiler-service.secretName" . }}, key: api-token}
+    {{- include "profiler-service.secretEnv" . | nindent 4 }}
+    {{- end }}
+    {{- range $name, $value := .Values.sidecar.settings }}
+    - name: {{ printf "PROFILER_%s" (upper $name) }}
+      value: {{ kindIs "string" $value | ternary $value (toJson $value) | quote }}
+    {{- end }}
+    {{- with .Values.sidecar.env }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  volumeMounts:
+    {{- include "profiler-service.storeMount" . | nindent 4 }}
+    - {name: profiler-tmp, mountPath: /tmp}
+  livenessProbe:
+    httpGet: {path: /healthz, port: http}
+    {{- toYaml .Values.sidecar.livenessProbe | nindent 4 }}
+  readinessProbe:
+    httpGet: {path: /readyz, port: http}
+    {{- toYaml .Values.sidecar.readinessProbe | nindent 4 }}
+  resources:
+    {{- toYaml .Values.sidecar.resources | nindent 4 }}
+  securityContext:
+    {{- toYaml .Values.securityContext | nindent 4 }}
+{{- end -}}
+
+{{/* The pod spec of the chart's own workload: the training container and the sidecar. */}}
+{{- define "profiler-service.podSpec" -}}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.training.serviceAccountName }}
+serviceAccountName: {{ . }}
+{{- end }}
+securityContext:
+  {{- toYaml .Values.podSecurityContext | nindent 2 }}
+{{- if .Values.sidecar.native }}
+initContainers:
+  {{- include "profiler-service.sidecar" . | nindent 2 }}
+{{- end }}
+containers:
+  - name: training
+    image: {{ .Values.training.image }}
+    imagePullPolicy: {{ .Values.training.imagePullPolicy }}
+    {{- with .Values.training.command }}
+    command:
+      {{- toYaml . | nindent 6 }}
+    {{- end }}
+    {{- with .Values.training.args }}
+    args:
+      {{- toYaml . | nindent 6 }}
+    {{- end }}
+    env:
+      {{- include "profiler-service.trainingEnv" . | nindent 6 }}
+      {{- with .Values.training.env }}
+      {{- toYaml . | nindent 6 }}
+      {{- end }}
+    {{- if .Values.training.metricsPort }}
+    ports:
+      - {name: job-metrics, containerPort: {{ .Values.training.metricsPort }}, protocol: TCP}
+    {{- end }}
+    volumeMounts:
+      {{- include "profiler-service.storeMount" . | nindent 6 }}
+    {{- with .Values.training.resources }}
+    resources:
+      {{- toYaml . | nindent 6 }}
+    {{- end }}
+    {{- with .Values.training.securityContext }}
+    securityContext:
+      {{- toYaml . | nindent 6 }}
+    {{- end }}
+  {{- if not .Values.sidecar.native }}
+  {{- include "profiler-service.sidecar" . | nindent 2 }}
+  {{- end }}
+volumes:
+  {{- include "profiler-service.volumes" . | nindent 2 }}
+{{- with .Values.training.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.training.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.training.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{- define "profiler-service.podMetadata" -}}
+labels:
+  {{- include "profiler-service.selectorLabels" . | nindent 2 }}
+  {{- with .Values.training.podLabels }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+{{- if or .Values.metrics.scrapeAnnotations .Values.training.podAnnotations }}
+annotations:
+  {{- if .Values.metrics.scrapeAnnotations }}
+  prometheus.io/scrape: "true"
+  prometheus.io/port: {{ .Values.sidecar.port | quote }}
+  prometheus.io/path: /metrics
+  {{- end }}
+  {{- with .Values.training.podAnnotations }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+{{- end }}
+{{- end -}}

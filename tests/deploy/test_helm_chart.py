@@ -1,0 +1,343 @@
+"""helm/profiler-service: lints, installs (client dry run, Helm v4's own engine) for every values
+combination, and every rendered object validates against the Kubernetes API schemas.
+
+The Prometheus Operator objects (ServiceMonitor, PodMonitor, PrometheusRule) have no schema in
+kubernetes-validate: they are checked structurally here (selectors and port names match what the
+chart renders), and the PrometheusRule's groups pass `promtool check rules`.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from deploy_tools import (
+    CHART,
+    NAMESPACE,
+    RELEASE,
+    install_dry_run,
+    install_error,
+    lint,
+    run_tool,
+    validate_kubernetes,
+)
+
+from profiler_service.config import Settings
+
+OPERATOR_KINDS = {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
+
+COMBINATIONS = {
+    "defaults": {},
+    "deployment-plain-container-pvc-insecure": {
+        "training": {"kind": "Deployment", "image": "trainer:1", "metricsPort": 9464},
+        "sidecar": {"native": False, "insecure": True},
+        "secret": {"create": False},
+        "store": {
+            "type": "persistentVolumeClaim",
+            "persistentVolumeClaim": {"existingClaim": "team-profiles"},
+        },
+        "metrics": {"scrapeAnnotations": False},
+    },
+    "everything-on": {
+        "training": {
+            "image": "trainer:1",
+            "command": ["python", "train.py"],
+            "args": ["--epochs", "3"],
+            "env": [{"name": "DATA", "value": "/data"}],
+            "resources": {"limits": {"nvidia.com/gpu": 1}},
+            "metricsPort": 9464,
+        },
+        "sidecar": {
+            "publicUrl": "https://profiler.example",
+            "settings": {
+                "duration_max_s": 10,
+                "webhook_target_rules": [
+                    {"label": "pod", "pattern": "trainer-.*", "target": "trainer"}
+                ],
+                "grafana_url": "http://grafana:3000",
+            },
+        },
+        "secret": {"webhookToken": "hook", "webhookHmacSecret": "sign", "grafanaToken": "g"},
+        "store": {
+            "type": "persistentVolumeClaim",
+            "persistentVolumeClaim": {"accessModes": ["ReadWriteMany"], "storageClassName": "nfs"},
+        },
+        "xprof": {"enabled": True},
+        "metrics": {"serviceMonitor": {"enabled": True}, "podMonitor": {"enabled": True}},
+        "prometheusRule": {
+            "enabled": True,
+            "gpuUnderused": {"metric": "profiler_gpu_utilization_ratio"},
+        },
+        "networkPolicy": {"enabled": True},
+    },
+    "existing-secret-own-pod-spec": {
+        "training": {"kind": "none"},
+        "secret": {"create": False, "existingSecret": "profiler-credentials"},
+        "metrics": {"podMonitor": {"enabled": True}},
+        "prometheusRule": {"enabled": True, "podRegex": "my-job-.*"},
+        "networkPolicy": {"enabled": True, "from": [{"namespaceSelector": {}}]},
+    },
+}
+
+
+def by_kind(docs: list[dict]) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for doc in docs:
+        out.setdefault(doc["kind"], []).append(doc)
+    return out
+
+
+def pod_spec(docs: list[dict]) -> tuple[dict, dict]:
+    """(pod template metadata, pod spec) of the training workload."""
+    workload = next(
+        d
+        for d in docs
+        if d["kind"] in ("Job", "Deployment")
+        and "app.kubernetes.io/component" not in d["metadata"]["labels"]  # not the XProf UI
+    )
+    return workload["spec"]["template"]["metadata"], workload["spec"]["template"]["spec"]
+
+
+def values_have_workload(docs: list[dict]) -> bool:
+    return any(
+        d["kind"] in ("Job", "Deployment")
+        and "app.kubernetes.io/component" not in d["metadata"]["labels"]
+        for d in docs
+    )
+
+
+def sidecar_of(spec: dict) -> dict:
+    containers = spec.get("initContainers", []) + spec["containers"]
+    return next(c for c in containers if c["name"] == "profiler-service")
+
+
+def env_of(container: dict) -> dict[str, dict]:
+    return {e["name"]: e for e in container.get("env", [])}
+
+
+def check_operator_object(doc: dict, docs: list[dict], tmp_path: Path) -> None:
+    assert doc["apiVersion"] == "monitoring.coreos.com/v1", doc["apiVersion"]
+    spec = doc["spec"]
+    if doc["kind"] == "PrometheusRule":
+        rules = tmp_path / f"{doc['metadata']['name']}.rules.yml"
+        rules.write_text(yaml.safe_dump({"groups": spec["groups"]}))
+        assert "SUCCESS" in run_tool("promtool", "check", "rules", str(rules))
+        return
+    selector = spec["selector"]["matchLabels"]
+    endpoints = spec["endpoints" if doc["kind"] == "ServiceMonitor" else "podMetricsEndpoints"]
+    assert endpoints and all(e["path"] == "/metrics" for e in endpoints)
+    if doc["kind"] == "ServiceMonitor":
+        service = next(
+            d for d in docs if d["kind"] == "Service" and "xprof" not in d["metadata"]["name"]
+        )
+        assert selector.items() <= service["metadata"]["labels"].items()
+        port_names = {p["name"] for p in service["spec"]["ports"]}
+    else:
+        port_names = {"http", "job-metrics"}
+        if values_have_workload(docs):
+            metadata, spec_ = pod_spec(docs)
+            assert selector.items() <= metadata["labels"].items()
+            containers = spec_.get("initContainers", []) + spec_["containers"]
+            port_names = {p["name"] for c in containers for p in c.get("ports", [])}
+    assert {e["port"] for e in endpoints} <= port_names
+
+
+@pytest.mark.parametrize("name", COMBINATIONS)
+def test_chart_lints_installs_and_validates(name, tmp_path):
+    values = COMBINATIONS[name]
+    report = lint(values)
+    problems = [m for m in report["messages"] if m["severity"] >= 2]
+    assert not problems and not report["errors"], report
+    docs = install_dry_run(values)
+    assert docs, "nothing rendered"
+    for doc in docs:
+        if doc["kind"] in OPERATOR_KINDS:
+            check_operator_object(doc, docs, tmp_path)
+        else:
+            validate_kubernetes(doc)
+    kinds = by_kind(docs)
+    assert values_have_workload(docs) == (values.get("training", {}).get("kind") != "none")
+    if name == "everything-on":
+        assert set(kinds) >= {
+            "Job", "Secret", "Service", "PersistentVolumeClaim", "Deployment",
+            "ServiceMonitor", "PodMonitor", "PrometheusRule", "NetworkPolicy",
+        }  # fmt: skip
+
+
+def test_sidecar_shares_the_store_and_dials_the_job_over_localhost(monkeypatch):
+    docs = install_dry_run(COMBINATIONS["everything-on"])
+    _, spec = pod_spec(docs)
+    sidecar = sidecar_of(spec)
+    training = next(c for c in spec["containers"] if c["name"] == "training")
+    # The TF profiler server writes the capture itself: the same volume at the same path.
+    mounts = [
+        {m["mountPath"] for m in c["volumeMounts"] if m["name"] == "profiler-store"}
+        for c in (sidecar, training)
+    ]
+    assert mounts == [{"/profiles"}, {"/profiles"}]
+    env = env_of(sidecar)
+    assert env["PROFILER_STORE"]["value"] == "/profiles"
+    assert env["PROFILER_TARGETS"]["value"] == "trainer=grpc://127.0.0.1:6009"
+    assert env_of(training)["TF_PROFILER_PORT"]["value"] == "6009"
+    assert env_of(training)["DATA"]["value"] == "/data"
+    assert training["command"] == ["python", "train.py"]
+    assert env["PROFILER_HOST"]["value"] == "0.0.0.0"
+    assert (
+        env["PROFILER_TENSORBOARD_URL"]["value"]
+        == f"http://{RELEASE}-profiler-xprof.{NAMESPACE}.svc:8791"
+    )
+    assert env["PROFILER_DURATION_MAX_S"]["value"] == "10"
+    rules = json.loads(env["PROFILER_WEBHOOK_TARGET_RULES"]["value"])
+    # Every setting the chart writes is one the service accepts (pydantic parses it).
+    for key, entry in env.items():
+        if key.startswith("PROFILER_") and "value" in entry:
+            monkeypatch.setenv(key, entry["value"])
+    settings = Settings(api_token="t")
+    assert (
+        settings.targets[0].workers == ["127.0.0.1:6009"]
+        and settings.webhook_target_rules[0].pattern == rules[0]["pattern"]
+    )
+    # Native sidecar: an init container that keeps running and does not hold the Job open.
+    assert sidecar in spec["initContainers"] and sidecar["restartPolicy"] == "Always"
+
+
+def test_secure_defaults():
+    docs = install_dry_run({})
+    metadata, spec = pod_spec(docs)
+    sidecar = sidecar_of(spec)
+    pod_security = spec["securityContext"]
+    assert pod_security["runAsNonRoot"] is True and pod_security["runAsUser"] != 0
+    assert pod_security["seccompProfile"] == {"type": "RuntimeDefault"}
+    security = sidecar["securityContext"]
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"]["drop"] == ["ALL"]
+    assert {"requests", "limits"} <= sidecar["resources"].keys()
+    assert sidecar["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert sidecar["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    # It binds 0.0.0.0, so it gets the API token from the Secret (never PROFILER_INSECURE).
+    env = env_of(sidecar)
+    assert "PROFILER_INSECURE" not in env
+    secret = next(d for d in docs if d["kind"] == "Secret")
+    assert env["PROFILER_API_TOKEN"]["valueFrom"]["secretKeyRef"] == {
+        "name": secret["metadata"]["name"],
+        "key": "api-token",
+    }
+    assert len(secret["data"]["api-token"]) > 40
+    assert metadata["annotations"]["prometheus.io/port"] == "8080"
+    # A read-only root filesystem: /tmp is a volume.
+    assert {"name": "profiler-tmp", "mountPath": "/tmp"} in sidecar["volumeMounts"]
+
+
+def test_insecure_must_be_explicit_and_existing_secrets_are_used():
+    insecure = sidecar_of(
+        pod_spec(install_dry_run(COMBINATIONS["deployment-plain-container-pvc-insecure"]))[1]
+    )
+    assert env_of(insecure)["PROFILER_INSECURE"]["value"] == "true"
+    assert "PROFILER_API_TOKEN" not in env_of(insecure)
+    docs = install_dry_run({"secret": {"create": False, "existingSecret": "creds"}})
+    assert not [d for d in docs if d["kind"] == "Secret"]
+    env = env_of(sidecar_of(pod_spec(docs)[1]))
+    assert env["PROFILER_API_TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == "creds"
+    assert env["PROFILER_WEBHOOK_TOKEN"]["valueFrom"]["secretKeyRef"]["optional"] is True
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (
+            {"training": {"kind": "CronJob"}},
+            "at '/training/kind': value must be one of 'Job', 'Deployment', 'none'",
+        ),
+        ({"training": {"image": ""}}, "at '/training/image': minLength"),
+        (
+            {"store": {"mountPath": "profiles"}},
+            "at '/store/mountPath': 'profiles' does not match pattern",
+        ),
+        (
+            {"sidecar": {"settings": {"duration_max": 5}}},
+            "at '/sidecar/settings': additional properties 'duration_max' not allowed",
+        ),
+        ({"sidecar": {"port": 80000}}, "at '/sidecar/port'"),
+        ({"targetName": "Trainer_1"}, "at '/targetName'"),
+        ({"xprof": {"enabled": True}}, "at '/store/type': value must be 'persistentVolumeClaim'"),
+        (
+            {"prometheusRule": {"gpuUnderused": {"for": "ten minutes"}}},
+            "at '/prometheusRule/gpuUnderused/for'",
+        ),
+        ({"secret": {"create": False}}, "refuses that without PROFILER_API_TOKEN"),
+    ],
+    ids=lambda v: v if isinstance(v, str) else None,
+)
+def test_wrong_values_fail_at_install_with_a_clear_message(values, message):
+    assert message in install_error(values)
+
+
+def test_schema_lists_exactly_the_settings_the_chart_does_not_set_itself():
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    offered = set(schema["properties"]["sidecar"]["properties"]["settings"]["properties"])
+    chart_set = {
+        "host", "port", "insecure", "api_token", "store", "targets", "public_url",
+        "webhook_token", "webhook_username", "webhook_password", "webhook_hmac_secret",
+        "grafana_token",
+    }  # fmt: skip
+    assert offered == set(Settings.model_fields) - chart_set
+
+
+def test_named_templates_work_from_a_chart_that_owns_its_pod_spec(tmp_path):
+    """A user's chart with profiler-service as a dependency puts the sidecar in its own pod."""
+    parent = tmp_path / "my-training"
+    (parent / "templates").mkdir(parents=True)
+    shutil.copytree(CHART, parent / "charts" / "profiler-service")
+    (parent / "Chart.yaml").write_text(
+        "apiVersion: v2\nname: my-training\nversion: 1.0.0\n"
+        "dependencies:\n  - name: profiler-service\n    version: 0.1.0\n"
+    )
+    (parent / "values.yaml").write_text(
+        "profiler-service:\n  training: {kind: none}\n  targetName: mine\n"
+    )
+    (parent / "templates" / "statefulset.yaml").write_text(
+        """\
+{{- $profiler := dict "Values" (index .Values "profiler-service") "Release" .Release }}
+apiVersion: apps/v1
+kind: StatefulSet
+metadata:
+  name: {{ .Release.Name }}-worker
+spec:
+  serviceName: {{ .Release.Name }}-worker
+  selector:
+    matchLabels: {app: worker}
+  template:
+    metadata:
+      labels:
+        app: worker
+        {{- include "profiler-service.selectorLabels" $profiler | nindent 8 }}
+    spec:
+      initContainers:
+        {{- include "profiler-service.sidecar" $profiler | nindent 8 }}
+      containers:
+        - name: worker
+          image: my-trainer:2
+          env: {{- include "profiler-service.trainingEnv" $profiler | nindent 12 }}
+          volumeMounts: {{- include "profiler-service.storeMount" $profiler | nindent 12 }}
+      volumes: {{- include "profiler-service.volumes" $profiler | nindent 8 }}
+"""
+    )
+    report = lint({}, chart=parent)
+    assert not report["errors"], report
+    docs = install_dry_run({}, chart=parent)
+    for doc in docs:
+        if doc["kind"] not in OPERATOR_KINDS:
+            validate_kubernetes(doc)
+    kinds = by_kind(docs)
+    assert "Job" not in kinds and "Deployment" not in kinds
+    spec = kinds["StatefulSet"][0]["spec"]["template"]["spec"]
+    sidecar = sidecar_of(spec)
+    assert env_of(sidecar)["PROFILER_TARGETS"]["value"] == "mine=grpc://127.0.0.1:6009"
+    assert env_of(spec["containers"][0])["TF_PROFILER_PORT"]["value"] == "6009"
+    service = kinds["Service"][0]
+    labels = kinds["StatefulSet"][0]["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= labels.items()

@@ -1,0 +1,82 @@
+"""deploy/docker: the sidecar image installs no TensorFlow; the example job's image does.
+
+Checked from the files, offline: what each Dockerfile pip-installs, the project's base
+dependencies in pyproject.toml, and their installed dependency closure in this environment.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import tomllib
+from importlib.metadata import PackageNotFoundError, requires
+
+from deploy_tools import DEPLOY, ROOT
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+DOCKER = DEPLOY / "docker"
+FRAMEWORKS = ("tensorflow", "tf-keras", "tf-nightly", "keras", "jax", "torch")
+
+
+def pip_install_targets(dockerfile: str) -> list[str]:
+    """Arguments of every `pip install` in the Dockerfile that are not options."""
+    text = re.sub(r"\\\n", " ", dockerfile)
+    targets = []
+    for command in re.findall(r"pip install ([^&;\n]+)", text):
+        targets += [a for a in shlex.split(command) if not a.startswith("-")]
+    return targets
+
+
+def is_framework(name: str) -> bool:
+    name = canonicalize_name(name)
+    return any(name == f or name.startswith(f"{f}-") for f in FRAMEWORKS)
+
+
+def closure(distribution: str, extras: frozenset[str] = frozenset()) -> set[str]:
+    """The installed distributions `distribution` (with `extras`) pulls in, by requirement."""
+    seen: set[str] = set()
+    todo = [(distribution, extras)]
+    while todo:
+        name, wanted = todo.pop()
+        try:
+            reqs = requires(name) or []
+        except PackageNotFoundError:
+            continue  # an optional platform dependency not installed here
+        for line in reqs:
+            req = Requirement(line)
+            envs = [{"extra": e} for e in wanted] or [{"extra": ""}]
+            if req.marker and not any(req.marker.evaluate(env) for env in envs):
+                continue
+            key = canonicalize_name(req.name)
+            if key not in seen:
+                seen.add(key)
+                todo.append((req.name, frozenset(req.extras)))
+    return seen
+
+
+def test_sidecar_image_installs_the_project_without_extras():
+    dockerfile = (DOCKER / "sidecar.Dockerfile").read_text()
+    assert pip_install_targets(dockerfile) == ["/src"]
+    assert "tensorflow" not in dockerfile.lower().replace("no tensorflow", "")
+    assert re.search(r"^USER 65532", dockerfile, re.MULTILINE)
+
+
+def test_base_dependencies_and_their_closure_hold_no_ml_framework():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    base = [Requirement(r).name for r in project["dependencies"]]
+    assert not [n for n in base if is_framework(n)]
+    assert any(canonicalize_name(n) == "xprof" for n in base)  # the capture client
+    pulled = closure("profiler-service")
+    assert "xprof" in pulled and "fastapi" in pulled
+    assert not sorted(n for n in pulled if is_framework(n)), pulled
+    # The check can see TensorFlow: the tf extra does pull it in.
+    assert any(is_framework(n) for n in closure("profiler-service", frozenset({"tf"})))
+
+
+def test_example_job_image_installs_tensorflow_through_the_tf_extra():
+    dockerfile = (DOCKER / "job.Dockerfile").read_text()
+    assert pip_install_targets(dockerfile) == ["/src[tf]"]
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert any(is_framework(Requirement(r).name) for r in project["optional-dependencies"]["tf"])
+    assert "profiler_service.demo.job" in dockerfile and "TF_PROFILER_PORT" in dockerfile
