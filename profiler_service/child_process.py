@@ -6,7 +6,9 @@ import contextlib
 import ctypes
 import os
 import signal
+import subprocess
 import sys
+from dataclasses import dataclass
 
 _PR_SET_PDEATHSIG = 1
 
@@ -26,3 +28,36 @@ def lower_priority(increment: int = 10) -> None:
     """Analysis must not compete with the training step for CPU."""
     with contextlib.suppress(OSError):
         os.nice(increment)
+
+
+@dataclass(frozen=True)
+class WorkerRun:
+    returncode: int
+    result: str | None  # what the worker reported after its marker, if it got that far
+    stderr: str  # the C++ log: the only place some failures are explained
+
+
+def run_worker(module: str, args: list[str], marker: str, timeout_s: float) -> WorkerRun | None:
+    """Run `python -m module *args PARENT_PID`; None when it ran past `timeout_s` (then killed)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", module, *args, str(os.getpid())],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        return None
+    result = next(
+        (ln[len(marker) :] for ln in reversed(stdout.splitlines()) if ln.startswith(marker)), None
+    )
+    return WorkerRun(proc.returncode, result, stderr)
+
+
+def report(marker: str, text: str) -> None:
+    """The worker's last word to its parent, on a line of its own."""
+    sys.stdout.write(f"\n{marker}{text}\n")
+    sys.stdout.flush()

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 from profiler_service.analysis.summary import AnalysisResult
 from profiler_service.analysis.worker import RESULT_MARKER
+from profiler_service.child_process import run_worker
+
+WORKER = "profiler_service.analysis.worker"
 
 
 class AnalysisFailed(Exception):
@@ -23,30 +23,14 @@ class XprofAnalyzer:
         self.timeout_s = timeout_s
 
     def analyze(self, run_dir: Path) -> AnalysisResult:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "profiler_service.analysis.worker",
-                str(run_dir),
-                str(os.getpid()),
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        try:
-            stdout, stderr = proc.communicate(timeout=self.timeout_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
+        run = run_worker(WORKER, [str(run_dir)], RESULT_MARKER, self.timeout_s)
+        if run is None:
             raise AnalysisFailed(
                 "analysis_timeout", f"XProf's analysis did not finish within {self.timeout_s:g} s"
-            ) from None
-        for line in reversed(stdout.splitlines()):
-            if line.startswith(RESULT_MARKER):
-                return AnalysisResult.model_validate_json(line[len(RESULT_MARKER) :])
-        reason = _last_error_line(stderr) or f"exit status {proc.returncode}"
+            )
+        if run.result is not None:
+            return AnalysisResult.model_validate_json(run.result)
+        reason = _last_error_line(run.stderr) or f"exit status {run.returncode}"
         raise AnalysisFailed(
             "analysis_failed",
             f"XProf could not analyse the capture (corrupt or truncated?): {reason}",

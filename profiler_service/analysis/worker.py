@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from profiler_service.child_process import die_with_parent, lower_priority
+from profiler_service.child_process import die_with_parent, lower_priority, report
 
 RESULT_MARKER = "PROFILER_SERVICE_ANALYSIS "
 
@@ -21,8 +21,7 @@ def main() -> None:
     from profiler_service.analysis.summary import analyse_run
 
     result = analyse_run(run_dir)
-    sys.stdout.write("\n" + RESULT_MARKER + result.model_dump_json() + "\n")
-    sys.stdout.flush()
+    report(RESULT_MARKER, result.model_dump_json())
 
 
 if __name__ == "__main__":

@@ -7,15 +7,14 @@ gives us the C++ log on stderr, the only place that says why a capture failed.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 from profiler_service.capture.capturer import CaptureFailed, CaptureJob, collect_xplanes
 from profiler_service.capture.failures import classify_remote_failure
+from profiler_service.child_process import run_worker
 
 RESULT_MARKER = "PROFILER_SERVICE_RESULT "
+CHILD = "profiler_service.capture.remote_child"
 
 
 class RemoteCapturer:
@@ -39,40 +38,18 @@ class RemoteCapturer:
                 "device_tracer_level": job.options.device_tracer_level,
             },
         }
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "profiler_service.capture.remote_child",
-                json.dumps(request),
-                str(os.getpid()),
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        try:
-            stdout, stderr = proc.communicate(timeout=job.timeout_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
+        run = run_worker(CHILD, [json.dumps(request)], RESULT_MARKER, job.timeout_s)
+        if run is None:
             raise CaptureFailed(
                 "capture_timeout",
                 f"the capture from {', '.join(job.target.workers)} did not finish within "
                 f"{job.timeout_s:g} s (duration + grace) and was stopped",
-            ) from None
-        result = _parse_result(stdout)
+            )
+        result = json.loads(run.result) if run.result else {"ok": False}
         if not result.get("ok"):
             raise classify_remote_failure(
                 ", ".join(job.target.workers),
-                result.get("error", f"exit status {proc.returncode}"),
-                stderr,
+                result.get("error", f"exit status {run.returncode}"),
+                run.stderr,
             )
         return collect_xplanes(job)
-
-
-def _parse_result(stdout: str) -> dict:
-    for line in reversed(stdout.splitlines()):
-        if line.startswith(RESULT_MARKER):
-            return json.loads(line[len(RESULT_MARKER) :])
-    return {"ok": False}

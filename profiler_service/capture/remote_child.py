@@ -6,7 +6,7 @@ import json
 import sys
 
 from profiler_service.capture.remote import RESULT_MARKER
-from profiler_service.child_process import die_with_parent
+from profiler_service.child_process import die_with_parent, report
 
 
 def main() -> None:
@@ -27,8 +27,7 @@ def main() -> None:
         result = {"ok": True}
     except Exception as exc:  # every failure is reported to the parent, which classifies it
         result = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
-    sys.stdout.write("\n" + RESULT_MARKER + json.dumps(result) + "\n")
-    sys.stdout.flush()
+    report(RESULT_MARKER, json.dumps(result))
 
 
 if __name__ == "__main__":
