@@ -143,7 +143,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     comparison = compare(base, head)
     print(f"{base.id} -> {head.id} ({metric.value}, max regression {threshold:.0%})")
     print("\n".join(format_comparison(comparison, metric, threshold)))
-    regressed = comparison.regressed(metric, threshold)
+    regressed = comparison.is_regression(metric, threshold)
     if regressed is None:
         print(f"cannot gate: {metric.value} is missing from one side", file=sys.stderr)
         return 2

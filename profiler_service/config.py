@@ -109,6 +109,13 @@ class Settings(BaseSettings):
     api_token: SecretStr | None = None
 
     store: Path = Path("./profiles")
+    # Optional object store every finished snapshot is mirrored to (fsspec URL: s3://bucket/prefix,
+    # gs://..., file:///...), shared by many sidecars; options are fsspec storage options (JSON),
+    # secret because they may hold credentials.
+    store_url: str | None = None
+    store_options: SecretStr | None = None
+    store_refresh_s: float = Field(default=10.0, ge=0)  # how stale a listing of the bucket may be
+    store_retry_max_s: float = Field(default=300.0, gt=0)  # longest wait between upload retries
     targets: Annotated[list[Target], NoDecode] = Field(default_factory=list)
 
     duration_default_s: float = Field(default=5.0, gt=0)
@@ -162,6 +169,28 @@ class Settings(BaseSettings):
     capture_labels: dict[str, str] = Field(default_factory=dict)
     schedules: list[Schedule] = Field(default_factory=list)
     regression_max_share: float = Field(default=0.10, ge=0)
+
+    @field_validator("store_url")
+    @classmethod
+    def _check_store_url(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^[a-z][a-z0-9+.-]*://.", value.strip()):
+            raise ValueError(f"store_url {value!r} must be a URL such as s3://bucket/prefix")
+        return value.strip() if value else None
+
+    def store_options_dict(self) -> dict[str, Any]:
+        """PROFILER_STORE_OPTIONS parsed; checked here, not by a validator, whose error would
+        quote the text (and so the credentials in it)."""
+        if self.store_options is None:
+            return {}
+        try:
+            parsed = json.loads(self.store_options.get_secret_value() or "{}")
+        except json.JSONDecodeError as exc:
+            raise ValueError(
+                f"PROFILER_STORE_OPTIONS is not valid JSON ({exc.msg} at {exc.pos})"
+            ) from None
+        if not isinstance(parsed, dict):
+            raise ValueError("PROFILER_STORE_OPTIONS must be a JSON object")
+        return parsed
 
     @field_validator("targets", mode="before")
     @classmethod

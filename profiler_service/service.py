@@ -41,10 +41,18 @@ def build_service(
     settings: Settings, capturers: dict[TargetKind, Capturer] | None = None
 ) -> Service:
     """Open the store (recovering interrupted snapshots) and build the controller."""
+    mirror = None
+    if settings.store_url:
+        from profiler_service.store.object_store import ObjectStoreMirror
+
+        mirror = ObjectStoreMirror(settings.store_url, settings.store_options_dict())
     store = SnapshotStore(
         settings.store,
         max_count=settings.retention_max_count,
         max_bytes=settings.retention_max_bytes,
+        mirror=mirror,
+        refresh_interval_s=settings.store_refresh_s,
+        retry_max_s=settings.store_retry_max_s,
     )
     store.open()
     if capturers is None:

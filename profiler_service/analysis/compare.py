@@ -67,7 +67,7 @@ class Comparison(BaseModel):
         change = self.metrics.get(metric.value)
         return change.ratio if change else None
 
-    def regressed(self, metric: GateMetric, max_regression: float) -> bool | None:
+    def is_regression(self, metric: GateMetric, max_regression: float) -> bool | None:
         """True when `metric` grew past `max_regression` (0.10 = 110 % of base); None if unknown."""
         ratio = self.ratio(metric)
         return None if ratio is None else ratio > 1 + max_regression

@@ -58,9 +58,8 @@ def format_comparison(
         if c.base is None and c.head is None:
             continue
         change = f"{100 * (c.ratio - 1):+.1f}%" if c.ratio is not None else "n/a"
-        mark = (
-            " <-" if name == metric.value and comparison.regressed(metric, max_regression) else ""
-        )
+        regressed = name == metric.value and comparison.is_regression(metric, max_regression)
+        mark = " <-" if regressed else ""
         lines.append(f"{name:<22}{_num(c.base):>14}{_num(c.head):>14}{change:>10}{mark}")
     for title, ops in (("grown", comparison.ops_grown), ("new", comparison.ops_new)):
         for op in ops[:5]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -9,6 +11,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from profiler_service.errors import ServiceError
 
+_STORE_ERRNOS = {errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM}
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
 
 
@@ -29,6 +32,23 @@ def install_error_handlers(app: FastAPI) -> None:
         return JSONResponse(
             {"error": "invalid_request", "detail": "; ".join(problems) or "invalid request"},
             status_code=422,
+        )
+
+    @app.exception_handler(OSError)
+    async def os_error(_: Request, exc: OSError) -> JSONResponse:
+        """The store's filesystem refused a write (read-only, full, permissions)."""
+        if exc.errno not in _STORE_ERRNOS:
+            raise exc  # not the store's: a 500, below
+        return JSONResponse(
+            {"error": "store_not_writable", "detail": f"the snapshot store refused a write: {exc}"},
+            status_code=503,
+        )
+
+    @app.exception_handler(Exception)
+    async def internal_error(_: Request, exc: Exception) -> JSONResponse:
+        """A bug: still JSON in the error shape (Starlette logs the traceback and re-raises)."""
+        return JSONResponse(
+            {"error": "internal_error", "detail": f"{type(exc).__name__}: {exc}"}, status_code=500
         )
 
     @app.exception_handler(StarletteHTTPException)

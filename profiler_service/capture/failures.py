@@ -21,6 +21,12 @@ def classify_remote_failure(address: str, error: str, stderr: str) -> CaptureFai
             f"the profiler server at {address} is already running another "
             "profiling session (TensorFlow allows one at a time); retry later",
         )
+    if any(sign in text for sign in _CONNECTION_LOST):
+        return CaptureFailed(
+            "target_lost",
+            f"the profiler server at {address} closed the connection during the capture: "
+            "the job exited, crashed or restarted mid-capture",
+        )
     if "Connection refused" in text or "failed to connect to all addresses" in text:
         return CaptureFailed(
             "target_unreachable",
@@ -38,10 +44,11 @@ def classify_remote_failure(address: str, error: str, stderr: str) -> CaptureFai
             f"the profiler server at {address} did not answer in time; the job may "
             "be overloaded, or the trace too large to collect",
         )
-    if "Read-only file system" in text or "Permission denied" in text or "No space left" in text:
+    write_error = _line_with(text, _WRITE_ERRORS)
+    if write_error:
         return CaptureFailed(
             "store_not_writable",
-            f"the profiler could not write the capture into the store: {_last_line(text)}",
+            f"the profiler could not write the capture into the store: {write_error}",
         )
     if "No trace event was collected" in text:
         return CaptureFailed(
@@ -52,6 +59,19 @@ def classify_remote_failure(address: str, error: str, stderr: str) -> CaptureFai
     return CaptureFailed(
         "capture_failed", f"capture from {address} failed: {_last_line(error or stderr)}"
     )
+
+
+# The job's profiler server went away mid-capture (it answered when the capture began).
+_CONNECTION_LOST = ("Socket closed", "Stream removed", "Connection reset")
+_WRITE_ERRORS = ("Read-only file system", "Permission denied", "No space left")
+
+
+def _line_with(text: str, phrases: tuple[str, ...]) -> str:
+    """The first log line naming one of `phrases` (the last line is often a source location)."""
+    for line in text.splitlines():
+        if any(phrase in line for phrase in phrases):
+            return line.strip()[:500]
+    return ""
 
 
 def _last_line(text: str) -> str:

@@ -15,7 +15,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from prometheus_client.metrics_core import GaugeMetricFamily, InfoMetricFamily, Metric
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    InfoMetricFamily,
+    Metric,
+)
 
 from profiler_service.capture.controller import CaptureController
 from profiler_service.models import SnapshotStatus
@@ -136,6 +141,18 @@ class ServiceCollector:
             "Pinned snapshots (baselines retention never evicts).",
             value=sum(p for _, _, p in totals.values()),
         )
+        sync = getattr(self.store, "sync", None)
+        if sync is not None:  # only with PROFILER_STORE_URL
+            yield GaugeMetricFamily(
+                "profiler_store_upload_pending",
+                "Finished snapshots not yet copied to the shared object store.",
+                value=sync.pending_count(),
+            )
+            yield CounterMetricFamily(
+                "profiler_store_upload_failures",
+                "Failed attempts to copy a snapshot to (or delete it from) the object store.",
+                value=sync.upload_failures_total,
+            )
 
     def _latest_for_targets(self) -> dict[str, LatestAnalysis]:
         rows = self.store.index.latest_ready()

@@ -74,12 +74,22 @@ class SnapshotIndex:
                 self.path,
                 exc,
             )
-            for suffix in ("", "-wal", "-shm"):
-                Path(f"{self.path}{suffix}").unlink(missing_ok=True)
-            return self._open()
+            try:
+                for suffix in ("", "-wal", "-shm"):
+                    Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+                return self._open()
+            except (OSError, sqlite3.Error) as again:
+                # A read-only store: keep serving what it holds, from an index in memory.
+                log.error(
+                    "index %s cannot be written (%s); keeping it in memory, rebuilt from "
+                    "snapshot.json files (the store is read-only: captures are refused)",
+                    self.path,
+                    again,
+                )
+                return self._open(":memory:")
 
-    def _open(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+    def _open(self, path: Path | str | None = None) -> sqlite3.Connection:
+        conn = sqlite3.connect(path or self.path, check_same_thread=False, isolation_level=None)
         try:
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             if version not in (0, _SCHEMA_VERSION):
@@ -165,11 +175,14 @@ class SnapshotIndex:
         return [Snapshot.model_validate_json(r[0]) for r in rows], total
 
     def totals_by_status(self) -> list[tuple[str, int, int, int]]:
-        """(status, snapshots, bytes, pinned) per status: one aggregate query, no JSON read."""
+        """(status, snapshots, bytes, pinned) per status: one aggregate query, no JSON read.
+
+        Snapshots other sidecars put in a shared bucket (location `remote`) are theirs to export.
+        """
         with self._lock:
             return self._conn.execute(
                 "SELECT status, count(*), coalesce(sum(size_bytes), 0), coalesce(sum(pinned), 0) "
-                "FROM snapshots GROUP BY status"
+                "FROM snapshots WHERE location != 'remote' GROUP BY status"
             ).fetchall()
 
     def latest_ready(self) -> dict[str, tuple[str, str]]:
@@ -178,7 +191,7 @@ class SnapshotIndex:
             rows = self._conn.execute(
                 # SQLite fills bare columns from the row that holds max(created_at).
                 "SELECT target, id, max(created_at) FROM snapshots "
-                "WHERE status = 'ready' GROUP BY target"
+                "WHERE status = 'ready' AND location != 'remote' GROUP BY target"
             ).fetchall()
         return {r[0]: (r[1], r[2]) for r in rows}
 

@@ -6,11 +6,15 @@
     STORE/.staging/<id>/snapshot.json             in flight: capture/ is the profiler's logdir,
     STORE/.staging/<id>/run/                      run/ the adopted files being analysed
     STORE/index.sqlite                            cache of every snapshot.json
+    STORE/.mirror/<id>.upload|.delete             queued for the object-store mirror (optional)
 
 The profiler itself always writes `<logdir>/plugins/profile/<run>/`, so XProf could list a
 staging capture only between the profiler saving its file and `adopt_capture` moving it (moments);
 analysis and everything after happen outside any `plugins/profile` path. Publishing is one
 directory rename on the same filesystem.
+
+With a mirror (`PROFILER_STORE_URL`, see mirror_sync.py) every finished snapshot is also copied to
+an object store in the same layout, and snapshots other sidecars put there are listed as well.
 """
 
 from __future__ import annotations
@@ -18,10 +22,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import shutil
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from profiler_service.errors import (
     FileNotFound,
@@ -42,14 +48,27 @@ from profiler_service.store.baselines import BaselineRegistry
 from profiler_service.store.index import IndexEntry, SnapshotIndex, SnapshotQuery
 from profiler_service.store.retention import select_evictions
 
+if TYPE_CHECKING:
+    from profiler_service.store.object_store import ObjectStoreMirror
+
 log = logging.getLogger(__name__)
 
 SNAPSHOT_FILE = "snapshot.json"
 READY, FAILED, STAGING = "ready", "failed", "staging"
+_DIRS = (READY, FAILED, STAGING)  # locations with a local directory ("remote" has none)
 
 
 class SnapshotStore:
-    def __init__(self, root: Path, *, max_count: int = 200, max_bytes: int = 20 * 1024**3):
+    def __init__(
+        self,
+        root: Path,
+        *,
+        max_count: int = 200,
+        max_bytes: int = 20 * 1024**3,
+        mirror: ObjectStoreMirror | None = None,
+        refresh_interval_s: float = 10.0,
+        retry_max_s: float = 300.0,
+    ):
         self.root = Path(root).expanduser().resolve()
         self.profile_dir = self.root / "plugins" / "profile"
         self.failed_dir = self.root / "failed"
@@ -59,6 +78,13 @@ class SnapshotStore:
         self._lock = threading.RLock()
         self._index: SnapshotIndex | None = None
         self.baselines = BaselineRegistry(self.root / "baselines.json")
+        self.sync = None
+        if mirror is not None:
+            from profiler_service.store.mirror_sync import MirrorSync
+
+            self.sync = MirrorSync(
+                self, mirror, refresh_interval_s=refresh_interval_s, retry_max_s=retry_max_s
+            )
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -75,8 +101,12 @@ class SnapshotStore:
         with self._lock:
             self._recover_interrupted()
             self._reconcile_index()
+        if self.sync is not None:
+            self.sync.start()
 
     def close(self) -> None:
+        if self.sync is not None:
+            self.sync.stop()
         if self._index is not None:
             self._index.close()
 
@@ -143,6 +173,8 @@ class SnapshotStore:
             os.replace(run_dir, final)
             shutil.rmtree(staging, ignore_errors=True)
             self._index_snapshot(snapshot, final, READY)
+            if self.sync is not None:
+                self.sync.queue_upload(snapshot.id)
             self._enforce_retention()
         return snapshot
 
@@ -161,6 +193,8 @@ class SnapshotStore:
                 final = self.failed_dir / snapshot.id
                 os.replace(staging, final)
                 self._index_snapshot(snapshot, final, FAILED)
+                if self.sync is not None:
+                    self.sync.queue_upload(snapshot.id)
                 self._enforce_retention()
             except OSError as exc:
                 # The store itself is broken (read-only, full): keep the record in the index only.
@@ -172,11 +206,15 @@ class SnapshotStore:
 
     def get(self, snapshot_id: str) -> Snapshot:
         snapshot = self.index.get(snapshot_id) if is_snapshot_id(snapshot_id) else None
+        if snapshot is None and self.sync is not None and is_snapshot_id(snapshot_id):
+            snapshot = self.sync.fetch(snapshot_id)  # another sidecar's, not yet listed here
         if snapshot is None:
             raise SnapshotNotFound(f"no snapshot with id {snapshot_id!r}")
         return snapshot
 
     def list(self, query: SnapshotQuery) -> tuple[list[Snapshot], int]:
+        if self.sync is not None:
+            self.sync.refresh()
         return self.index.query(query)
 
     def file_path(self, snapshot_id: str, name: str) -> Path:
@@ -196,6 +234,18 @@ class SnapshotStore:
             raise FileNotFound(f"snapshot {snapshot_id} has no file {name!r}")
         return candidate
 
+    def remote_file(self, snapshot_id: str, name: str) -> tuple[int, Iterator[bytes]]:
+        """(size, chunks) of a file of a snapshot held only in the object store."""
+        snapshot = self.get(snapshot_id)
+        found = None
+        # The name is used in a bucket path and a header: a plain file name of this snapshot.
+        plain = re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,254}", name) and ".." not in name
+        if self.sync is not None and plain and name in {f.name for f in snapshot.files}:
+            found = self.sync.stream(snapshot, name)
+        if found is None:
+            raise FileNotFound(f"snapshot {snapshot_id} has no file {name!r}")
+        return found
+
     # ---- changing finished snapshots -------------------------------------------------------
 
     def delete(self, snapshot_id: str) -> None:
@@ -206,6 +256,8 @@ class SnapshotStore:
                     f"snapshot {snapshot_id} is still {snapshot.status}; delete it later"
                 )
             self._remove(snapshot_id)
+        if self.sync is not None:
+            self.sync.delete(snapshot_id)
 
     def set_pinned(self, snapshot_id: str, pinned: bool) -> Snapshot:
         with self._lock:
@@ -213,8 +265,13 @@ class SnapshotStore:
             if snapshot.status.in_flight:
                 raise SnapshotBusy(f"snapshot {snapshot_id} is still {snapshot.status}")
             snapshot.pinned = pinned
+            if self.sync is not None and self.sync.is_remote(snapshot_id):
+                self.sync.update_remote(snapshot)
+                return snapshot
             location = READY if snapshot.status is SnapshotStatus.READY else FAILED
             self._write(self._dir_of(snapshot_id, location), snapshot, location)
+            if self.sync is not None:
+                self.sync.queue_upload(snapshot_id)
         return snapshot
 
     def set_baseline(self, snapshot_id: str, key: str) -> Snapshot:
@@ -261,7 +318,7 @@ class SnapshotStore:
     def _remove(self, snapshot_id: str) -> None:
         """Rename away first, so a half-deleted snapshot is never listed, then delete."""
         entry = self.index.entries().get(snapshot_id)
-        for location in (entry.location,) if entry else (READY, FAILED):
+        for location in (entry.location,) if entry and entry.location in _DIRS else _DIRS[:2]:
             directory = self._dir_of(snapshot_id, location)
             if directory.exists():
                 trash = self.staging_dir / f".trash-{snapshot_id}"
@@ -271,11 +328,17 @@ class SnapshotStore:
         self.baselines.forget(snapshot_id)
 
     def _enforce_retention(self) -> None:
+        entries = list(self.index.entries().values())
+        if self.sync is not None:  # the local cache only; the bucket has lifecycle rules
+            entries = self.sync.retention_view(entries)
         for snapshot_id in select_evictions(
-            self.index.entries().values(), max_count=self.max_count, max_bytes=self.max_bytes
+            entries, max_count=self.max_count, max_bytes=self.max_bytes
         ):
             log.info("retention: evicting snapshot %s", snapshot_id)
+            snapshot = self.index.get(snapshot_id)
             self._remove(snapshot_id)
+            if self.sync is not None and snapshot is not None:
+                self.sync.evicted(snapshot)
 
     def _recover_interrupted(self) -> None:
         """Whatever is in staging at start-up was in flight when the service stopped."""
@@ -324,7 +387,11 @@ class SnapshotStore:
                 continue
             self._index_snapshot(snapshot, directory, location)
         for snapshot_id, entry in indexed.items():
-            if snapshot_id not in on_disk and entry.doc_mtime_ns != 0:
+            if (
+                snapshot_id not in on_disk
+                and entry.doc_mtime_ns != 0
+                and entry.location != "remote"
+            ):
                 self.index.remove(snapshot_id)
 
 

@@ -78,7 +78,6 @@ class AlertLog:
         """Read back the newest records (current file and the rotated one), then append."""
         if self.path is None:
             return self
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         for path in (self.path.with_name(self.path.name + ".1"), self.path):
             if not path.exists():
                 continue
@@ -88,7 +87,12 @@ class AlertLog:
                         self._records.append(AlertOutcome.model_validate_json(line))
                     except ValueError:
                         log.warning("skipping an unreadable line in %s", path)
-        self._file = self.path.open("a", encoding="utf-8")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = self.path.open("a", encoding="utf-8")
+        except OSError as exc:  # a read-only store: the service still serves what it holds
+            log.error("cannot append to the alert log %s (%s): kept in memory only", self.path, exc)
+            return self
         self._file_bytes = self.path.stat().st_size
         return self
 

@@ -59,8 +59,8 @@ def test_slower_head_is_a_regression_with_its_size_and_cause():
     head = snap("b", steps=50, avg_ms=15, input_ms=7, ops={"mm": 250, "new": 400}, rules=["y"])
     c = compare(base, head)
     assert c.ratio(GateMetric.STEP_TIME) == pytest.approx(1.5)
-    assert c.regressed(GateMetric.STEP_TIME, 0.10) is True
-    assert c.regressed(GateMetric.STEP_TIME, 0.60) is False
+    assert c.is_regression(GateMetric.STEP_TIME, 0.10) is True
+    assert c.is_regression(GateMetric.STEP_TIME, 0.60) is False
     assert c.step_breakdown_ms["input_ms"].delta == pytest.approx(5)
     assert [o.name for o in c.ops_new] == ["new"] and c.ops_new[0].head_ms_per_step == 8
     assert [o.name for o in c.ops_gone] == ["old"]
@@ -79,9 +79,9 @@ def test_missing_numbers_cannot_gate():
     base = snap("a", 10, 10, 1, {}, [])
     head = Snapshot(id="b", target="t", capture=OPTIONS)  # failed, never analysed
     c = compare(base, head)
-    assert c.regressed(GateMetric.STEP_TIME, 0.1) is None
+    assert c.is_regression(GateMetric.STEP_TIME, 0.1) is None
     assert c.notes and "b" in c.notes[0]
-    assert compare(base, base).regressed(GateMetric.DEVICE_IDLE, 0.1) is None
+    assert compare(base, base).is_regression(GateMetric.DEVICE_IDLE, 0.1) is None
 
 
 @pytest.mark.parametrize(

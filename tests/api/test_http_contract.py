@@ -153,3 +153,12 @@ def test_deleting_a_snapshot_removes_it_and_a_second_delete_is_404(tmp_path):
         assert client.get(f"/profiles/{snapshot.id}").status_code == 404
         assert client.delete(f"/profiles/{snapshot.id}").json()["error"] == "snapshot_not_found"
     assert not (tmp_path / "store" / "plugins" / "profile" / snapshot.id).exists()
+
+
+def test_an_offset_beyond_sqlite_integers_is_a_json_422_not_a_500(tmp_path):
+    """Found by tests/faults/test_api_fuzz.py: the index's OFFSET overflowed into a 500."""
+    with make_client(tmp_path) as client:
+        response = client.get("/profiles", params={"offset": 2**64})
+        assert response.status_code == 422
+        assert response.json()["error"] == "invalid_request"
+        assert "offset" in response.json()["detail"]

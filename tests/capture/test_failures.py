@@ -160,3 +160,26 @@ def test_collect_xplanes_returns_every_host_file_sorted(tmp_path: Path):
         run / "worker-a.xplane.pb",
         run / "worker-b.xplane.pb",
     ]
+
+
+def test_connection_closed_mid_capture_is_target_lost():
+    """The job died mid-capture: the first attempt sees the stream closed, the retry a refusal."""
+    stderr = (
+        "E0000 profiler_client.cc:213] UNAVAILABLE: Stream removed (Socket closed)\n"
+        "E0000 profiler_client.cc:213] UNAVAILABLE: failed to connect to all addresses; "
+        "Connection refused\n"
+    )
+    failure = classify_remote_failure(ADDRESS, NO_TRACE_ERROR, stderr)
+    assert failure.code == "target_lost"
+    assert ADDRESS in failure.detail and "mid-capture" in failure.detail
+
+
+def test_write_error_detail_is_the_line_that_names_it_not_the_source_location():
+    stderr = (
+        "E0000 capture_profile.cc:90] RESOURCE_EXHAUSTED: /store/x.xplane.pb; No space left on "
+        "device\n=== Source Location Trace: ===\nexternal/xla/profiler_client.cc:57\n"
+    )
+    failure = classify_remote_failure(ADDRESS, NO_TRACE_ERROR, stderr)
+    assert failure.code == "store_not_writable"
+    assert "No space left on device" in failure.detail
+    assert "profiler_client.cc:57" not in failure.detail

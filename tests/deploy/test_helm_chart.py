@@ -282,7 +282,7 @@ def test_schema_lists_exactly_the_settings_the_chart_does_not_set_itself():
     chart_set = {
         "host", "port", "insecure", "api_token", "store", "targets", "public_url",
         "webhook_token", "webhook_username", "webhook_password", "webhook_hmac_secret",
-        "grafana_token",
+        "grafana_token", "store_options",
     }  # fmt: skip
     assert offered == set(Settings.model_fields) - chart_set
 

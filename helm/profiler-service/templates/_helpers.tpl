@@ -96,7 +96,7 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 
 {{- define "profiler-service.secretEnv" -}}
 {{- $name := include "profiler-service.secretName" . -}}
-{{- range $env, $key := dict "PROFILER_WEBHOOK_TOKEN" "webhook-token" "PROFILER_WEBHOOK_USERNAME" "webhook-username" "PROFILER_WEBHOOK_PASSWORD" "webhook-password" "PROFILER_WEBHOOK_HMAC_SECRET" "webhook-hmac-secret" "PROFILER_GRAFANA_TOKEN" "grafana-token" }}
+{{- range $env, $key := dict "PROFILER_WEBHOOK_TOKEN" "webhook-token" "PROFILER_WEBHOOK_USERNAME" "webhook-username" "PROFILER_WEBHOOK_PASSWORD" "webhook-password" "PROFILER_WEBHOOK_HMAC_SECRET" "webhook-hmac-secret" "PROFILER_GRAFANA_TOKEN" "grafana-token" "PROFILER_STORE_OPTIONS" "store-options" }}
 - name: {{ $env }}
   valueFrom:
     secretKeyRef: {name: {{ $name }}, key: {{ $key }}, optional: true}

@@ -97,5 +97,5 @@ def comparison_public(comparison: Comparison, threshold: float) -> ComparisonPub
     return ComparisonPublic(
         **comparison.model_dump(),
         max_regression=threshold,
-        regressed={m.value: comparison.regressed(m, threshold) for m in GateMetric},
+        regressed={m.value: comparison.is_regression(m, threshold) for m in GateMetric},
     )

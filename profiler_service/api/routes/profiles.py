@@ -7,13 +7,13 @@ from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request, Response
-from fastapi.responses import FileResponse, HTMLResponse
+from fastapi.responses import FileResponse, HTMLResponse, StreamingResponse
 
 from profiler_service.analysis.compare import compare
 from profiler_service.api.deps import ControllerDep, SettingsDep, StoreDep, TokenRequired
 from profiler_service.api.schemas import ERROR_RESPONSES, SnapshotPublic, SnapshotsPublic
 from profiler_service.capture.controller import CaptureRequest
-from profiler_service.errors import InvalidRequest, SnapshotNotFound
+from profiler_service.errors import FileNotFound, InvalidRequest, SnapshotNotFound
 from profiler_service.exporters.report import render_report
 from profiler_service.models import SnapshotStatus, Trigger, TriggerKind, is_snapshot_id
 from profiler_service.store import SnapshotQuery
@@ -89,7 +89,7 @@ def list_profiles(
     since: Annotated[datetime | None, Query(description="created at or after (ISO 8601)")] = None,
     until: Annotated[datetime | None, Query(description="created before (ISO 8601)")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=2**63 - 1)] = 0,  # SQLite's INTEGER; fuzzing found it
 ) -> SnapshotsPublic:
     """List snapshots, newest first."""
     snapshots, total = store.list(
@@ -137,9 +137,20 @@ def read_profile_report(
 
 
 @router.get("/profiles/{snapshot_id}/files/{name:path}", response_class=FileResponse)
-def read_profile_file(snapshot_id: SnapshotId, name: str, store: StoreDep) -> FileResponse:
-    """Download a raw capture file (`<host>.xplane.pb`)."""
-    path = store.file_path(checked_id(snapshot_id), name)
+def read_profile_file(snapshot_id: SnapshotId, name: str, store: StoreDep) -> Response:
+    """Download a raw capture file (`<host>.xplane.pb`), from disk or the shared object store."""
+    try:
+        path = store.file_path(checked_id(snapshot_id), name)
+    except FileNotFound:
+        size, chunks = store.remote_file(snapshot_id, name)  # another sidecar's snapshot
+        return StreamingResponse(
+            chunks,
+            media_type="application/octet-stream",
+            headers={
+                "Content-Length": str(size),
+                "Content-Disposition": f'attachment; filename="{name}"',
+            },
+        )
     return FileResponse(path, media_type="application/octet-stream", filename=path.name)
 
 

@@ -1,0 +1,224 @@
+"""The object-store mirror: every finished snapshot copied to one bucket that many sidecars share.
+
+    URL/plugins/profile/<id>/<host>.xplane.pb   ready snapshots, the TensorBoard/XProf layout
+    URL/plugins/profile/<id>/snapshot.json      written last: a prefix without it is absent
+    URL/failed/<id>/snapshot.json               failed and interrupted records
+    URL/failed/<id>/run/<host>.xplane.pb        the whole files an analysis failure kept
+
+`URL` is any fsspec URL (`s3://bucket/prefix`, `gs://bucket/prefix`, `file:///shared/dir`). Each
+object is written whole (a PUT), the capture files first and `snapshot.json` last, so a reader
+that goes by `snapshot.json` never sees half a snapshot; a delete removes `snapshot.json` first.
+The local store (`snapshot_store.py`) stays the place captures are written and analysed; this
+class only talks to the bucket and knows nothing of the index.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import logging
+import posixpath
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import fsspec
+
+from profiler_service.models import Snapshot, SnapshotStatus, is_snapshot_id
+
+log = logging.getLogger(__name__)
+
+SNAPSHOT_FILE = "snapshot.json"
+READY, FAILED = "ready", "failed"
+CHUNK_BYTES = 1024 * 1024
+
+# Fail fast when the bucket is down (botocore's defaults retry for ~10 s per call); the
+# store retries pending uploads itself. Only applied when the options set no `config_kwargs`.
+_S3_DEFAULT_CONFIG = {
+    "connect_timeout": 5,
+    "read_timeout": 60,
+    "retries": {"max_attempts": 3, "mode": "standard"},
+}
+
+
+@dataclass(frozen=True)
+class RemoteEntry:
+    """A complete snapshot in the bucket: where its `snapshot.json` is and which version."""
+
+    id: str
+    location: str  # READY (plugins/profile) or FAILED (failed/)
+    version: int  # changes whenever snapshot.json is rewritten (ETag, else mtime)
+
+
+class ObjectStoreMirror:
+    """fsspec calls for one bucket prefix; every method may raise what the backend raises."""
+
+    def __init__(self, url: str, options: dict[str, Any] | None = None):
+        self.url = url.rstrip("/")
+        options = dict(options or {})
+        protocol = fsspec.core.split_protocol(self.url)[0] or "file"
+        if protocol in ("s3", "s3a") and "config_kwargs" not in options:
+            options["config_kwargs"] = copy.deepcopy(_S3_DEFAULT_CONFIG)  # botocore edits it
+        # Our own instance: listings must never come from a cache shared with other code.
+        try:
+            self.fs, root = fsspec.core.url_to_fs(self.url, skip_instance_cache=True, **options)
+        except ImportError as exc:  # s3fs / gcsfs missing
+            raise ValueError(
+                f"PROFILER_STORE_URL {self.url}: {exc} (install profiler-service[s3] or [gs])"
+            ) from None
+        self.root = root.rstrip("/")
+        self.protocol = protocol
+
+    def __repr__(self) -> str:  # never the options: they may hold credentials
+        return f"ObjectStoreMirror({self.url!r})"
+
+    # ---- paths -----------------------------------------------------------------------------
+
+    def _dir(self, snapshot_id: str, location: str) -> str:
+        if not is_snapshot_id(snapshot_id):
+            raise ValueError(f"not a snapshot id: {snapshot_id!r}")
+        parent = "plugins/profile" if location == READY else "failed"
+        return f"{self.root}/{parent}/{snapshot_id}"
+
+    def _files_dir(self, snapshot_id: str, location: str) -> str:
+        base = self._dir(snapshot_id, location)
+        return base if location == READY else f"{base}/run"
+
+    @staticmethod
+    def location_of(snapshot: Snapshot) -> str:
+        return READY if snapshot.status is SnapshotStatus.READY else FAILED
+
+    # ---- writing ---------------------------------------------------------------------------
+
+    def upload_snapshot(self, directory: Path, snapshot: Snapshot) -> int:
+        """Copy a finished snapshot's files, then its `snapshot.json`; returns bytes sent.
+
+        `directory` holds the files (`plugins/profile/<id>` or `failed/<id>/run`). A file already
+        in the bucket with the same size is not sent again, so a retry or a re-upload after a
+        pin costs one small PUT.
+        """
+        location = self.location_of(snapshot)
+        files_dir = self._files_dir(snapshot.id, location)
+        self._ensure_dir(files_dir)
+        sent = 0
+        for f in snapshot.files:
+            local = directory / f.name
+            if not local.is_file():
+                continue
+            remote = f"{files_dir}/{f.name}"
+            if self._size(remote) == local.stat().st_size:
+                continue
+            self.fs.put_file(str(local), remote)
+            sent += local.stat().st_size
+        self.write_doc(snapshot)
+        # A snapshot lives in one place: a record that moved from failed/ to ready (or back)
+        # must not be listed twice.
+        other = FAILED if location == READY else READY
+        self._remove_prefix(self._dir(snapshot.id, other))
+        return sent
+
+    def upload_record(self, snapshot: Snapshot) -> None:
+        """Only the `snapshot.json` (a failed or interrupted snapshot without files)."""
+        self.write_doc(snapshot)
+
+    def write_doc(self, snapshot: Snapshot) -> None:
+        directory = self._dir(snapshot.id, self.location_of(snapshot))
+        self._ensure_dir(directory)
+        self.fs.pipe_file(
+            f"{directory}/{SNAPSHOT_FILE}", snapshot.model_dump_json(indent=2).encode()
+        )
+
+    def _ensure_dir(self, path: str) -> None:
+        """Directories exist only on filesystems; on object stores makedirs would even create
+        a missing bucket, which is the operator's job (with its region, policy, lifecycle)."""
+        if self.protocol in ("file", "local"):
+            self.fs.makedirs(path, exist_ok=True)
+
+    def delete(self, snapshot_id: str) -> None:
+        """`snapshot.json` first (readers treat the rest as absent), then everything under it."""
+        for location in (READY, FAILED):
+            self._remove_prefix(self._dir(snapshot_id, location))
+
+    def _remove_prefix(self, prefix: str) -> None:
+        doc = f"{prefix}/{SNAPSHOT_FILE}"
+        if self.fs.exists(doc):
+            self.fs.rm_file(doc)
+        paths = self._find(prefix)
+        if paths:
+            self.fs.rm(sorted(paths, reverse=True))
+        if self.fs.exists(prefix):  # an empty directory on a real filesystem
+            self.fs.rm(prefix, recursive=True)
+
+    # ---- reading ---------------------------------------------------------------------------
+
+    def list_snapshots(self) -> dict[str, RemoteEntry]:
+        """Every complete snapshot in the bucket (a prefix without `snapshot.json` is absent)."""
+        self.fs.invalidate_cache()
+        found: dict[str, RemoteEntry] = {}
+        for location, parent in ((FAILED, "failed"), (READY, "plugins/profile")):
+            base = f"{self.root}/{parent}"
+            for path, info in self._find(base, detail=True).items():
+                rel = posixpath.relpath(self.fs._strip_protocol(path), base)
+                snapshot_id, _, name = rel.partition("/")
+                if name != SNAPSHOT_FILE or not is_snapshot_id(snapshot_id):
+                    continue
+                # ready wins over a stale failed record of the same id
+                found[snapshot_id] = RemoteEntry(snapshot_id, location, _version(info))
+        return found
+
+    def read_docs(self, entries: list[RemoteEntry]) -> dict[str, bytes]:
+        """The `snapshot.json` bytes of each entry (fetched concurrently where fsspec can)."""
+        if not entries:
+            return {}
+        paths = {f"{self._dir(e.id, e.location)}/{SNAPSHOT_FILE}": e.id for e in entries}
+        data = self.fs.cat(list(paths), on_error="omit")
+        return {paths[self.fs._strip_protocol(p)]: v for p, v in data.items()}
+
+    def read_doc(self, snapshot_id: str) -> tuple[RemoteEntry, bytes] | None:
+        """One snapshot's `snapshot.json` straight from the bucket, or None."""
+        for location in (READY, FAILED):
+            path = f"{self._dir(snapshot_id, location)}/{SNAPSHOT_FILE}"
+            try:
+                info = self.fs.info(path)
+                return RemoteEntry(snapshot_id, location, _version(info)), self.fs.cat_file(path)
+            except FileNotFoundError:
+                continue
+        return None
+
+    def file_size(self, snapshot: Snapshot, name: str) -> int | None:
+        return self._size(f"{self._files_dir(snapshot.id, self.location_of(snapshot))}/{name}")
+
+    def open_file(self, snapshot: Snapshot, name: str) -> Iterator[bytes]:
+        """Stream one capture file of a snapshot, in 1 MiB chunks."""
+        path = f"{self._files_dir(snapshot.id, self.location_of(snapshot))}/{name}"
+        with self.fs.open(path, "rb") as f:
+            while chunk := f.read(CHUNK_BYTES):
+                yield chunk
+
+    def _size(self, path: str) -> int | None:
+        try:
+            return int(self.fs.info(path)["size"])
+        except FileNotFoundError:
+            return None
+
+    def _find(self, prefix: str, *, detail: bool = False) -> Any:
+        try:
+            return self.fs.find(prefix, withdirs=False, detail=detail)
+        except FileNotFoundError:
+            return {} if detail else []
+
+
+def _version(info: dict[str, Any]) -> int:
+    """A number that changes when an object is rewritten: its ETag (S3, GCS), else its mtime."""
+    for key in ("ETag", "etag", "md5Hash", "generation"):
+        if info.get(key):
+            digest = hashlib.sha256(str(info[key]).encode()).digest()
+            return int.from_bytes(digest[:7], "big") or 1
+    mtime = info.get("mtime") or info.get("LastModified") or info.get("updated")
+    if isinstance(mtime, datetime):
+        return int(mtime.timestamp() * 1e9) or 1
+    if isinstance(mtime, int | float):
+        return int(mtime * 1e9) or 1
+    return int(info.get("size") or 0) + 1

@@ -1,0 +1,94 @@
+"""A real S3 API on loopback for the shared-bucket tests: moto's standalone server, one process.
+
+A plain module (like helpers.py): the store and e2e tests both start it. Its state lives in the
+process's memory, so a stopped server comes back empty (the bucket-down tests rely on that).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import s3fs
+
+KEY = SECRET = "testing"  # moto accepts any credentials
+
+
+@dataclass
+class S3Server:
+    port: int
+    proc: subprocess.Popen | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def options(self) -> dict:
+        """fsspec storage options for this server (what PROFILER_STORE_OPTIONS holds)."""
+        return {"endpoint_url": self.endpoint, "key": KEY, "secret": SECRET}
+
+    @property
+    def fast_fail_options(self) -> dict:
+        """The same, giving up on a dead endpoint after one quick try (the bucket-down tests)."""
+        config = {"connect_timeout": 1, "read_timeout": 10, "retries": {"max_attempts": 1}}
+        return {**self.options, "config_kwargs": config}
+
+    @property
+    def options_json(self) -> str:
+        return json.dumps(self.options)
+
+    def fs(self) -> s3fs.S3FileSystem:
+        return s3fs.S3FileSystem(skip_instance_cache=True, use_listings_cache=False, **self.options)
+
+    def start(self, log: Path) -> S3Server:
+        """`python -m moto.server` on 127.0.0.1:port; returns once it answers."""
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+            stdout=log.open("a"),
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"moto server exited: {log.read_text()[-2000:]}")
+            try:
+                httpx.get(f"{self.endpoint}/moto-api/", timeout=1)
+                return self
+            except httpx.TransportError:
+                time.sleep(0.1)
+        self.stop()
+        raise RuntimeError("moto server did not answer within 60 s")
+
+    def stop(self) -> None:
+        """Stop the process this object started, by its pid."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def create_bucket(self, name: str) -> None:
+        self.fs().mkdir(name)
+
+
+def wait_until(predicate, timeout_s: float = 60, what: str = "condition"):
+    """Poll `predicate` until it returns something truthy; return that."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
