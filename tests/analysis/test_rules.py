@@ -243,7 +243,7 @@ def test_input_bound_names_the_slowest_stage_and_puts_python_advice_first():
     finding = assert_fires("input_bound", summary, Severity.CRITICAL)
     assert "slowest stage is preprocessing" in finding.title
     assert finding.evidence["slowest_input_op"] == "Iterator::Map"
-    assert finding.recommendation.startswith("move the Python decoding")
+    assert finding.recommendation.startswith("Move the Python decoding")
 
     summary.input_pipeline.python_in_pipeline = False
     assert "Python" not in run("input_bound", summary).recommendation

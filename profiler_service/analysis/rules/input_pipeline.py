@@ -45,7 +45,11 @@ def input_bound(summary: Summary) -> Finding | None:
             "python_in_pipeline": pipeline.python_in_pipeline,
             "stage_time_us": pipeline.stage_time_us,
         },
-        recommendation="; ".join(advice) + ".",
+        recommendation=_sentence("; ".join(advice)),
         docs=DOCS,
         impact_share=pct / 100,
     )
+
+
+def _sentence(text: str) -> str:
+    return text[:1].upper() + text[1:] + "."
