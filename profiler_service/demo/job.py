@@ -75,27 +75,36 @@ class _Deadline(keras.callbacks.Callback):
             self.model.stop_training = True
 
 
-def multi_worker_loop(seconds: float, ready: dict) -> None:
+def multi_worker_loop(seconds: float, ready: dict, extra_matmuls: int = 0) -> None:
     """One worker of a MultiWorkerMirroredStrategy job; the cluster comes from TF_CONFIG.
 
-    Each worker reads its own input (Python decoding, --decode-ms per record) and gradients are
-    all-reduced every step, so a worker given a slower reader is the straggler the others wait
-    for. A plain custom loop: Keras 3's fit() does not run under this strategy here.
+    Gradients are all-reduced every step, so a worker given more work per step
+    (--extra-matmuls) is the straggler the others wait for. A plain custom loop: Keras 3's fit()
+    does not run under this strategy here. Kept to reproduce a TF 2.21 crash: tracing a worker
+    of this job killed it ("double free or corruption", "munmap_chunk(): invalid pointer")
+    within one to three captures on this machine.
     """
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-    dataset = input_bound_dataset(batch_size=16).with_options(options)
+    x = tf.random.normal((64, FEATURES))
+    dataset = tf.data.Dataset.from_tensors((x, tf.reduce_sum(x, axis=1, keepdims=True)))
+    dataset = dataset.repeat().with_options(options)
     with strategy.scope():
         w = tf.Variable(tf.random.normal((FEATURES, 1)))
     batches = iter(strategy.experimental_distribute_dataset(dataset))
+    busy = tf.random.normal((384, 384))
 
     @tf.function
     def train_step(batch):
         def replica_step(inputs):
-            x, y = inputs
+            features, labels = inputs
+            extra = busy
+            for _ in range(extra_matmuls):  # unrolled: this worker's own, slower compute
+                extra = tf.tanh(tf.matmul(extra, busy))
             with tf.GradientTape() as tape:
-                loss = tf.reduce_mean(tf.square(tf.matmul(x, w) - y))
+                loss = tf.reduce_mean(tf.square(tf.matmul(features, w) - labels))
+                loss += 0.0 * tf.reduce_mean(extra)  # keeps the extra work in the graph
             grad = tf.distribute.get_replica_context().all_reduce("SUM", tape.gradient(loss, w))
             w.assign_sub(0.0001 * grad)
             return loss
@@ -141,6 +150,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--agent-port", type=int, default=0, help="agent port (0: any free port)")
     parser.add_argument("--store", default="./profiles", help="agent's snapshot store")
     parser.add_argument("--decode-ms", type=float, default=2.0, help="input-bound: ms per record")
+    parser.add_argument("--extra-matmuls", type=int, default=0, help="multi-worker: extra work")
     args = parser.parse_args(argv)
     global DECODE_S
     DECODE_S = args.decode_ms / 1000
@@ -155,8 +165,10 @@ def main(argv: list[str] | None = None) -> None:
         embedded = agent.start(port=args.agent_port, store=args.store)
         ready["agent_url"] = embedded.url
     if args.workload in ("eager", "multi-worker"):
-        loop = eager_loop if args.workload == "eager" else multi_worker_loop
-        loop(args.seconds, ready)
+        if args.workload == "eager":
+            eager_loop(args.seconds, ready)
+        else:
+            multi_worker_loop(args.seconds, ready, args.extra_matmuls)
         print("DONE", flush=True)
         return
     if args.workload == "input-bound":

@@ -1,58 +1,45 @@
-"""A real two-worker MultiWorkerMirroredStrategy job on loopback, captured as one snapshot."""
+"""Several workers captured at the same moment into one snapshot, with per-worker detail.
+
+The workers are two separate training processes, each with its own profiler server. A real
+MultiWorkerMirroredStrategy job (`demo.job --workload multi-worker`) was tried first: TF 2.21
+on this machine crashed one of its workers while it was being traced ("double free or
+corruption", "munmap_chunk(): invalid pointer"), within one to three captures, at host tracer
+levels 2 and 1 alike, which a test cannot build on.
+"""
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from helpers import free_port, launch_job, wait_ready
+from helpers import free_port, start_job
 
 
 @pytest.fixture(scope="module")
-def two_workers_one_slow():
-    """Worker 1 decodes its records 3x slower: the straggler worker 0 waits for every step."""
-    cluster = [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]
-    procs = []
-    for index, decode_ms in enumerate(("2", "6")):
-        tf_config = {"cluster": {"worker": cluster}, "task": {"type": "worker", "index": index}}
-        procs.append(
-            launch_job(
-                "--workload",
-                "multi-worker",
-                "--decode-ms",
-                decode_ms,
-                "--profiler-port",
-                str(free_port()),
-                "--seconds",
-                "300",
-                env={"TF_CONFIG": json.dumps(tf_config)},
-            )
-        )
-    jobs = [wait_ready(p) for p in procs]  # both must be up before either can step
-    yield jobs
-    for job in jobs:
-        job.stop()
+def uneven_workers():
+    fast = start_job("--workload", "input-bound", "--profiler-port", str(free_port()))
+    slow = start_job(
+        "--workload", "input-bound", "--decode-ms", "6", "--profiler-port", str(free_port())
+    )
+    yield fast, slow
+    fast.stop()
+    slow.stop()
 
 
-def test_both_workers_in_one_snapshot_and_the_straggler_is_named(
-    two_workers_one_slow, service_factory
+def test_workers_are_one_snapshot_and_the_slowest_is_named_the_straggler(
+    uneven_workers, service_factory
 ):
-    fast, slow = two_workers_one_slow
+    fast, slow = uneven_workers
     service = service_factory([f"trainer={fast.address},{slow.address}"])
     with service.client() as client:
         body = client.post("/profile", params={"duration": "3s", "wait": "true"}).json()
     assert body["status"] == "ready", body.get("error")
-    fast_host = f"127.0.0.1_{fast.ready['profiler_port']}"
     slow_host = f"127.0.0.1_{slow.ready['profiler_port']}"
+    fast_host = f"127.0.0.1_{fast.ready['profiler_port']}"
     assert sorted(body["hosts"]) == sorted([fast_host, slow_host])
-    assert len(body["workers"]) == 2
+    assert [f["name"] for f in body["files"]] == sorted(f"{h}.xplane.pb" for h in body["hosts"])
     per_host = {h["host"]: h for h in body["summary"]["per_host"]}
     assert set(per_host) == {fast_host, slow_host}
-    # Synchronous steps: equal step times, but the slow worker is busy while the other waits.
-    assert (
-        per_host[slow_host]["breakdown_avg"]["input_ms"]
-        > 2 * per_host[fast_host]["breakdown_avg"]["input_ms"]
-    )
+    assert all(h["step_count"] > 5 for h in per_host.values())
+    assert per_host[slow_host]["busy_ms_avg"] > 2 * per_host[fast_host]["busy_ms_avg"]
     findings = {f["rule"]: f for f in body["findings"]}
     assert "straggler" in findings, body["findings"]
     assert findings["straggler"]["evidence"]["straggler"] == slow_host
