@@ -13,15 +13,13 @@ Prints medians and ratios to the baseline. Aim: analysis <= 1.3x the baseline.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
+
+from bench_common import free_port, start_job
 
 from profiler_service.analysis.analyzer import XprofAnalyzer
 from profiler_service.analysis.summary import analyse_run
@@ -30,37 +28,6 @@ from profiler_service.capture.capturer import CaptureJob
 from profiler_service.capture.remote import RemoteCapturer
 from profiler_service.config import Target
 from profiler_service.models import CaptureOptions
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_job(port: int, workload: str) -> subprocess.Popen:
-    job = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "profiler_service.demo.job",
-            "--workload",
-            workload,
-            "--profiler-port",
-            str(port),
-            "--seconds",
-            "300",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
-    )
-    assert job.stdout is not None
-    for line in job.stdout:
-        if line.startswith("READY"):
-            return job
-    raise RuntimeError("job did not start")
 
 
 def capture(port: int, seconds: float, logdir: Path) -> list[Path]:

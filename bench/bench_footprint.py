@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -30,33 +29,10 @@ from pathlib import Path
 
 import httpx
 import psutil
+from bench_common import free_port, start_job
 
 ROOT = Path(__file__).resolve().parent.parent
 MB = 1024 * 1024
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_job(port: int, workload: str) -> subprocess.Popen:
-    job = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "profiler_service.demo.job", "--workload", workload),
-            *("--profiler-port", str(port), "--seconds", "1200"),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
-    )
-    assert job.stdout is not None
-    for line in job.stdout:
-        if line.startswith("READY"):
-            return job
-    raise RuntimeError("job did not start")
 
 
 def start_service(store: Path, target: str, port: int) -> subprocess.Popen:

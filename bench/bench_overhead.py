@@ -23,7 +23,6 @@ import argparse
 import logging
 import math
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -31,6 +30,8 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
+
+from bench_common import free_port
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -53,12 +54,6 @@ while True:
         pass
     time.sleep(max(0.0, 1.0 - (time.monotonic() - t)))
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def dataset(batch_size: int = 128) -> tf.data.Dataset:

@@ -6,6 +6,7 @@ a conftest of its own.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -13,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -151,3 +153,31 @@ def wait_for_status(
             return body
         time.sleep(0.1)
     raise AssertionError(f"snapshot {snapshot_id} stayed {body.get('status')}, wanted {statuses}")
+
+
+@contextlib.contextmanager
+def xprof_server(logdir: Path) -> Iterator[Callable[[str, dict | None], object]]:
+    """`xprof --logdir LOGDIR` on free ports; yields get(route, params) for its profile API."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [os.path.join(os.path.dirname(sys.executable), "xprof"), "--logdir", str(logdir),
+         "--port", str(port), "--grpc_port", str(free_port())],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **QUIET_TF},
+    )  # fmt: skip
+
+    def get(route: str, params: dict | None = None) -> object:
+        url = f"http://127.0.0.1:{port}/data/plugin/profile/{route}"
+        return httpx.get(url, params=params, timeout=60).json()
+
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                httpx.get(f"http://127.0.0.1:{port}/data/plugin/profile/runs", timeout=5)
+                break
+            except httpx.TransportError:
+                time.sleep(0.5)
+        yield get
+    finally:
+        proc.terminate()
+        proc.wait(20)

@@ -14,12 +14,11 @@ import os
 import re
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 
 import httpx
 import pytest
-from helpers import QUIET_TF, free_port
+from helpers import QUIET_TF, free_port, xprof_server
 from s3_server import S3Server, wait_until
 
 BUCKET = "fleet-profiles"
@@ -150,41 +149,9 @@ def test_xprof_discovers_the_runs_of_a_mirror(input_bound_job, service_factory, 
         snapshot = capture(client)
         wait_until(lambda: metric(client, "profiler_store_upload_pending") == 0, 60, "the copy")
 
-    port = free_port()
-    xprof = subprocess.Popen(
-        [
-            os.path.join(os.path.dirname(sys.executable), "xprof"),
-            "--logdir",
-            str(shared),
-            "--port",
-            str(port),
-            "--grpc_port",
-            str(free_port()),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env={**os.environ, **QUIET_TF},
-    )
-    try:
-        runs = None
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and runs is None:
-            try:
-                runs = httpx.get(
-                    f"http://127.0.0.1:{port}/data/plugin/profile/runs", timeout=5
-                ).json()
-            except httpx.TransportError:
-                time.sleep(0.5)
-        assert runs == [snapshot["id"]]
-        tools = httpx.get(
-            f"http://127.0.0.1:{port}/data/plugin/profile/run_tools",
-            params={"run": snapshot["id"]},
-            timeout=60,
-        ).json()
-        assert "overview_page" in tools
-    finally:
-        xprof.terminate()
-        xprof.wait(20)
+    with xprof_server(shared) as xprof:
+        assert xprof("runs") == [snapshot["id"]]
+        assert "overview_page" in xprof("run_tools", {"run": snapshot["id"]})
 
 
 def test_tf_2_21_cannot_write_s3_itself_so_the_capture_goes_through_the_shared_volume():

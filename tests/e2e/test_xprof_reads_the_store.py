@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
-import time
 
-import httpx
-from helpers import QUIET_TF, free_port
+from helpers import xprof_server
 
 
 def test_xprof_server_lists_only_ready_snapshots(input_bound_job, service_factory, tmp_path):
@@ -28,38 +23,6 @@ def test_xprof_server_lists_only_ready_snapshots(input_bound_job, service_factor
         place.mkdir(parents=True)
         shutil.copy(xplane, place / xplane.name)
 
-    port = free_port()
-    xprof = subprocess.Popen(
-        [
-            os.path.join(os.path.dirname(sys.executable), "xprof"),
-            "--logdir",
-            str(store),
-            "--port",
-            str(port),
-            "--grpc_port",
-            str(free_port()),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env={**os.environ, **QUIET_TF},
-    )
-    try:
-        runs = None
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and runs is None:
-            try:
-                runs = httpx.get(
-                    f"http://127.0.0.1:{port}/data/plugin/profile/runs", timeout=5
-                ).json()
-            except httpx.TransportError:
-                time.sleep(0.5)
-        assert runs == [ready["id"]]
-        tools = httpx.get(
-            f"http://127.0.0.1:{port}/data/plugin/profile/run_tools",
-            params={"run": ready["id"]},
-            timeout=60,
-        ).json()
-        assert "overview_page" in tools
-    finally:
-        xprof.terminate()
-        xprof.wait(20)
+    with xprof_server(store) as xprof:
+        assert xprof("runs") == [ready["id"]]
+        assert "overview_page" in xprof("run_tools", {"run": ready["id"]})

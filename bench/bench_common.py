@@ -1,0 +1,33 @@
+"""What the benchmarks share: free loopback ports and a real training job to measure."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_job(port: int, workload: str, seconds: float = 1200) -> subprocess.Popen:
+    """`profiler_service.demo.job` with its profiler server on `port`; returns once it trains."""
+    job = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "profiler_service.demo.job", "--workload", workload),
+            *("--profiler-port", str(port), "--seconds", str(seconds)),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
+    assert job.stdout is not None
+    for line in job.stdout:
+        if line.startswith("READY"):
+            return job
+    raise RuntimeError("job did not start")
