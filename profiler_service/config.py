@@ -125,6 +125,9 @@ class Settings(BaseSettings):
     capture_grace_s: float = Field(default=30.0, gt=0)
     capture_attempts: int = Field(default=2, ge=1, le=10)
     analysis_timeout_s: float = Field(default=300.0, gt=0)
+    # On SIGTERM, finish in-flight captures for up to this long (keep it under the pod's
+    # terminationGracePeriodSeconds); what is still running then is `interrupted` at next start.
+    shutdown_grace_s: float = Field(default=20.0, ge=0)
 
     host_tracer_level: int = Field(default=2, ge=0, le=3)
     python_tracer_level: int = Field(default=0, ge=0, le=1)

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import anyio
 from fastapi import FastAPI
 
 from profiler_service import __version__
 from profiler_service.api.errors import install_error_handlers
 from profiler_service.api.routes import comparisons, health, metrics, profiles, webhooks
 from profiler_service.service import Service
+
+log = logging.getLogger(__name__)
 
 
 def create_app(service: Service) -> FastAPI:
@@ -19,6 +23,13 @@ def create_app(service: Service) -> FastAPI:
         if service.scheduler is not None:
             service.scheduler.start()
         yield
+        if service.scheduler is not None:
+            service.scheduler.stop()
+        left = await anyio.to_thread.run_sync(
+            service.controller.drain, service.settings.shutdown_grace_s
+        )
+        if left:
+            log.warning("stopping with captures in flight (interrupted at next start): %s", left)
         service.close()
 
     app = FastAPI(

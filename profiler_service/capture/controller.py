@@ -145,6 +145,15 @@ class CaptureController:
     def max_wait_s(self, duration_s: float) -> float:
         return duration_s + self.settings.capture_grace_s + self.settings.analysis_timeout_s + 10
 
+    def drain(self, timeout_s: float) -> list[str]:
+        """Wait up to `timeout_s` for captures in flight to finish; return the ids still running."""
+        deadline = time.monotonic() + timeout_s
+        with self._lock:
+            pending = dict(self._done)
+        for done in pending.values():
+            done.wait(max(0.0, deadline - time.monotonic()))
+        return [i for i, done in pending.items() if not done.is_set()]
+
     def in_flight(self) -> list[Snapshot]:
         with self._lock:
             return [a.snapshot.model_copy(deep=True) for a in self._active.values()]
