@@ -23,6 +23,17 @@ import httpx
 QUIET_TF = {"TF_CPP_MIN_LOG_LEVEL": "1", "PYTHONUNBUFFERED": "1"}
 
 
+def stop_process(proc: subprocess.Popen, timeout_s: float = 20) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within `timeout_s`."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -39,13 +50,7 @@ class Job:
         return f"grpc://127.0.0.1:{self.ready['profiler_port']}"
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
 
 
 def launch_job(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
@@ -94,12 +99,7 @@ class ServiceProcess:
             self.proc.wait()
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        stop_process(self.proc)
 
 
 def start_service(
@@ -181,3 +181,23 @@ def xprof_server(logdir: Path) -> Iterator[Callable[[str, dict | None], object]]
     finally:
         proc.terminate()
         proc.wait(20)
+
+
+def _processes_mentioning(text: str) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if text in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+    return pids
+
+
+def no_process_mentions(text: str, timeout_s: float = 10) -> bool:
+    """True once no process's command line mentions `text` (workers die with the service)."""
+    deadline = time.monotonic() + timeout_s
+    while _processes_mentioning(text) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return _processes_mentioning(text) == []

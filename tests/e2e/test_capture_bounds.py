@@ -6,10 +6,9 @@ import os
 import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import httpx
-from helpers import wait_for_status
+from helpers import no_process_mentions, wait_for_status
 
 
 def test_fifty_concurrent_posts_start_exactly_one_capture(input_bound_job, service_factory):
@@ -34,18 +33,6 @@ def test_fifty_concurrent_posts_start_exactly_one_capture(input_bound_job, servi
         assert client.post("/profile", params={"duration": "500ms"}).status_code == 202
 
 
-def _processes_mentioning(text: str) -> list[int]:
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if text in (entry / "cmdline").read_bytes().decode(errors="replace"):
-                    pids.append(int(entry.name))
-            except OSError:
-                continue
-    return pids
-
-
 def test_kill_9_mid_capture_leaves_an_interrupted_snapshot_after_restart(
     input_bound_job, service_factory, tmp_path
 ):
@@ -61,10 +48,7 @@ def test_kill_9_mid_capture_leaves_an_interrupted_snapshot_after_restart(
     service.proc.wait()
 
     # The capture client died with the service: no orphan keeps tracing into the store.
-    deadline = time.monotonic() + 10
-    while _processes_mentioning(victim["id"]) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert _processes_mentioning(victim["id"]) == []
+    assert no_process_mentions(victim["id"])
 
     restarted = service_factory([input_bound_job.address], store=store)
     with restarted.client() as client:

@@ -9,32 +9,11 @@ import contextlib
 import hashlib
 import os
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-
-
-def _processes_mentioning(text: str) -> list[int]:
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            try:
-                if text in (entry / "cmdline").read_bytes().decode(errors="replace"):
-                    pids.append(int(entry.name))
-            except OSError:
-                continue
-    return pids
-
-
-def no_process_mentions(text: str, timeout_s: float = 10) -> bool:
-    """True once no process's command line mentions `text` (workers die with the service)."""
-    deadline = time.monotonic() + timeout_s
-    while _processes_mentioning(text) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    return _processes_mentioning(text) == []
 
 
 def sha256(path: Path) -> str:

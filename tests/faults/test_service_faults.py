@@ -11,8 +11,8 @@ import signal
 from pathlib import Path
 
 from fastapi.testclient import TestClient
-from fault_helpers import assert_nothing_half_written, fingerprint, no_process_mentions
-from helpers import wait_for_status
+from fault_helpers import assert_nothing_half_written, fingerprint
+from helpers import no_process_mentions, wait_for_status
 
 from profiler_service.api import create_app
 from profiler_service.capture.capturer import CaptureJob, collect_xplanes
