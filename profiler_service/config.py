@@ -8,6 +8,7 @@ import re
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import parse_qs, urlsplit
 
 from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -16,11 +17,68 @@ TARGET_NAME_PATTERN = r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$"
 _GRPC_URL = re.compile(
     r"^(?:grpc://)?(?P<host>\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):(?P<port>\d{1,5})$"
 )
+# The cluster roles whose tasks are captured by default: those that train. Parameter servers and
+# the evaluator run profiler servers too; name them with ?tasks= to capture them.
+TRAINING_TASKS = ("chief", "master", "worker")
 
 
 class TargetKind(StrEnum):
     GRPC = "grpc"  # a job's profiler server, captured from outside (sidecar)
     IN_PROCESS = "in-process"  # this very process (the embedded agent)
+
+
+def profiler_address(text: str) -> str:
+    """`grpc://HOST:PORT` or `HOST:PORT` as `HOST:PORT`, the form XProf's capture client takes."""
+    match = _GRPC_URL.match(text.strip())
+    if not match:
+        raise ValueError(f"{text!r} is not a profiler server address (grpc://HOST:PORT)")
+    if not 0 < int(match["port"]) < 65536:
+        raise ValueError(f"{text!r} has a port outside 1-65535")
+    return f"{match['host']}:{match['port']}"
+
+
+class Discovery(BaseModel):
+    """Where a target's workers are found at each capture, so a rescheduled job is followed.
+
+    `tf-config://` reads the service's own TF_CONFIG; `tf-config:///PATH` a file holding one
+    (re-read every time); `dns://NAME:PORT` every address NAME resolves to (a headless Service).
+    """
+
+    source: str = Field(pattern="^(tf-config|dns)$")
+    path: str | None = None  # tf-config: a file; None means the TF_CONFIG variable
+    host: str | None = None  # dns
+    port: int | None = Field(default=None, gt=0, lt=65536)  # dns; tf-config: replaces each port
+    tasks: list[str] = Field(default_factory=lambda: list(TRAINING_TASKS))  # tf-config
+
+    @classmethod
+    def parse(cls, url: str) -> Discovery:
+        parts = urlsplit(url.strip())
+        query = parse_qs(parts.query)
+        unknown = set(query) - {"tasks", "port"}
+        if unknown:
+            raise ValueError(f"{url!r}: unknown option(s) {', '.join(sorted(unknown))}")
+        port = query.get("port", [None])[-1]
+        if parts.scheme == "dns":
+            if not parts.hostname or parts.port is None or query:
+                raise ValueError(f"{url!r} must be dns://NAME:PORT")
+            return cls(source="dns", host=parts.hostname, port=parts.port)
+        if parts.scheme != "tf-config" or parts.netloc:
+            raise ValueError(
+                f"{url!r} is not a discovery URL (tf-config://, tf-config:///PATH, dns://NAME:PORT)"
+            )
+        tasks = [t for v in query.get("tasks", []) for t in v.split(",") if t]
+        return cls(
+            source="tf-config",
+            path=parts.path or None,
+            port=int(port) if port is not None and port.isdigit() else port,
+            **({"tasks": tasks} if tasks else {}),
+        )
+
+    def describe(self) -> str:
+        if self.source == "dns":
+            return f"dns://{self.host}:{self.port}"
+        where = f"TF_CONFIG in {self.path}" if self.path else "the TF_CONFIG variable"
+        return where + (f" (port {self.port})" if self.port else "")
 
 
 class Target(BaseModel):
@@ -30,27 +88,30 @@ class Target(BaseModel):
     kind: TargetKind = TargetKind.GRPC
     # host:port of each worker's profiler server; the first is the one the client talks to.
     workers: list[str] = Field(default_factory=list)
+    # Instead of a fixed list: where the workers are found when a capture starts.
+    discover: Discovery | None = None
+
+    @field_validator("discover", mode="before")
+    @classmethod
+    def _parse_discovery(cls, value: Any) -> Any:
+        return Discovery.parse(value) if isinstance(value, str) else value
 
     @field_validator("workers", mode="before")
     @classmethod
     def _normalise_workers(cls, value: Any) -> list[str]:
         if isinstance(value, str):
             value = [value]
-        out = []
-        for item in value or []:
-            match = _GRPC_URL.match(str(item).strip())
-            if not match:
-                raise ValueError(f"{item!r} is not a profiler server address (grpc://HOST:PORT)")
-            if not 0 < int(match["port"]) < 65536:
-                raise ValueError(f"{item!r} has a port outside 1-65535")
-            out.append(f"{match['host']}:{match['port']}")
-        return out
+        return [profiler_address(str(item)) for item in value or []]
 
     @model_validator(mode="after")
     def _workers_match_kind(self) -> Target:
-        if self.kind is TargetKind.GRPC and not self.workers:
-            raise ValueError(f"target {self.name!r} needs at least one grpc://HOST:PORT")
-        if self.kind is TargetKind.IN_PROCESS and self.workers:
+        if self.kind is TargetKind.GRPC and not self.workers and self.discover is None:
+            raise ValueError(
+                f"target {self.name!r} needs grpc://HOST:PORT, tf-config:// or dns://NAME:PORT"
+            )
+        if self.workers and self.discover is not None:
+            raise ValueError(f"target {self.name!r}: give its workers or a discovery, not both")
+        if self.kind is TargetKind.IN_PROCESS and (self.workers or self.discover):
             raise ValueError(f"in-process target {self.name!r} takes no address")
         return self
 
@@ -60,10 +121,14 @@ class Target(BaseModel):
 
     @classmethod
     def parse(cls, spec: str, default_name: str = "default") -> Target:
-        """Parse `[NAME=]grpc://HOST:PORT[,grpc://HOST:PORT...]` (the CLI and env form)."""
+        """Parse `[NAME=]grpc://HOST:PORT[,grpc://HOST:PORT...]`, `[NAME=]tf-config://[PATH]` or
+        `[NAME=]dns://NAME:PORT` (the CLI and env form)."""
         name, sep, rest = spec.partition("=")
-        if not sep:
+        if not sep or "://" in name:
             name, rest = default_name, spec
+        rest = rest.strip()
+        if rest.startswith(("tf-config:", "dns:")):
+            return cls(name=name.strip(), discover=rest)
         return cls(name=name.strip(), workers=[w for w in rest.split(",") if w.strip()])
 
 
@@ -124,6 +189,9 @@ class Settings(BaseSettings):
     duration_max_s: float = Field(default=60.0, gt=0)
     capture_grace_s: float = Field(default=30.0, gt=0)
     capture_attempts: int = Field(default=2, ge=1, le=10)
+    # A discovered target (tf-config://, dns://) is captured on at most this many workers, the
+    # first ones (the chief first): each worker's capture is tens of MB and analysed in turn.
+    capture_max_workers: int = Field(default=32, ge=1, le=1024)
     analysis_timeout_s: float = Field(default=300.0, gt=0)
     # On SIGTERM, finish in-flight captures for up to this long (keep it under the pod's
     # terminationGracePeriodSeconds); what is still running then is `interrupted` at next start.

@@ -140,8 +140,11 @@ class HostSummary(BaseModel):
     step_time_ms_avg: float | None = None
     input_share_pct: float | None = None
     breakdown_avg: StepBreakdown = Field(default_factory=StepBreakdown)
-    # Step time minus time waiting on the others ("All Others" and collectives): in a
-    # synchronous job every worker's step is as long as the slowest one's busy time.
+    # Collectives run on the host per step (a CPU all-reduce): XProf counts them as host
+    # compute, but on a fast worker they are mostly waiting for the slow one.
+    host_collectives_ms_avg: float = 0.0
+    # Step time minus time waiting on the others ("All Others" and collectives, device and
+    # host): in a synchronous job every worker's step is as long as the slowest one's busy time.
     busy_ms_avg: float | None = None
 
 

@@ -116,11 +116,12 @@ def categorise(op_type: str, host_or_device: str) -> OpCategory:
     return OpCategory.COMPUTE if host_or_device == "Device" else OpCategory.OTHER
 
 
-def summarise_op_stats(tables: list[dict], summary: Summary, top_k: int = TOP_OPS) -> None:
+def read_ops(tables: list[dict]) -> list[TopOp]:
+    """Every op of XProf's framework op stats (IDLE left out), slowest first."""
     # XProf gives two tables: with and without IDLE; only real ops matter here.
     candidates = [t for t in tables if table_with_column([t], "total_self_time")]
     if not candidates:
-        return
+        return []
     rows = [
         r
         for r in rows_as_dicts(candidates[-1])
@@ -130,28 +131,49 @@ def summarise_op_stats(tables: list[dict], summary: Summary, top_k: int = TOP_OP
     for r in rows:
         side_total_us[str(r.get("host_or_device"))] += float(r.get("total_self_time") or 0)
     ops = []
-    category_us: dict[str, float] = defaultdict(float)
     for r in rows:
         side = str(r.get("host_or_device"))
         self_us = float(r.get("total_self_time") or 0)
-        op = TopOp(
-            name=str(r.get("operation")),
-            type=str(r.get("type")),
-            host_or_device=side,
-            category=categorise(str(r.get("type")), side),
-            occurrences=int(r.get("occurrences") or 0),
-            self_time_ms=self_us / 1000,
-            self_time_share=self_us / side_total_us[side] if side_total_us[side] else 0.0,
-            eager=str(r.get("eager")).lower() == "eager",
+        ops.append(
+            TopOp(
+                name=str(r.get("operation")),
+                type=str(r.get("type")),
+                host_or_device=side,
+                category=categorise(str(r.get("type")), side),
+                occurrences=int(r.get("occurrences") or 0),
+                self_time_ms=self_us / 1000,
+                self_time_share=self_us / side_total_us[side] if side_total_us[side] else 0.0,
+                eager=str(r.get("eager")).lower() == "eager",
+            )
         )
-        ops.append(op)
-        category_us[op.category.value] += self_us
     ops.sort(key=lambda op: op.self_time_ms, reverse=True)
+    return ops
+
+
+def host_communication_ms(ops: list[TopOp]) -> float:
+    """Self time of collectives run on the host (CPU all-reduce: mostly waiting for the peers).
+
+    Device collectives are in the step breakdown already; these are not.
+    """
+    return sum(
+        op.self_time_ms
+        for op in ops
+        if op.host_or_device == "Host" and op.category is OpCategory.COMMUNICATION
+    )
+
+
+def summarise_op_stats(tables: list[dict], summary: Summary, top_k: int = TOP_OPS) -> None:
+    ops = read_ops(tables)
+    if not ops:
+        return
     summary.top_ops = ops[:top_k]
     summary.input_pipeline.python_in_pipeline = any(
         op.type in PYTHON_OP_TYPES and op.host_or_device == "Host" for op in ops
     )
-    total = sum(category_us.values())
+    category_ms: dict[str, float] = defaultdict(float)
+    for op in ops:
+        category_ms[op.category.value] += op.self_time_ms
+    total = sum(category_ms.values())
     summary.op_category_share = {
-        c: round(us / total, 4) for c, us in sorted(category_us.items()) if total
+        c: round(ms / total, 4) for c, ms in sorted(category_ms.items()) if total
     }

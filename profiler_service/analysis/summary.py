@@ -17,7 +17,7 @@ from profiler_service.analysis.input_pipeline import summarise_input_pipeline
 from profiler_service.analysis.kernels import summarise_kernels
 from profiler_service.analysis.memory import summarise_memory
 from profiler_service.analysis.models import Finding, HostSummary, Summary
-from profiler_service.analysis.op_stats import summarise_op_stats
+from profiler_service.analysis.op_stats import host_communication_ms, read_ops, summarise_op_stats
 from profiler_service.analysis.overview import read_step_time, summarise_overview
 from profiler_service.analysis.rules import evaluate
 from profiler_service.analysis.xprof_tools import ToolFailed, tool_data, tool_names
@@ -91,14 +91,19 @@ def _host_summary(path: Path) -> HostSummary:
     step_time, _ = read_step_time(tool_data([path], "overview_page", use_saved_result=False))
     parts = step_time.breakdown_avg
     input_share = busy = None
+    host_collectives = 0.0
     if step_time.avg_ms:
         input_share = round(100 * parts.input_ms / step_time.avg_ms, 1)
-        busy = round(max(0.0, step_time.avg_ms - parts.other_ms - parts.collectives_ms), 3)
+        ops = read_ops(tool_data([path], "framework_op_stats", use_saved_result=False))
+        host_collectives = round(host_communication_ms(ops) / max(step_time.count, 1), 3)
+        waiting = parts.other_ms + parts.collectives_ms + host_collectives
+        busy = round(max(0.0, step_time.avg_ms - waiting), 3)
     return HostSummary(
         host=path.name.removesuffix(".xplane.pb"),
         step_count=step_time.count,
         step_time_ms_avg=step_time.avg_ms,
         input_share_pct=input_share,
         breakdown_avg=parts,
+        host_collectives_ms_avg=host_collectives,
         busy_ms_avg=busy,
     )

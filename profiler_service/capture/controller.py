@@ -7,6 +7,7 @@ back at once and follow it through `capturing -> analyzing -> ready | failed`.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import threading
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 
 from profiler_service.analysis.analyzer import AnalysisFailed, XprofAnalyzer
 from profiler_service.capture.capturer import CaptureFailed, CaptureJob, Capturer
+from profiler_service.capture.discovery import resolve_workers
 from profiler_service.config import Settings, Target, TargetKind
 from profiler_service.errors import CaptureBusy, InvalidRequest, UnknownTarget
 from profiler_service.models import (
@@ -166,6 +168,9 @@ class CaptureController:
     def _run(self, active: _Active, capturer: Capturer, job: CaptureJob) -> None:
         snapshot = active.snapshot
         try:
+            target, found = resolve_workers(job.target, self.settings.capture_max_workers)
+            job = dataclasses.replace(job, target=target)
+            snapshot.workers = target.workers
             snapshot.capture_started_at = utcnow()
             self.store.update(snapshot)
             paths = _with_deadline(capturer, job)
@@ -176,6 +181,11 @@ class CaptureController:
             analysis = self.analyzer.analyze(run_dir)
             snapshot.summary, snapshot.findings = analysis.summary, analysis.findings
             _note_missing_workers(snapshot)
+            if found > len(target.workers):
+                snapshot.summary.notes.append(
+                    f"{found} workers were discovered; the first {len(target.workers)} were "
+                    "captured (PROFILER_CAPTURE_MAX_WORKERS)"
+                )
             self.store.publish(snapshot)
             log.info("snapshot %s ready (%s)", snapshot.id, snapshot.target)
         except CaptureFailed as exc:

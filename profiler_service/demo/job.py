@@ -80,9 +80,11 @@ def multi_worker_loop(seconds: float, ready: dict, extra_matmuls: int = 0) -> No
 
     Gradients are all-reduced every step, so a worker given more work per step
     (--extra-matmuls) is the straggler the others wait for. A plain custom loop: Keras 3's fit()
-    does not run under this strategy here. Kept to reproduce a TF 2.21 crash: tracing a worker
-    of this job killed it ("double free or corruption", "munmap_chunk(): invalid pointer")
-    within one to three captures on this machine.
+    does not run under this strategy here.
+
+    Profile it through the worker's own cluster address (TF_CONFIG): TF's distributed gRPC
+    server already serves the profiler. A second server from --profiler-port, traced, crashed
+    a worker of this job within one to three captures on TF 2.21 ("double free or corruption").
     """
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     options = tf.data.Options()
@@ -99,7 +101,7 @@ def multi_worker_loop(seconds: float, ready: dict, extra_matmuls: int = 0) -> No
     def train_step(batch):
         def replica_step(inputs):
             features, labels = inputs
-            extra = busy
+            extra = busy + tf.reduce_mean(features)  # depends on the step: not constant-folded
             for _ in range(extra_matmuls):  # unrolled: this worker's own, slower compute
                 extra = tf.tanh(tf.matmul(extra, busy))
             with tf.GradientTape() as tape:

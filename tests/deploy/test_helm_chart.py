@@ -73,6 +73,14 @@ COMBINATIONS = {
         },
         "networkPolicy": {"enabled": True},
     },
+    "multi-worker-discovery": {
+        "training": {"kind": "Deployment", "image": "trainer:1"},
+        "targetDiscovery": "tf-config:///profiles/tf_config.json?tasks=chief,worker",
+        "store": {
+            "type": "persistentVolumeClaim",
+            "persistentVolumeClaim": {"accessModes": ["ReadWriteMany"]},
+        },
+    },
     "existing-secret-own-pod-spec": {
         "training": {"kind": "none"},
         "secret": {"create": False, "existingSecret": "profiler-credentials"},
@@ -204,6 +212,20 @@ def test_sidecar_shares_the_store_and_dials_the_job_over_localhost(monkeypatch):
     assert sidecar in spec["initContainers"] and sidecar["restartPolicy"] == "Always"
 
 
+def test_a_multi_worker_target_is_found_where_target_discovery_says(monkeypatch):
+    docs = install_dry_run(COMBINATIONS["multi-worker-discovery"])
+    env = env_of(sidecar_of(pod_spec(docs)[1]))
+    target = env["PROFILER_TARGETS"]["value"]
+    assert target == "trainer=tf-config:///profiles/tf_config.json?tasks=chief,worker"
+    monkeypatch.setenv("PROFILER_TARGETS", target)
+    discovery = Settings(api_token="t").targets[0].discover
+    assert (discovery.source, discovery.path, discovery.tasks) == (
+        "tf-config",
+        "/profiles/tf_config.json",
+        ["chief", "worker"],
+    )
+
+
 def test_secure_defaults():
     docs = install_dry_run({})
     metadata, spec = pod_spec(docs)
@@ -263,6 +285,7 @@ def test_insecure_must_be_explicit_and_existing_secrets_are_used():
         ),
         ({"sidecar": {"port": 80000}}, "at '/sidecar/port'"),
         ({"targetName": "Trainer_1"}, "at '/targetName'"),
+        ({"targetDiscovery": "http://workers:6009"}, "at '/targetDiscovery'"),
         ({"xprof": {"enabled": True}}, "at '/store/type': value must be 'persistentVolumeClaim'"),
         (
             {"prometheusRule": {"gpuUnderused": {"for": "ten minutes"}}},

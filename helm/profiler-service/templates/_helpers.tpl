@@ -120,7 +120,11 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
     - {name: PROFILER_PORT, value: {{ .Values.sidecar.port | quote }}}
     - {name: PROFILER_STORE, value: {{ .Values.store.mountPath | quote }}}
     - name: PROFILER_TARGETS
+      {{- if .Values.targetDiscovery }}
+      value: {{ printf "%s=%s" .Values.targetName .Values.targetDiscovery | quote }}
+      {{- else }}
       value: {{ printf "%s=grpc://127.0.0.1:%d" .Values.targetName (int .Values.training.profilerPort) | quote }}
+      {{- end }}
     - {name: HOME, value: /tmp}
     {{- if and .Values.xprof.enabled (not (hasKey .Values.sidecar.settings "tensorboard_url")) }}
     - {name: PROFILER_TENSORBOARD_URL, value: {{ include "profiler-service.xprofUrl" . | quote }}}

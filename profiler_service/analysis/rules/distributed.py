@@ -33,6 +33,7 @@ def straggler(summary: Summary) -> Finding | None:
             "straggler": slow.host,
             "busy_ms_by_host": {h.host: h.busy_ms_avg for h in hosts},
             "input_ms_by_host": {h.host: h.breakdown_avg.input_ms for h in hosts},
+            "host_collectives_ms_by_host": {h.host: h.host_collectives_ms_avg for h in hosts},
             "step_time_ms_avg": slow.step_time_ms_avg,
             "slowed_by": cause,
         },

@@ -9,7 +9,9 @@ from fastapi.responses import JSONResponse
 
 from profiler_service.api.deps import SettingsDep, StoreDep
 from profiler_service.api.schemas import HealthPublic
-from profiler_service.config import TargetKind
+from profiler_service.capture.capturer import CaptureFailed
+from profiler_service.capture.discovery import resolve_workers
+from profiler_service.config import Target, TargetKind
 from profiler_service.errors import StoreNotWritable
 
 router = APIRouter(tags=["health"])
@@ -31,13 +33,21 @@ def read_readiness(settings: SettingsDep, store: StoreDep):
     except StoreNotWritable as exc:
         checks["store"] = exc.detail
     for target in settings.targets:
-        if target.kind is TargetKind.GRPC:
-            checks[f"target:{target.name}"] = _reachable(target.service_addr)
-        else:
-            checks[f"target:{target.name}"] = "ok"
+        checks[f"target:{target.name}"] = _target_check(target)
     ready = all(v == "ok" for v in checks.values())
     body = HealthPublic(status="ready" if ready else "unready", checks=checks)
     return JSONResponse(body.model_dump(), status_code=200 if ready else 503)
+
+
+def _target_check(target: Target) -> str:
+    """The first worker's profiler port accepts connections (found first if discovered)."""
+    if target.kind is not TargetKind.GRPC:
+        return "ok"
+    try:
+        found, _ = resolve_workers(target, max_workers=1)
+    except CaptureFailed as exc:
+        return exc.detail
+    return _reachable(found.service_addr)
 
 
 def _reachable(address: str) -> str:
