@@ -10,7 +10,14 @@ from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import parse_qs, urlsplit
 
-from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    SecretStr,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 TARGET_NAME_PATTERN = r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$"
@@ -181,6 +188,9 @@ class Settings(BaseSettings):
     store_options: SecretStr | None = None
     store_refresh_s: float = Field(default=10.0, ge=0)  # how stale a listing of the bucket may be
     store_retry_max_s: float = Field(default=300.0, gt=0)  # longest wait between upload retries
+    # Where the job's profiler writes captures when it shares no volume with the service (a URL
+    # the job's TensorFlow writes, e.g. gs://bucket/incoming; fsspec reads it back here).
+    capture_url: str | None = None
     targets: Annotated[list[Target], NoDecode] = Field(default_factory=list)
 
     duration_default_s: float = Field(default=5.0, gt=0)
@@ -241,12 +251,14 @@ class Settings(BaseSettings):
     schedules: list[Schedule] = Field(default_factory=list)
     regression_max_share: float = Field(default=0.10, ge=0)
 
-    @field_validator("store_url")
+    @field_validator("store_url", "capture_url")
     @classmethod
-    def _check_store_url(cls, value: str | None) -> str | None:
+    def _check_url(cls, value: str | None, info: ValidationInfo) -> str | None:
         if value is not None and not re.match(r"^[a-z][a-z0-9+.-]*://.", value.strip()):
-            raise ValueError(f"store_url {value!r} must be a URL such as s3://bucket/prefix")
-        return value.strip() if value else None
+            raise ValueError(
+                f"{info.field_name} {value!r} must be a URL such as gs://bucket/prefix"
+            )
+        return value.strip().rstrip("/") if value else None
 
     def store_options_dict(self) -> dict[str, Any]:
         """PROFILER_STORE_OPTIONS parsed; checked here, not by a validator, whose error would
@@ -288,6 +300,15 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"duration_default_s={self.duration_default_s} must lie within "
                 f"[{self.duration_min_s}, {self.duration_max_s}]"
+            )
+        if (
+            self.capture_url
+            and self.store_url
+            and (f"{self.capture_url}/".startswith(f"{self.store_url}/"))
+        ):
+            raise ValueError(
+                "capture_url must lie outside store_url: XProf would list the captures in "
+                "flight there as runs"
             )
         names = [t.name for t in self.targets]
         if len(names) != len(set(names)):

@@ -56,7 +56,7 @@ def build_service(
     )
     store.open()
     if capturers is None:
-        capturers = {TargetKind.GRPC: RemoteCapturer()}
+        capturers = {TargetKind.GRPC: RemoteCapturer(settings.capture_url)}
     controller = CaptureController(
         settings, store, capturers, XprofAnalyzer(timeout_s=settings.analysis_timeout_s)
     )

@@ -9,7 +9,10 @@ from __future__ import annotations
 from profiler_service.capture.capturer import CaptureFailed
 
 
-def classify_remote_failure(address: str, error: str, stderr: str) -> CaptureFailed:
+def classify_remote_failure(
+    address: str, error: str, stderr: str, capture_url: str | None = None
+) -> CaptureFailed:
+    """`capture_url`: where the job was asked to write (PROFILER_CAPTURE_URL), if not the store."""
     text = f"{error}\n{stderr}"
     if "Could not interpret" in text:
         return CaptureFailed(
@@ -49,6 +52,14 @@ def classify_remote_failure(address: str, error: str, stderr: str) -> CaptureFai
         return CaptureFailed(
             "store_not_writable",
             f"the profiler could not write the capture into the store: {write_error}",
+        )
+    if "No trace event was collected" in text and capture_url:
+        # The server's reason (a scheme TF cannot write, no credentials) is only in the job's log.
+        return CaptureFailed(
+            "no_trace_events",
+            f"the profiler server at {address} returned no capture written to {capture_url}: "
+            "can the job's TensorFlow write there? (TF 2.21 writes gs:// itself; s3:// needs "
+            "tensorflow-io; the job's credentials must allow it) The job's log says why",
         )
     if "No trace event was collected" in text:
         return CaptureFailed(

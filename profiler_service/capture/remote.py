@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from profiler_service.capture.capture_url import CaptureUrl
 from profiler_service.capture.capturer import CaptureFailed, CaptureJob, collect_xplanes
 from profiler_service.capture.failures import classify_remote_failure
 from profiler_service.child_process import run_worker
@@ -20,13 +21,28 @@ CHILD = "profiler_service.capture.remote_child"
 class RemoteCapturer:
     applies_tracer_levels = True
 
+    def __init__(self, capture_url: str | None = None):
+        # Set: the job's profiler writes to this URL, not to our store (no shared volume).
+        self.capture_url = CaptureUrl(capture_url) if capture_url else None
+
     def capture(self, job: CaptureJob) -> list[Path]:
+        if self.capture_url is None:
+            self._trace(job, str(job.logdir))
+            return collect_xplanes(job)
+        try:
+            self._trace(job, self.capture_url.logdir(job.snapshot_id))
+            self.capture_url.fetch(job.snapshot_id, job.logdir)
+        finally:
+            self.capture_url.remove(job.snapshot_id)
+        return collect_xplanes(job)
+
+    def _trace(self, job: CaptureJob, logdir: str) -> None:
         request = {
             # Comma-separated: the client profiles every worker at once, each writing its own
             # <host>_<port>.xplane.pb. (worker_list asks service_addr to fan out, which only
             # TPU-style profiler services implement: TF's answers UNIMPLEMENTED.)
             "service_addr": ",".join(job.target.workers),
-            "logdir": str(job.logdir),
+            "logdir": logdir,
             "worker_list": "",
             "include_dataset_ops": job.options.include_dataset_ops,
             "duration_ms": job.options.duration_ms,
@@ -51,5 +67,5 @@ class RemoteCapturer:
                 ", ".join(job.target.workers),
                 result.get("error", f"exit status {run.returncode}"),
                 run.stderr,
+                logdir if self.capture_url else None,
             )
-        return collect_xplanes(job)
