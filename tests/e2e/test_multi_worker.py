@@ -18,7 +18,7 @@ from helpers import Job, free_port, launch_job, start_job, stop_process, wait_re
 
 # TF 2.21 itself sometimes aborts a traced MWMS worker ("double free or corruption" in
 # tsl::profiler::TraceMeRecorder::Consume -> SplitEventTracker::FindStartAndMerge, on the
-# profiler server's gRPC thread): here about 1 in 10 captures of 2 s, fewer of 1 s. Only when a
+# profiler server's gRPC thread): here 4 of 32 captures of 2-3 s, 1 of 41 of 1 s. Only when a
 # worker dies of that signal is the job started afresh, at most twice.
 ATTEMPTS = 3
 TF_TRACER_CRASH = {-signal.SIGABRT, -signal.SIGSEGV}
