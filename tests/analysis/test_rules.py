@@ -612,8 +612,10 @@ def test_straggler_names_the_busiest_worker_and_its_cause():
     assert finding.evidence["straggler"] == "w1"
     assert finding.evidence["slowed_by"] == "its input pipeline"
     assert finding.impact_share == pytest.approx(0.7)
-    compute = cpu(per_host=[worker("w0", 20), worker("w1", 90, input_ms=10)])
-    assert run("straggler", compute).evidence["slowed_by"] == "its own compute"
+    assert "data shard" in finding.recommendation
+    compute = run("straggler", cpu(per_host=[worker("w0", 20), worker("w1", 90, input_ms=10)]))
+    assert compute.evidence["slowed_by"] == "its own compute"
+    assert "only it runs" in compute.recommendation and "data shard" not in compute.recommendation
 
 
 def test_balanced_workers_and_single_hosts_have_no_straggler():

@@ -10,6 +10,17 @@ STRAGGLER_RATIO = 1.25
 STRAGGLER_MIN_STEP_SHARE = 0.10
 
 
+_INPUT_ADVICE = (
+    "check its data shard and reader (a bigger or slower shard, a slower disk or network "
+    "mount) and balance the per-worker input so no worker reads more than the others."
+)
+_COMPUTE_ADVICE = (
+    "check what only it runs in the step (work on the chief alone: logging, summaries, "
+    "evaluation, checkpoint writes), a larger per-worker batch, and its machine (CPU "
+    "contention, thermal limits, a slower or shared GPU, a noisy neighbour)."
+)
+
+
 @rule("straggler")
 def straggler(summary: Summary) -> Finding | None:
     hosts = [h for h in summary.per_host if h.busy_ms_avg is not None and h.step_time_ms_avg]
@@ -38,9 +49,7 @@ def straggler(summary: Summary) -> Finding | None:
             "slowed_by": cause,
         },
         recommendation=f"Every synchronous step waits for {slow.host}, slowed by {cause}: "
-        "check its data shard and reader (a bigger or slower shard, a slower disk), its "
-        "machine (CPU contention, thermal limits, a noisy neighbour), and balance the "
-        "per-worker input so no worker does more than the others.",
+        + (_INPUT_ADVICE if cause == "its input pipeline" else _COMPUTE_ADVICE),
         docs="https://www.tensorflow.org/guide/distributed_training",
         impact_share=excess_share,
     )
