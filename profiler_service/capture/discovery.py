@@ -28,14 +28,14 @@ def resolve_workers(target: Target, max_workers: int) -> tuple[Target, int]:
 
     A target with a fixed list is returned as it is. Raises CaptureFailed.
     """
+    if target.discover is None:
+        return target, len(target.workers)
     found = _find(target)
     return target.model_copy(update={"workers": found[:max_workers], "discover": None}), len(found)
 
 
 def _find(target: Target) -> list[str]:
     discovery = target.discover
-    if discovery is None:
-        return list(target.workers)
     try:
         if discovery.source == "dns":
             found = _from_dns(discovery)

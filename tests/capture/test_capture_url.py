@@ -1,7 +1,7 @@
 """PROFILER_CAPTURE_URL: the job's profiler writes to a URL, the service fetches from there.
 
-The fetch is checked on fsspec's in-memory filesystem; tests/e2e/test_job_writes_to_a_url.py has a real
-job write through TensorFlow's filesystems.
+The fetch is checked on fsspec's in-memory filesystem; tests/e2e/test_job_writes_to_a_url.py has
+a real job write through TensorFlow's filesystems.
 """
 
 from __future__ import annotations

@@ -101,6 +101,8 @@ def test_more_workers_than_the_limit_captures_the_first_ones(tmp_path):
     workers = [f"w{i}:2222" for i in range(5)]
     path = tf_config_file(tmp_path, {"cluster": {"worker": workers}})
     assert found(f"tf-config://{path}", max_workers=2) == (["w0:2222", "w1:2222"], 5)
+    # A fixed list is the operator's own choice: never cut.
+    assert found(",".join(workers), max_workers=2) == (workers, 5)
 
 
 @pytest.mark.parametrize(
