@@ -7,6 +7,7 @@ gives us the C++ log on stderr, the only place that says why a capture failed.
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
 from profiler_service.capture.capture_url import CaptureUrl
@@ -63,9 +64,35 @@ class RemoteCapturer:
             )
         result = json.loads(run.result) if run.result else {"ok": False}
         if not result.get("ok"):
-            raise classify_remote_failure(
+            failure = classify_remote_failure(
                 ", ".join(job.target.workers),
                 result.get("error", f"exit status {run.returncode}"),
                 run.stderr,
                 logdir if self.capture_url else None,
             )
+            if failure.code in ("no_trace_events", "capture_failed"):
+                failure = workers_gone(job.target.workers) or failure
+            raise failure
+
+
+def workers_gone(workers: list[str]) -> CaptureFailed | None:
+    """Workers that stopped answering. A worker that crashes while its trace is collected
+    (TF 2.21, MWMS) leaves the client saying only that no trace event was collected."""
+    gone = [w for w in workers if connect_error(w) is not None]
+    if not gone:
+        return None
+    return CaptureFailed(
+        "target_lost",
+        f"{', '.join(gone)} stopped answering during the capture: the job exited, crashed or "
+        "restarted (on TF 2.21 a traced MultiWorkerMirroredStrategy worker can abort; see README)",
+    )
+
+
+def connect_error(address: str) -> str | None:
+    """Why nothing accepts a connection at a profiler server's host:port; None if something does."""
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=1.0):
+            return None
+    except OSError as exc:
+        return str(exc.strerror or exc)

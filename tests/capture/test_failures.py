@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
+from helpers import free_port
 
 from profiler_service.capture.capturer import CaptureFailed, CaptureJob, collect_xplanes
 from profiler_service.capture.failures import classify_remote_failure
+from profiler_service.capture.remote import workers_gone
 from profiler_service.config import Target
 from profiler_service.models import CaptureOptions
 
@@ -160,6 +163,19 @@ def test_collect_xplanes_returns_every_host_file_sorted(tmp_path: Path):
         run / "worker-a.xplane.pb",
         run / "worker-b.xplane.pb",
     ]
+
+
+def test_workers_that_stopped_answering_are_named_as_lost():
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        alive = f"127.0.0.1:{listening.getsockname()[1]}"
+        dead = f"127.0.0.1:{free_port()}"
+        assert workers_gone([alive]) is None
+        failure = workers_gone([alive, dead])
+    assert failure.code == "target_lost"
+    assert failure.detail.startswith(f"{dead} stopped answering during the capture")
+    assert alive not in failure.detail
 
 
 def test_connection_closed_mid_capture_is_target_lost():

@@ -75,3 +75,28 @@ def test_job_frozen_mid_capture_is_stopped_at_the_deadline_and_the_job_lives_on(
         after = client.post("/profile", params={"duration": "500ms", "wait": "true"}).json()
         assert after["status"] == "ready", after.get("error")
         assert after["summary"]["step_time"]["count"] > 0
+
+
+def test_every_worker_dying_mid_capture_is_target_lost_naming_them(service_factory):
+    jobs = [
+        start_job("--workload", "input-bound", "--profiler-port", str(free_port()))
+        for _ in range(2)
+    ]
+    try:
+        service = service_factory([f"trainer={jobs[0].address},{jobs[1].address}"])
+        with service.client() as client:
+            victim = client.post("/profile", params={"duration": "10s"}).json()
+            wait_for_status(client, victim["id"], {"capturing"})
+            time.sleep(2.0)
+            for job in jobs:
+                job.proc.kill()
+                job.proc.wait()
+            body = wait_for_status(client, victim["id"], {"ready", "failed"}, timeout_s=60)
+    finally:
+        for job in jobs:
+            job.stop()
+    assert body["status"] == "failed"
+    assert body["error"]["code"] == "target_lost", body["error"]
+    for job in jobs:
+        assert job.address.removeprefix("grpc://") in body["error"]["detail"]
+    assert "during the capture" in body["error"]["detail"]

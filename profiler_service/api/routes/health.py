@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import socket
-
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
@@ -11,6 +9,7 @@ from profiler_service.api.deps import SettingsDep, StoreDep
 from profiler_service.api.schemas import HealthPublic
 from profiler_service.capture.capturer import CaptureFailed
 from profiler_service.capture.discovery import resolve_workers
+from profiler_service.capture.remote import connect_error
 from profiler_service.config import Target, TargetKind
 from profiler_service.errors import StoreNotWritable
 
@@ -47,13 +46,6 @@ def _target_check(target: Target) -> str:
         found, _ = resolve_workers(target, max_workers=1)
     except CaptureFailed as exc:
         return exc.detail
-    return _reachable(found.service_addr)
-
-
-def _reachable(address: str) -> str:
-    host, _, port = address.rpartition(":")
-    try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=1.0):
-            return "ok"
-    except OSError as exc:
-        return f"profiler server unreachable at {address}: {exc.strerror or exc}"
+    address = found.service_addr
+    error = connect_error(address)
+    return "ok" if error is None else f"profiler server unreachable at {address}: {error}"
