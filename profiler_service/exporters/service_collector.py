@@ -11,7 +11,7 @@ import json
 import threading
 from collections import Counter
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -41,6 +41,7 @@ class LatestAnalysis:
     input_share: float | None
     device_idle_share: float | None
     findings: Mapping[tuple[str, str], int]  # (rule, severity) -> count
+    host_busy_s: Mapping[str, float] = field(default_factory=dict)  # multi-worker: per host
 
 
 def _path(data: Any, *keys: str) -> Any:
@@ -85,6 +86,11 @@ def read_analysis(snapshot_id: str, created_at: str, doc: str) -> LatestAnalysis
         ),
         device_idle_share=_number((_path(summary, "utilisation", "device_idle_pct"), 0.01)),
         findings=dict(findings),
+        host_busy_s={
+            str(h["host"]): h["busy_ms_avg"] / 1000.0
+            for h in summary.get("per_host") or []
+            if isinstance(h, Mapping) and _number((h.get("busy_ms_avg"), 1.0)) is not None
+        },
     )
 
 
@@ -203,6 +209,13 @@ class ServiceCollector:
             "Findings in the target's newest ready snapshot, by rule and severity.",
             labels=["target", "rule", "severity"],
         )
+        host_busy = GaugeMetricFamily(
+            "profiler_latest_host_busy_seconds",
+            "Per worker of a multi-worker snapshot: step time minus waiting on the others; "
+            "the largest is the straggler.",
+            labels=["target", "host"],
+            unit="seconds",
+        )
         regression = GaugeMetricFamily(
             "profiler_latest_step_time_regression_ratio",
             "Newest ready snapshot's step time over the target's baseline (1.1 = 10% slower).",
@@ -222,7 +235,9 @@ class ServiceCollector:
                 idle.add_metric([target], a.device_idle_share)
             for (rule, severity), n in sorted(a.findings.items()):
                 findings.add_metric([target, rule, severity], n)
-        yield from (info, created, step, input_share, idle, findings, regression)
+            for host, busy_s in sorted(a.host_busy_s.items()):
+                host_busy.add_metric([target, host], busy_s)
+        yield from (info, created, step, input_share, idle, findings, host_busy, regression)
 
     def _baseline_of(self, target: str) -> LatestAnalysis | None:
         """The target's baseline, parsed once per baseline id (see store/baselines.py)."""

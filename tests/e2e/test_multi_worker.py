@@ -93,8 +93,16 @@ def test_a_mirrored_strategy_job_is_one_snapshot_and_its_slower_worker_the_strag
     assert findings["straggler"]["evidence"]["slowed_by"] == "its own compute"
     with service.client() as client:
         report = client.get(f"/profiles/{body['id']}/report").text
+        metrics = client.get("/metrics").text
     assert "in host collectives (ms)" in report
     assert f"<td>{slow}</td>" in report and f"<td>{fast}</td>" in report
+    busy = {
+        host: float(line.rsplit(" ", 1)[1])
+        for host in (fast, slow)
+        for line in metrics.splitlines()
+        if line.startswith("profiler_latest_host_busy_seconds{") and f'host="{host}"' in line
+    }
+    assert busy[slow] > busy[fast] >= 0
 
 
 @pytest.fixture(scope="module")

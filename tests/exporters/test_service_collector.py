@@ -83,6 +83,17 @@ def test_latest_analysis_per_target_comes_from_the_newest_ready_snapshot(service
     assert created == service.store.get("new").created_at.timestamp()
 
 
+def test_each_worker_of_a_multi_worker_snapshot_gets_its_busy_time(service, add):
+    per_host = [
+        {"host": "10.0.0.1_2222", "busy_ms_avg": 1.2},
+        {"host": "10.0.0.2_2222", "busy_ms_avg": 6.1},
+        {"host": "10.0.0.3_2222", "busy_ms_avg": None},  # no steps found: not exported
+    ]
+    add("multi", summary={**SUMMARY, "per_host": per_host})
+    busy = {lab["host"]: v for lab, v in scrape(service)["profiler_latest_host_busy_seconds"]}
+    assert busy == {"10.0.0.1_2222": pytest.approx(0.0012), "10.0.0.2_2222": pytest.approx(0.0061)}
+
+
 def test_scrapes_never_read_snapshot_json_files(service, add):
     add("a", summary=SUMMARY, findings=FINDINGS)
     before = scrape(service)
