@@ -1,14 +1,18 @@
 """A job that shares no volume with the service: its profiler writes to PROFILER_CAPTURE_URL.
 
-The job's own TensorFlow writes the capture through its filesystems (here file://, to a folder
-outside the store); the service reads it back with fsspec, analyses it, publishes it in its store,
-and removes it from the URL. gs:// goes the same way through TF's GCS filesystem and gcsfs, but
-TF 2.21 has no setting to point that filesystem at a local GCS emulator, so it is not run here.
+The job's own TensorFlow writes the capture through its filesystems (file:// to a folder outside
+the store, and gs:// to a GCS API on loopback); the service reads it back with fsspec, analyses
+it, publishes it in its store, and removes it from the URL.
 """
 
 from __future__ import annotations
 
-from helpers import wait_for_status
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from gcs_server import GcsServer
+from helpers import free_port, launch_job, wait_for_status, wait_ready
 
 
 def test_the_capture_is_fetched_from_the_url_and_removed_there(
@@ -44,3 +48,34 @@ def test_a_url_the_jobs_tensorflow_cannot_write_fails_with_a_reason(
         assert "memory://incoming/" in body["error"]["detail"]
         assert "can the job's TensorFlow write there?" in body["error"]["detail"]
         assert client.get("/healthz").status_code == 200
+
+
+@pytest.fixture(scope="module")
+def gcs(tmp_path_factory) -> Iterator[GcsServer]:
+    server = GcsServer("profiles", tmp_path_factory.mktemp("gcs")).start()
+    yield server
+    server.stop()
+
+
+def test_a_job_writes_gs_through_tensorflows_own_gcs_filesystem(gcs, service_factory):
+    # The job's TensorFlow uploads the capture to the GCS API (gcs_server.py has how a local
+    # server stands in for Google's); the service lists, downloads and deletes it with gcsfs.
+    args = ("--workload", "input-bound", "--profiler-port", str(free_port()))
+    job = wait_ready(launch_job(*args, env=gcs.job_env))
+    try:
+        service = service_factory(
+            [job.address], {"PROFILER_CAPTURE_URL": "gs://profiles/incoming", **gcs.service_env}
+        )
+        with service.client() as client:
+            body = client.post("/profile", params={"duration": "1s", "wait": "true"}).json()
+    finally:
+        job.stop()
+    assert body["status"] == "ready", body.get("error")
+    host = f"127.0.0.1_{job.ready['profiler_port']}"
+    assert body["hosts"] == [host]
+    assert "input_bound" in {f["rule"] for f in body["findings"]}
+    assert (service.store / "plugins" / "profile" / body["id"] / f"{host}.xplane.pb").stat().st_size
+    listing = httpx.get(f"{gcs.endpoint}/storage/v1/b/profiles/o", params={"prefix": "incoming/"})
+    # Uploaded by the job, removed by the service. What stays is the directory marker TF's GCS
+    # filesystem made for the URL's root (gcsfs writes none): the job wrote to the bucket.
+    assert [o["name"] for o in listing.json().get("items", [])] == ["incoming/"]
