@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from profiler_service.analysis.analyzer import AnalysisFailed, XprofAnalyzer
 from profiler_service.capture.capturer import CaptureFailed, CaptureJob, Capturer
 from profiler_service.capture.discovery import resolve_workers
+from profiler_service.capture.remote import connect_error
 from profiler_service.config import Settings, Target, TargetKind
 from profiler_service.errors import CaptureBusy, InvalidRequest, UnknownTarget
 from profiler_service.models import (
@@ -249,9 +250,13 @@ def _note_missing_workers(snapshot: Snapshot) -> None:
     written = set(snapshot.hosts)
     missing = [w for w in snapshot.workers if w.replace(":", "_") not in written]
     if missing:
+        named = [
+            w if connect_error(w) is None else f"{w} (no longer answering: exited or crashed)"
+            for w in missing
+        ]
         snapshot.summary.notes.append(
             f"{len(missing)} of {len(snapshot.workers)} workers wrote no capture: "
-            f"{', '.join(missing)}; the analysis covers the others"
+            f"{', '.join(named)}; the analysis covers the others"
         )
 
 

@@ -136,3 +136,18 @@ def test_workers_are_one_snapshot_and_the_slowest_is_named_the_straggler(
     assert "straggler" in findings, body["findings"]
     assert findings["straggler"]["evidence"]["straggler"] == slow_host
     assert findings["straggler"]["evidence"]["slowed_by"] == "its input pipeline"
+
+
+def test_a_worker_that_is_gone_is_named_and_the_others_are_analysed(
+    input_bound_job, service_factory
+):
+    gone = f"127.0.0.1:{free_port()}"  # a worker that crashed: nothing listens there any more
+    service = service_factory([f"trainer={input_bound_job.address},grpc://{gone}"])
+    with service.client() as client:
+        body = client.post("/profile", params={"duration": "1s", "wait": "true"}).json()
+    assert body["status"] == "ready", body.get("error")
+    assert body["hosts"] == [input_bound_job.address.removeprefix("grpc://").replace(":", "_")]
+    assert (
+        f"1 of 2 workers wrote no capture: {gone} (no longer answering: exited or crashed)"
+        in " ".join(body["summary"]["notes"])
+    )
