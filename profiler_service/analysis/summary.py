@@ -6,6 +6,7 @@ trace stays available on demand in XProf/TensorBoard.
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -88,13 +89,22 @@ def _optional(summary: Summary, tool: str, read: Callable[[], None]) -> None:
 
 
 def _host_summary(path: Path) -> HostSummary:
-    step_time, _ = read_step_time(tool_data([path], "overview_page", use_saved_result=False))
+    """One host on its own, read through a directory of its own.
+
+    XProf caches op stats beside the files it reads, under one name whatever the hosts. Read
+    in the run directory, one host's stats would replace the run's all-hosts cache, which
+    XProf's UI serves later; alone, both tools here share one conversion of this host.
+    """
+    with tempfile.TemporaryDirectory(prefix="xprof-host-") as alone:
+        link = Path(alone) / path.name
+        link.symlink_to(path.resolve())
+        step_time, _ = read_step_time(tool_data([link], "overview_page"))
+        ops = read_ops(tool_data([link], "framework_op_stats")) if step_time.avg_ms else []
     parts = step_time.breakdown_avg
     input_share = busy = None
     host_collectives = 0.0
     if step_time.avg_ms:
         input_share = round(100 * parts.input_ms / step_time.avg_ms, 1)
-        ops = read_ops(tool_data([path], "framework_op_stats", use_saved_result=False))
         host_collectives = round(host_communication_ms(ops) / max(step_time.count, 1), 3)
         waiting = parts.other_ms + parts.collectives_ms + host_collectives
         busy = round(max(0.0, step_time.avg_ms - waiting), 3)

@@ -23,7 +23,8 @@ def tool_data(xplane_paths: Sequence[Path], tool: str, *, use_saved_result: bool
 
     `use_saved_result` lets every tool after the first reuse the op stats XProf caches beside
     the capture, so the whole analysis costs little more than the overview page alone. The
-    cache is named for all hosts together: per-host calls must pass `use_saved_result=False`.
+    cache has one name whatever the hosts read, and is written even without
+    `use_saved_result`: read one host of several from a directory of its own (summary.py).
     """
     from xprof.convert import _pywrap_profiler_plugin
 

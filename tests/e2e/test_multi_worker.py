@@ -9,12 +9,16 @@ cause is its input pipeline.
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from helpers import Job, free_port, launch_job, start_job, stop_process, wait_ready
+
+from profiler_service.analysis.op_stats import read_ops
+from profiler_service.analysis.xprof_tools import tool_data
 
 # TF 2.21 itself sometimes aborts a traced MWMS worker ("double free or corruption" in
 # tsl::profiler::TraceMeRecorder::Consume -> SplitEventTracker::FindStartAndMerge, on the
@@ -117,7 +121,7 @@ def uneven_workers():
 
 
 def test_workers_are_one_snapshot_and_the_slowest_is_named_the_straggler(
-    uneven_workers, service_factory
+    uneven_workers, service_factory, tmp_path
 ):
     fast, slow = uneven_workers
     service = service_factory([f"trainer={fast.address},{slow.address}"])
@@ -136,6 +140,20 @@ def test_workers_are_one_snapshot_and_the_slowest_is_named_the_straggler(
     assert "straggler" in findings, body["findings"]
     assert findings["straggler"]["evidence"]["straggler"] == slow_host
     assert findings["straggler"]["evidence"]["slowed_by"] == "its input pipeline"
+
+    # The op stats XProf cached in the run (what its UI serves) are of both hosts, the same as
+    # XProf computes afresh: the per-host analysis did not overwrite them with one host's.
+    run_dir = service.store / "plugins" / "profile" / body["id"]
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    for xplane in run_dir.glob("*.xplane.pb"):
+        shutil.copy(xplane, fresh)
+
+    def op_count(directory: Path) -> int:
+        ops = read_ops(tool_data(sorted(directory.glob("*.xplane.pb")), "framework_op_stats"))
+        return sum(op.occurrences for op in ops)
+
+    assert op_count(run_dir) == op_count(fresh)
 
 
 def test_a_worker_that_is_gone_is_named_and_the_others_are_analysed(
