@@ -19,16 +19,14 @@ import ssl
 import subprocess
 import sys
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
-from helpers import free_port
+from helpers import free_port, stop_process, wait_for_http
 
 GOOGLE_HOSTS = ["www.googleapis.com", "storage.googleapis.com"]
 
@@ -94,32 +92,21 @@ class GcsServer:
     def start(self) -> GcsServer:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
-        log = (self.workdir / "emulator.log").open("a")
+        log = self.workdir / "emulator.log"
         self.proc = subprocess.Popen(
             [sys.executable, "-u", "-c", EMULATOR, str(self.port), self.bucket],
-            stdout=log,
+            stdout=log.open("a"),
             stderr=subprocess.STDOUT,
         )
-        deadline = time.monotonic() + 60
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError((self.workdir / "emulator.log").read_text()[-2000:])
-            try:
-                httpx.get(f"{self.endpoint}/storage/v1/b", timeout=1)
-                break
-            except httpx.TransportError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+        wait_for_http(self.proc, f"{self.endpoint}/storage/v1/b", log, "the GCS emulator")
         self._start_proxy()
         return self
 
     def stop(self) -> None:
         if self._proxy is not None:
             self._proxy.close()
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+        if self.proc is not None:
+            stop_process(self.proc, timeout_s=0)
 
     def _start_proxy(self) -> None:
         cert, key = _self_signed(self.workdir, GOOGLE_HOSTS)

@@ -7,7 +7,6 @@ a conftest of its own.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import socket
@@ -19,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+
+from profiler_service.demo import run as demo_run
 
 QUIET_TF = {"TF_CPP_MIN_LOG_LEVEL": "1", "PYTHONUNBUFFERED": "1"}
 
@@ -65,17 +66,14 @@ def launch_job(*args: str, env: dict[str, str] | None = None) -> subprocess.Pope
 
 
 def wait_ready(proc: subprocess.Popen, timeout_s: float = 180) -> Job:
-    """Wait for the job's `READY {json}` line: it is training."""
-    deadline = time.monotonic() + timeout_s
-    assert proc.stdout is not None
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"job exited early with status {proc.wait()}")
-        if line.startswith("READY "):
-            return Job(proc, json.loads(line[len("READY ") :]))
-    proc.kill()
-    raise RuntimeError(f"job did not start training within {timeout_s:g} s")
+    """Wait for the job's `READY {json}` line: it is training. A job that never gets there is
+    killed."""
+    try:
+        return Job(proc, demo_run.wait_ready(proc, timeout_s))
+    except RuntimeError:
+        proc.kill()
+        proc.wait()
+        raise
 
 
 def start_job(*args: str) -> Job:
@@ -100,6 +98,33 @@ class ServiceProcess:
 
     def stop(self) -> None:
         stop_process(self.proc)
+
+
+def wait_for_http(
+    proc: subprocess.Popen,
+    url: str,
+    log: Path,
+    what: str,
+    timeout_s: float = 60,
+    answered: Callable[[httpx.Response], bool] = lambda r: r.status_code == 200,
+) -> None:
+    """Wait until a server process we started answers `url`; raise with its log if it exits
+    first or does not answer in time (then it is killed)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited: {log.read_text()[-3000:]}")
+        try:
+            if answered(httpx.get(url, timeout=1)):
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    proc.kill()
+    proc.wait()
+    raise RuntimeError(
+        f"{what} did not answer {url} within {timeout_s:g} s: {log.read_text()[-3000:]}"
+    )
 
 
 def start_service(
@@ -128,17 +153,8 @@ def start_service(
         env={**os.environ, **QUIET_TF, **(env or {})},
     )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"service exited: {log.read_text()[-2000:]}")
-        try:
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                return ServiceProcess(proc, url, store, log)
-        except httpx.TransportError:
-            time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("service did not answer /healthz within 60 s")
+    wait_for_http(proc, f"{url}/healthz", log, "the service")
+    return ServiceProcess(proc, url, store, log)
 
 
 def wait_for_status(

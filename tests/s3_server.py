@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import s3fs
+from helpers import stop_process, wait_for_http
 
 KEY = SECRET = "testing"  # moto accepts any credentials
 
@@ -56,27 +55,15 @@ class S3Server:
             stderr=subprocess.STDOUT,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"moto server exited: {log.read_text()[-2000:]}")
-            try:
-                httpx.get(f"{self.endpoint}/moto-api/", timeout=1)
-                return self
-            except httpx.TransportError:
-                time.sleep(0.1)
-        self.stop()
-        raise RuntimeError("moto server did not answer within 60 s")
+        wait_for_http(
+            self.proc, f"{self.endpoint}/moto-api/", log, "moto server", answered=lambda r: True
+        )
+        return self
 
     def stop(self) -> None:
         """Stop the process this object started, by its pid."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.proc is not None:
+            stop_process(self.proc, timeout_s=10)
         self.proc = None
 
     def create_bucket(self, name: str) -> None:

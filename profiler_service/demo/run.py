@@ -43,7 +43,7 @@ def run_demo(store: Path, duration: str = "3s") -> int:
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
     )
     try:
-        ready = _wait_ready(job)
+        ready = wait_ready(job)
         url = ready["agent_url"]
         print(
             f"training; agent at {url}\nPOST {url}/profile?duration={duration}&wait=true",
@@ -66,8 +66,9 @@ def run_demo(store: Path, duration: str = "3s") -> int:
             job.kill()
 
 
-def _wait_ready(job: subprocess.Popen) -> dict:
-    deadline = time.monotonic() + _START_TIMEOUT_S
+def wait_ready(job: subprocess.Popen, timeout_s: float = _START_TIMEOUT_S) -> dict:
+    """The demo job's `READY {json}` line, once it is training (the tests start jobs so too)."""
+    deadline = time.monotonic() + timeout_s
     assert job.stdout is not None
     while time.monotonic() < deadline:
         line = job.stdout.readline()
@@ -75,7 +76,7 @@ def _wait_ready(job: subprocess.Popen) -> dict:
             raise RuntimeError(f"the demo job exited early (status {job.wait()})")
         if line.startswith("READY "):
             return json.loads(line[len("READY ") :])
-    raise RuntimeError("the demo job did not start training in time")
+    raise RuntimeError(f"the demo job did not start training within {timeout_s:g} s")
 
 
 def _report(body: dict, store: Path) -> None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import signal
 import subprocess
 import threading
 import time
@@ -26,7 +25,7 @@ from pathlib import Path
 import httpx
 import pytest
 from grafana_standin import GrafanaStandIn
-from helpers import free_port, wait_for_status
+from helpers import free_port, stop_process, wait_for_http, wait_for_status
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 RULES = DEPLOY / "prometheus" / "profiler-alerts.rules.yml"
@@ -115,26 +114,12 @@ def processes() -> Iterator[Callable[..., subprocess.Popen]]:
     def start(args: list[str], log: Path, ready_url: str) -> subprocess.Popen:
         proc = subprocess.Popen(args, stdout=log.open("w"), stderr=subprocess.STDOUT)
         started.append(proc)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            assert proc.poll() is None, f"{args[0]} exited: {log.read_text()[-3000:]}"
-            try:
-                if httpx.get(ready_url, timeout=1).status_code == 200:
-                    return proc
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
-        raise AssertionError(f"{args[0]} not ready in 30 s: {log.read_text()[-3000:]}")
+        wait_for_http(proc, ready_url, log, args[0], timeout_s=30)
+        return proc
 
     yield start
     for proc in started:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_process(proc, timeout_s=15)
 
 
 def wait_until(what: str, check: Callable[[], object], timeout_s: float, why=lambda: "") -> object:

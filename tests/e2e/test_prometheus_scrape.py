@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 import os
 import shutil
-import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -18,7 +17,7 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
-from helpers import free_port, start_job
+from helpers import free_port, start_job, stop_process, wait_for_http
 
 DEBIAN_PROMETHEUS = "/usr/bin/prometheus"
 
@@ -104,27 +103,12 @@ def prometheus(tmp_path) -> Iterator[Callable[[dict[str, str]], Prometheus]]:
         )
         started.append(proc)
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise RuntimeError(f"prometheus exited: {log.read_text()[-2000:]}")
-            try:
-                if httpx.get(f"{url}/-/ready", timeout=1).status_code == 200:
-                    return Prometheus(proc, url, log)
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError(f"prometheus not ready in 30 s: {log.read_text()[-2000:]}")
+        wait_for_http(proc, f"{url}/-/ready", log, "prometheus", timeout_s=30)
+        return Prometheus(proc, url, log)
 
     yield start
     for proc in started:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.kill(proc.pid, signal.SIGKILL)
-                proc.wait()
+        stop_process(proc)
 
 
 def nvml_works() -> bool:

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import functools
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
 from datetime import timedelta
 
-import pytest
-from exporter_helpers import add_snapshot, real_service
 from fastapi.testclient import TestClient
 from prometheus_client.openmetrics.parser import (
     text_string_to_metric_families as parse_openmetrics,
@@ -18,26 +14,14 @@ from prometheus_client.parser import text_string_to_metric_families as parse_tex
 
 from profiler_service.api import create_app
 from profiler_service.config import Settings, in_process_target
-from profiler_service.models import Snapshot, SnapshotError, SnapshotStatus, TriggerKind, utcnow
-from profiler_service.service import Service, build_service
+from profiler_service.models import SnapshotError, SnapshotStatus, TriggerKind, utcnow
+from profiler_service.service import build_service
 
 # What Prometheus 2.42 sends when it scrapes.
 PROMETHEUS_ACCEPT = (
     "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;"
     "q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
 )
-
-
-@pytest.fixture
-def service(tmp_path) -> Iterator[Service]:
-    with real_service(tmp_path) as svc:
-        yield svc
-
-
-@pytest.fixture
-def add(service) -> Callable[..., Snapshot]:
-    """add(snapshot_id, **kwargs): a snapshot in the service's store (see add_snapshot)."""
-    return functools.partial(add_snapshot, service.store)
 
 
 def finish(service, add, snapshot_id: str, *, failed: bool = False, kind=TriggerKind.API):

@@ -2,31 +2,13 @@
 
 from __future__ import annotations
 
-import functools
 import json
-from collections.abc import Callable, Iterator
 
 import pytest
-from exporter_helpers import add_snapshot, real_service
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from profiler_service.exporters.service_collector import ServiceCollector, read_analysis
-from profiler_service.models import Snapshot
-from profiler_service.service import Service
-
-
-@pytest.fixture
-def service(tmp_path) -> Iterator[Service]:
-    with real_service(tmp_path) as svc:
-        yield svc
-
-
-@pytest.fixture
-def add(service) -> Callable[..., Snapshot]:
-    """add(snapshot_id, **kwargs): a snapshot in the service's store (see add_snapshot)."""
-    return functools.partial(add_snapshot, service.store)
-
 
 SUMMARY = {
     "bottleneck": "input",

@@ -1,0 +1,24 @@
+"""Fixtures of the exporter tests: a real service on a temporary store, and snapshots in it."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterator
+
+import pytest
+from exporter_helpers import add_snapshot, real_service
+
+from profiler_service.models import Snapshot
+from profiler_service.service import Service
+
+
+@pytest.fixture
+def service(tmp_path) -> Iterator[Service]:
+    with real_service(tmp_path) as svc:
+        yield svc
+
+
+@pytest.fixture
+def add(service) -> Callable[..., Snapshot]:
+    """add(snapshot_id, **kwargs): a snapshot in the service's store (see add_snapshot)."""
+    return functools.partial(add_snapshot, service.store)
