@@ -160,6 +160,36 @@ def in_process_target(name: str = "local") -> Target:
     return Target(name=name, kind=TargetKind.IN_PROCESS)
 
 
+class PromQuery(BaseModel):
+    """A PromQL expression stored with every snapshot's lead-up, under `name`."""
+
+    name: str = Field(min_length=1, max_length=64)
+    expr: str = Field(min_length=1)
+    unit: str = ""
+
+
+# Asked when PROFILER_PROMETHEUS_URL is set and no queries are configured: the job's step time
+# from our own metrics (agent) and the GPU's engine activity from NVIDIA's DCGM exporter.
+DEFAULT_PROM_QUERIES = (
+    PromQuery(
+        name="step_time_ms",
+        expr="1000 * sum(rate(profiler_training_step_duration_seconds_sum{pod=$pod}[1m]))"
+        " / sum(rate(profiler_training_step_duration_seconds_count{pod=$pod}[1m]))",
+        unit="ms",
+    ),
+    PromQuery(
+        name="gpu_engine_active",
+        expr="avg(DCGM_FI_PROF_GR_ENGINE_ACTIVE{pod=$pod})",
+        unit="ratio",
+    ),
+    PromQuery(
+        name="memory_working_set_bytes",
+        expr="sum(container_memory_working_set_bytes{pod=$pod, container!=\"\"})",
+        unit="bytes",
+    ),
+)
+
+
 class Schedule(BaseModel):
     """Periodic captures of one target; off unless configured."""
 
@@ -251,7 +281,35 @@ class Settings(BaseSettings):
     schedules: list[Schedule] = Field(default_factory=list)
     regression_max_share: float = Field(default=0.10, ge=0)
 
-    @field_validator("store_url", "capture_url")
+    # The lead-up: a ring of per-second samples (step time, memory, RSS, GPU) kept for this long
+    # and stored in every snapshot; 0 turns the sampler (and the memory watch) off.
+    lookback_s: float = Field(default=300.0, ge=0, le=86400)
+    lookback_interval_s: float = Field(default=1.0, ge=0.1, le=60)
+    # The sidecar's job process, when the two share a PID namespace: a pid, or a regular
+    # expression searched in each process's command line (the first match, lowest pid).
+    watch_process: str | None = None
+    # Prometheus's HTTP API: each snapshot stores these PromQL queries over its look-back window
+    # ($target, $pod, $namespace and the trigger's labels are substituted, quoted for PromQL).
+    prometheus_url: str | None = None
+    prometheus_queries: list[PromQuery] = Field(default_factory=lambda: list(DEFAULT_PROM_QUERIES))
+    prometheus_timeout_s: float = Field(default=5.0, gt=0)
+    pod_name: str | None = None  # $pod in queries (the Helm chart sets it from the downward API)
+    pod_namespace: str | None = None  # $namespace in queries
+
+    # The memory watch: capture before an out-of-memory kill. Fires when memory in use crosses
+    # this share of capacity, or grows fast enough (over the window) to reach it within horizon.
+    memory_watch: bool = True
+    memory_watch_share: float = Field(default=0.90, gt=0, le=1)
+    memory_watch_horizon_s: float = Field(default=600.0, ge=0)
+    memory_watch_window_s: float = Field(default=30.0, ge=3)
+    memory_watch_cooldown_s: float = Field(default=1800.0, ge=0)
+    memory_watch_duration_s: float | None = Field(default=None, gt=0)  # default: duration_default_s
+    # The job's host memory limit, when its cgroup limit (else the host's memory) is not what
+    # kills it; also the limit the memory rules project host growth against.
+    memory_watch_capacity_bytes: int | None = Field(default=None, gt=0)
+    memory_watch_target: str | None = None  # default: the first target
+
+    @field_validator("store_url", "capture_url", "prometheus_url")
     @classmethod
     def _check_url(cls, value: str | None, info: ValidationInfo) -> str | None:
         if value is not None and not re.match(r"^[a-z][a-z0-9+.-]*://.", value.strip()):

@@ -10,6 +10,7 @@ from enum import StrEnum
 from pydantic import BaseModel, Field, computed_field
 
 from profiler_service.analysis.models import Finding, Summary
+from profiler_service.lookback.models import LeadUp
 
 SNAPSHOT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 _SNAPSHOT_ID = re.compile(SNAPSHOT_ID_PATTERN)
@@ -52,6 +53,21 @@ class TriggerKind(StrEnum):
     CLI = "cli"
     WEBHOOK = "webhook"
     SCHEDULE = "schedule"
+    MEMORY_WATCH = "memory_watch"
+
+
+class MemoryReading(BaseModel):
+    """What the memory watch saw when it started a capture."""
+
+    device: str  # host (the process's RSS) or GPU:N
+    source: str  # agent, proc, nvml
+    in_use_bytes: int
+    capacity_bytes: int | None = None
+    share: float | None = None  # of capacity
+    bytes_per_s: float | None = None  # fitted over the watch window
+    window_s: float
+    seconds_to_capacity: float | None = None
+    reason: str  # share (crossed PROFILER_MEMORY_WATCH_SHARE) or growth (full within horizon)
 
 
 class Trigger(BaseModel):
@@ -65,6 +81,7 @@ class Trigger(BaseModel):
     generator_url: str | None = None
     dashboard_url: str | None = None  # Grafana only
     panel_url: str | None = None  # Grafana only
+    memory: MemoryReading | None = None  # memory_watch only
 
 
 class CaptureOptions(BaseModel):
@@ -104,6 +121,9 @@ class Snapshot(BaseModel):
     files: list[SnapshotFile] = Field(default_factory=list)
     summary: Summary | None = None
     findings: list[Finding] = Field(default_factory=list)
+    # The minutes before the capture and the capture itself: the service's own samples and,
+    # when configured, Prometheus's series.
+    lead_up: LeadUp | None = None
     error: SnapshotError | None = None
 
     @computed_field

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from profiler_service.analysis.analyzer import XprofAnalyzer
@@ -9,11 +10,25 @@ from profiler_service.capture.capturer import Capturer
 from profiler_service.capture.controller import CaptureController
 from profiler_service.capture.remote import RemoteCapturer
 from profiler_service.config import Settings, TargetKind
+from profiler_service.exporters.gpu_collector import GpuCollector
 from profiler_service.exporters.grafana import GrafanaAnnotator, grafana_annotator
 from profiler_service.exporters.metrics import ServiceMetrics
+from profiler_service.exporters.tf_collector import TFMemoryCollector
+from profiler_service.lookback.lead_up import LeadUpRecorder
+from profiler_service.lookback.ring import SampleRing
+from profiler_service.lookback.sampler import Sampler
+from profiler_service.lookback.sources import (
+    GpuSource,
+    ProcessMemorySource,
+    Source,
+    StepSource,
+    TFMemorySource,
+    WatchedProcess,
+)
 from profiler_service.store import SnapshotStore
 from profiler_service.trigger.alert_log import AlertLog
 from profiler_service.trigger.alerts import AlertTrigger
+from profiler_service.trigger.memory_watch import MemoryWatch
 from profiler_service.trigger.schedule import CaptureScheduler
 
 
@@ -26,8 +41,19 @@ class Service:
     alerts: AlertTrigger | None = None  # POST /webhooks/...; built by build_service
     annotator: GrafanaAnnotator | None = None  # when a Grafana URL and token are set
     scheduler: CaptureScheduler | None = None  # started by the HTTP app, when schedules are set
+    sampler: Sampler | None = None  # the look-back ring's; started by the HTTP app
+    memory_watch: MemoryWatch | None = None  # listens to the sampler
+
+    def start(self) -> None:
+        """Background work that runs while the service serves: schedules, the look-back."""
+        if self.scheduler is not None:
+            self.scheduler.start()
+        if self.sampler is not None:
+            self.sampler.start()
 
     def close(self) -> None:
+        if self.sampler is not None:
+            self.sampler.stop()
         if self.scheduler is not None:
             self.scheduler.stop()
         if self.annotator is not None:
@@ -63,6 +89,17 @@ def build_service(
     alerts = AlertTrigger(
         settings, controller, AlertLog(store.root / "webhooks" / "alerts.jsonl").open()
     )
+    gpu = GpuCollector(max_age_s=1.5 * settings.lookback_interval_s)
+    tf_memory = TFMemoryCollector(max_age_s=1.5 * settings.lookback_interval_s)
+    sampler = build_sampler(settings, gpu, tf_memory)
+    memory_watch = None
+    if sampler is not None:
+        controller.lead_up = LeadUpRecorder(settings, sampler)
+        if settings.memory_watch:
+            memory_watch = MemoryWatch(settings, controller, sampler.ring, sampler.source_of)
+            sampler.listeners.append(memory_watch)
+    elif settings.prometheus_url:
+        controller.lead_up = LeadUpRecorder(settings, None)
     annotator = grafana_annotator(settings)
     if annotator is not None:
         controller.on_finished.append(annotator.on_finished)
@@ -73,6 +110,35 @@ def build_service(
         alerts=alerts,
         annotator=annotator,
         scheduler=CaptureScheduler(settings, controller),
+        sampler=sampler,
+        memory_watch=memory_watch,
     )
-    service.metrics = ServiceMetrics(service)
+    service.metrics = ServiceMetrics(service, gpu=gpu, tf_memory=tf_memory)
     return service
+
+
+def build_sampler(
+    settings: Settings, gpu: GpuCollector, tf_memory: TFMemoryCollector
+) -> Sampler | None:
+    """The look-back sources each mode can read (lookback/sources.py has the table)."""
+    if settings.lookback_s <= 0:
+        return None
+    if any(t.kind is TargetKind.IN_PROCESS for t in settings.targets):
+        sources: list[Source] = [
+            StepSource(),
+            ProcessMemorySource(limit_bytes=settings.memory_watch_capacity_bytes),
+            TFMemorySource(tf_memory, gpu),
+            GpuSource(gpu, pid=os.getpid),
+        ]
+    else:
+        watched = WatchedProcess(settings.watch_process) if settings.watch_process else None
+        sources = [GpuSource(gpu, pid=watched)]
+        if watched is not None:
+            sources.insert(
+                0,
+                ProcessMemorySource(
+                    watched, name="proc", limit_bytes=settings.memory_watch_capacity_bytes
+                ),
+            )
+    ring = SampleRing(settings.lookback_s, settings.lookback_interval_s)
+    return Sampler(ring, sources, settings.lookback_interval_s)

@@ -1,15 +1,33 @@
-"""Peak memory, capacity, fragmentation and the timeline, from XProf's memory profile.
+"""Peak memory, capacity, fragmentation, the timeline and its growth, from XProf's memory profile.
 
-Empty on CPU-only captures (TensorFlow's CPU allocator records no memory activity).
+On CPU captures TensorFlow 2.21 reports its host allocator (`mklcpu`), with the host's memory as
+capacity; on GPUs, each device's BFC allocator.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections import defaultdict
+from dataclasses import dataclass
 
-from profiler_service.analysis.models import AllocatorMemory, MemoryPoint, Summary
+from profiler_service.analysis.fit import fit_line
+from profiler_service.analysis.models import (
+    AllocatorMemory,
+    KeptAllocation,
+    MemoryGrowth,
+    MemoryPoint,
+    Summary,
+)
 
 MAX_TIMELINE_POINTS = 300
+# XProf samples its timeline down to this many events (max_num_snapshots); below it, the
+# timeline holds every allocation and free, so allocations can be followed to their free.
+XPROF_TIMELINE_LIMIT = 1000
+MIN_FLOORS = 4  # low points needed to fit a growth line
+MIN_SAMPLES_PER_FLOOR = 3  # steps are grouped until their low point rests on this many events
+TIME_WINDOWS = 10  # without step markers: low points of this many equal slices of the capture
+MAX_KEPT_GROUPS = 5
 # Ops whose outputs are fresh copies of their inputs: kept alive, they are what ran the
 # article's second case study out of memory.
 TEMPORARY_OP_TYPES = ("Concat", "ConcatV2", "Pack", "Stack", "TensorListStack", "Tile")
@@ -50,6 +68,10 @@ def _allocator_memory(allocator: str, data: dict) -> AllocatorMemory:
             )
     temporaries_bytes, temporaries_ops = _peak_temporaries(data, snapshots)
     fragmentation = peak.get("fragmentation")
+    events = _events(sampled)
+    basis, floors, steps = step_floors(events)
+    growth = fit_growth(basis, floors, steps, capacity, peak_bytes)
+    complete = len(sampled) < XPROF_TIMELINE_LIMIT
     return AllocatorMemory(
         allocator=allocator,
         peak_bytes_in_use=peak_bytes,
@@ -59,7 +81,170 @@ def _allocator_memory(allocator: str, data: dict) -> AllocatorMemory:
         timeline=timeline,
         peak_temporaries_bytes=temporaries_bytes,
         peak_temporaries_ops=temporaries_ops,
+        step_floors=[MemoryPoint(time_ms=t, bytes_in_use=b) for t, b in floors][
+            :: max(1, math.ceil(len(floors) / MAX_TIMELINE_POINTS))
+        ],
+        growth=growth,
+        kept_allocations=kept_allocations(events) if complete else [],
+        alive_before_capture_bytes=_alive_before_capture(data),
     )
+
+
+@dataclass(frozen=True)
+class _Event:
+    time_ms: float
+    bytes_in_use: int
+    step: int | None
+    meta: dict
+
+
+def _events(sampled: list[dict]) -> list[_Event]:
+    if not sampled:
+        return []
+    t0 = _int(sampled[0].get("timeOffsetPs"))
+    events = []
+    for snap in sampled:
+        agg = snap.get("aggregationStats") or {}
+        meta = snap.get("activityMetadata") or {}
+        step = meta.get("stepId")
+        events.append(
+            _Event(
+                time_ms=(_int(snap.get("timeOffsetPs")) - t0) / 1e9,
+                bytes_in_use=_int(agg.get("heapAllocatedBytes"))
+                + _int(agg.get("stackReservedBytes")),
+                step=_int(step) if step not in (None, "") else None,
+                meta=meta,
+            )
+        )
+    return events
+
+
+def step_floors(events: list[_Event]) -> tuple[str, list[tuple[float, int]], int]:
+    """(basis, [(time_ms, low point in bytes)], steps covered).
+
+    By marked step when there are enough steps (the first and last are partial and left out),
+    consecutive steps grouped so each low point rests on a few events; else by equal slices.
+    """
+    by_step: dict[int, list[_Event]] = defaultdict(list)
+    for event in events:
+        if event.step is not None:
+            by_step[event.step].append(event)
+    order = sorted(by_step, key=lambda s: by_step[s][0].time_ms)[1:-1]
+    inner = sum(len(by_step[s]) for s in order)
+    if order:
+        per_group = max(1, math.ceil(MIN_SAMPLES_PER_FLOOR * len(order) / max(inner, 1)))
+        groups = [order[i : i + per_group] for i in range(0, len(order), per_group)]
+        if len(groups) > 1 and len(groups[-1]) < per_group:
+            groups.pop()  # a short last group would have a higher low point by chance
+        if len(groups) >= MIN_FLOORS:
+            floors = [_floor([e for s in g for e in by_step[s]]) for g in groups]
+            return "steps", floors, len(groups) * per_group
+    if len(events) < MIN_FLOORS * MIN_SAMPLES_PER_FLOOR:
+        return "time", [], 0
+    start, span = events[0].time_ms, (events[-1].time_ms - events[0].time_ms) or 1.0
+    slices: list[list[_Event]] = [[] for _ in range(TIME_WINDOWS)]
+    for event in events:
+        slices[min(TIME_WINDOWS - 1, int((event.time_ms - start) / span * TIME_WINDOWS))].append(
+            event
+        )
+    return "time", [_floor(s) for s in slices if s], 0
+
+
+def _floor(events: list[_Event]) -> tuple[float, int]:
+    low = min(events, key=lambda e: (e.bytes_in_use, e.time_ms))
+    return low.time_ms, low.bytes_in_use
+
+
+def fit_growth(
+    basis: str,
+    floors: list[tuple[float, int]],
+    steps: int,
+    capacity: int | None,
+    peak_bytes: int,
+) -> MemoryGrowth | None:
+    if len(floors) < MIN_FLOORS:
+        return None
+    per_s = [(t / 1000, float(b)) for t, b in floors]
+    bytes_per_s, r2 = fit_line(per_s)
+    half = len(per_s) // 2
+    first, _ = fit_line(per_s[: half + 1])
+    second, _ = fit_line(per_s[half:])
+    rises = sum(1 for a, b in itertools.pairwise(floors) if b[1] > a[1])
+    span_s = per_s[-1][0] - per_s[0][0]
+    to_capacity = None
+    if capacity and bytes_per_s > 0:
+        to_capacity = round(max(0, capacity - peak_bytes) / bytes_per_s, 1)
+    return MemoryGrowth(
+        basis=basis,
+        points=len(floors),
+        steps=steps,
+        bytes_per_step=(
+            _per_step(bytes_per_s * span_s, steps, len(floors)) if basis == "steps" else None
+        ),
+        bytes_per_s=round(bytes_per_s, 1),
+        r2=round(r2, 4),
+        rising_share=round(rises / (len(floors) - 1), 4),
+        first_half_bytes_per_s=round(first, 1),
+        second_half_bytes_per_s=round(second, 1),
+        growth_bytes=round(bytes_per_s * span_s),
+        seconds_to_capacity=to_capacity,
+    )
+
+
+def _per_step(growth_bytes: float, steps: int, floors: int) -> float | None:
+    """Growth between the first and last low point, over the steps between them."""
+    between = (floors - 1) * steps / floors
+    return round(growth_bytes / between, 1) if between > 0 else None
+
+
+def kept_allocations(events: list[_Event]) -> list[KeptAllocation]:
+    """Allocations made during the capture and not freed by its last step, grouped by op and
+    shape: in a leak, the op whose outputs something keeps."""
+    last_step = max((e.step for e in events if e.step is not None), default=None)
+    alive: dict[str, _Event] = {}
+    for event in events:
+        activity = event.meta.get("memoryActivity")
+        address = str(event.meta.get("address") or "")
+        if activity == "ALLOCATION" and address:
+            alive[address] = event
+        elif activity == "DEALLOCATION":
+            alive.pop(address, None)
+    groups: dict[tuple[str, str, str], list[_Event]] = defaultdict(list)
+    for event in alive.values():
+        if event.step is not None and event.step == last_step:
+            continue  # the unfinished step's own work, not kept across steps
+        meta = event.meta
+        key = (
+            str(meta.get("tfOpName") or "unknown"),
+            str(meta.get("tensorShape") or ""),
+            str(meta.get("dataType") or ""),
+        )
+        groups[key].append(event)
+    kept = [
+        KeptAllocation(
+            op_name=op,
+            shape=shape,
+            data_type=dtype,
+            count=len(group),
+            bytes=sum(_int(e.meta.get("allocationBytes")) for e in group),
+            first_step=min((e.step for e in group if e.step is not None), default=None),
+            first_time_ms=round(min(e.time_ms for e in group), 3),
+        )
+        for (op, shape, dtype), group in groups.items()
+    ]
+    kept.sort(key=lambda k: (-k.bytes, k.first_time_ms))
+    return kept[:MAX_KEPT_GROUPS]
+
+
+def _alive_before_capture(data: dict) -> int:
+    """XProf names what was allocated before the trace "unused preallocated device memory"."""
+    special = data.get("specialAllocations") or []
+    total = 0
+    for allocation in data.get("activeAllocations") or []:
+        index = _int(allocation.get("specialIndex"))
+        if 0 <= index < len(special) and "preallocated" in str(special[index].get("tfOpName")):
+            total += _int(special[index].get("allocationBytes"))
+    return total
 
 
 def _peak_temporaries(data: dict, snapshots: list[dict]) -> tuple[int, list[str]]:

@@ -104,6 +104,38 @@ class MemoryPoint(BaseModel):
     bytes_in_use: int
 
 
+class MemoryGrowth(BaseModel):
+    """Memory in use at the same point of each step (its low point), fitted with a line.
+
+    The low point of a step is what survives it: the allocate-and-free sawtooth inside a step
+    does not move it, references kept across steps do.
+    """
+
+    basis: str  # "steps" (low point per marked step or group of steps) or "time" (no markers)
+    points: int  # low points compared
+    steps: int = 0  # steps they cover
+    bytes_per_step: float | None = None
+    bytes_per_s: float
+    r2: float  # how steady: 1.0 is a straight line
+    rising_share: float  # share of consecutive low points that rose
+    first_half_bytes_per_s: float
+    second_half_bytes_per_s: float
+    growth_bytes: int  # over the capture, by the fitted line
+    seconds_to_capacity: float | None = None  # from the peak, at this rate
+
+
+class KeptAllocation(BaseModel):
+    """Allocations of one op and shape made during the capture and never freed in it."""
+
+    op_name: str
+    shape: str = ""
+    data_type: str = ""
+    count: int
+    bytes: int
+    first_step: int | None = None
+    first_time_ms: float
+
+
 class AllocatorMemory(BaseModel):
     allocator: str
     peak_bytes_in_use: int
@@ -114,6 +146,23 @@ class AllocatorMemory(BaseModel):
     # At the peak: bytes held by allocations from concat/stack-style ops (temporaries).
     peak_temporaries_bytes: int = 0
     peak_temporaries_ops: list[str] = Field(default_factory=list)
+    # Memory in use at each step's low point (see MemoryGrowth), and its fitted growth.
+    step_floors: list[MemoryPoint] = Field(default_factory=list)
+    growth: MemoryGrowth | None = None
+    # Made during the capture, alive at its end: the largest groups, earliest first. Only when
+    # XProf kept every allocation in its timeline (fewer than 1,000 events); else empty.
+    kept_allocations: list[KeptAllocation] = Field(default_factory=list)
+    # Alive at the peak but allocated before the capture began (XProf's "preallocated").
+    alive_before_capture_bytes: int = 0
+
+
+class ProcessMemory(BaseModel):
+    """The job process's resident memory and the limit that kills it (from the look-back
+    sampler, not XProf): on a CPU allocator this, not the host's memory, is the capacity."""
+
+    rss_bytes: int
+    limit_bytes: int
+    source: str  # agent (the job itself) or proc (the sidecar reading the job's /proc)
 
 
 class Kernel(BaseModel):
@@ -163,6 +212,7 @@ class Summary(BaseModel):
     memory: list[AllocatorMemory] = Field(default_factory=list)
     kernels: Kernels = Field(default_factory=Kernels)
     per_host: list[HostSummary] = Field(default_factory=list)
+    process_memory: ProcessMemory | None = None  # when the look-back sampler read the job
     # XProf's own bottleneck flags (kernel launch, all others, collectives): "high"/"moderate"/...
     xprof_flags: dict[str, str] = Field(default_factory=dict)
     notes: list[str] = Field(default_factory=list)  # what could not be read, and why

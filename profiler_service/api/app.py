@@ -20,11 +20,8 @@ log = logging.getLogger(__name__)
 def create_app(service: Service) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        if service.scheduler is not None:
-            service.scheduler.start()
+        service.start()
         yield
-        if service.scheduler is not None:
-            service.scheduler.stop()
         left = await anyio.to_thread.run_sync(
             service.controller.drain, service.settings.shutdown_grace_s
         )

@@ -16,11 +16,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from profiler_service.analysis.analyzer import AnalysisFailed, XprofAnalyzer
+from profiler_service.analysis.models import ProcessMemory
+from profiler_service.analysis.rules import evaluate
 from profiler_service.capture.capturer import CaptureFailed, CaptureJob, Capturer
 from profiler_service.capture.discovery import resolve_workers
 from profiler_service.capture.remote import connect_error
 from profiler_service.config import Settings, Target, TargetKind
 from profiler_service.errors import CaptureBusy, InvalidRequest, UnknownTarget
+from profiler_service.lookback.models import LeadUp
 from profiler_service.models import (
     CaptureOptions,
     Snapshot,
@@ -72,6 +75,8 @@ class CaptureController:
         self._done: dict[str, threading.Event] = {}  # by snapshot id, while in flight
         # Called with every finished snapshot (ready, failed): metrics, annotations, notifications.
         self.on_finished: list[Callable[[Snapshot], None]] = []
+        # The minutes before the capture (lookback/lead_up.py), recorded once the trace is done.
+        self.lead_up: Callable[[Snapshot], LeadUp | None] | None = None
 
     def resolve_target(self, name: str | None) -> Target:
         target = self.settings.target(name)
@@ -176,11 +181,13 @@ class CaptureController:
             self.store.update(snapshot)
             paths = _with_deadline(capturer, job)
             snapshot.capture_finished_at = utcnow()
+            self._record_lead_up(snapshot)
             run_dir = self.store.adopt_capture(snapshot, paths)
             snapshot.status = SnapshotStatus.ANALYZING
             self.store.update(snapshot)
             analysis = self.analyzer.analyze(run_dir)
             snapshot.summary, snapshot.findings = analysis.summary, analysis.findings
+            _add_process_memory(snapshot)
             _note_missing_workers(snapshot)
             if found > len(target.workers):
                 snapshot.summary.notes.append(
@@ -202,6 +209,14 @@ class CaptureController:
                 self._done.pop(snapshot.id, None)
             self._notify(snapshot)
             active.done.set()
+
+    def _record_lead_up(self, snapshot: Snapshot) -> None:
+        if self.lead_up is None:
+            return
+        try:
+            snapshot.lead_up = self.lead_up(snapshot)
+        except Exception:  # the lead-up is context: it never fails a capture
+            log.exception("could not record the lead-up of snapshot %s", snapshot.id)
 
     def _notify(self, snapshot: Snapshot) -> None:
         for callback in self.on_finished:
@@ -241,6 +256,25 @@ def _with_deadline(capturer: Capturer, job: CaptureJob):
     if "error" in result:
         raise result["error"]
     return result["paths"]
+
+
+def _add_process_memory(snapshot: Snapshot) -> None:
+    """The job's RSS and memory limit at the capture's end, from the lead-up, for the memory
+    rules (a host allocator's real capacity); the findings are drawn again with it."""
+    if snapshot.lead_up is None or snapshot.summary is None:
+        return
+    last = {}
+    for series in snapshot.lead_up.series:
+        own = series.source != "prometheus"
+        if own and series.labels.get("device") == "host" and series.points:
+            last[series.name] = (series.points[-1][1], series.source)
+    if "memory_in_use_bytes" in last and "memory_capacity_bytes" in last:
+        snapshot.summary.process_memory = ProcessMemory(
+            rss_bytes=int(last["memory_in_use_bytes"][0]),
+            limit_bytes=int(last["memory_capacity_bytes"][0]),
+            source=last["memory_in_use_bytes"][1],
+        )
+        snapshot.findings = evaluate(snapshot.summary)
 
 
 def _note_missing_workers(snapshot: Snapshot) -> None:

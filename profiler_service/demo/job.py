@@ -1,7 +1,9 @@
-"""A small real TF job: input-bound (Python decoding, as in the article), compute-bound, or eager.
+"""A small real TF job: input-bound (Python decoding, as in the article), compute-bound, eager,
+multi-worker, or memory (the article's second case: activations kept across steps, toward an OOM).
 
     python -m profiler_service.demo.job --workload input-bound --agent --store ./profiles
     python -m profiler_service.demo.job --workload compute-bound --profiler-port 6009
+    python -m profiler_service.demo.job --workload memory --leak-kb-per-step 1024 --oom-at-mb 2000
 
 Prints one line `READY {json}` once training has started (with the agent's URL when embedded),
 then trains until --seconds pass or it is stopped.
@@ -21,6 +23,7 @@ from tensorflow import keras
 from profiler_service.steps import ProfilerStepCallback, training_step
 
 FEATURES = 64
+FEATURES_MEMORY = 256  # one row of float32 is 1 KiB
 
 
 DECODE_S = 0.002  # per record; --decode-ms makes a deliberately slower reader
@@ -139,11 +142,65 @@ def eager_loop(seconds: float, ready: dict) -> None:
         step += 1
 
 
+def memory_loop(seconds: float, ready: dict, args: argparse.Namespace) -> None:
+    """A custom loop whose memory the flags shape: `--leak-kb-per-step` keeps each step's
+    activation in a Python list (the article's second case study), `--resident-mb` holds a large
+    steady footprint, `--scratch-mb` allocates and frees a temporary inside every step (a
+    sawtooth). `--oom-at-mb` stands in for the kernel's OOM killer: past that RSS the process
+    dies at once with 137. `--stats-file` gets the job's own figures once a second."""
+    import os
+
+    import psutil
+
+    rows = max(1, round(args.leak_kb_per_step))  # one row of FEATURES_MEMORY floats is 1 KiB
+    w = tf.Variable(tf.random.normal((FEATURES_MEMORY, FEATURES_MEMORY)) * 0.01)
+    resident = tf.Variable(tf.zeros((int(args.resident_mb * 2**20) // 4,)))
+    scratch_rows = int(args.scratch_mb * 2**20) // (4 * FEATURES_MEMORY)
+
+    @tf.function
+    def train_step(x):
+        h = tf.nn.relu(tf.matmul(x, w))  # the activation a careless loop keeps
+        loss = tf.reduce_mean(h)
+        if scratch_rows:
+            t = tf.random.uniform((scratch_rows, FEATURES_MEMORY))
+            loss += 0.0 * tf.reduce_sum(t * t)
+        w.assign_sub(0.0001 * loss * tf.ones_like(w))
+        return loss, h
+
+    kept: list = []
+    process = psutil.Process()
+    kept_bytes, step, last_write = 0, 0, 0.0
+    oom_at = args.oom_at_mb * 2**20 or float("inf")
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        with training_step(step):
+            _, h = train_step(tf.random.normal((rows, FEATURES_MEMORY)))
+            if args.leak_kb_per_step:
+                kept.append(h)
+                kept_bytes += h.shape.num_elements() * 4
+            time.sleep(args.step_ms / 1000)
+        if step == 0:
+            ready["leak_bytes_per_step"] = kept_bytes
+            print("READY " + json.dumps(ready), flush=True)
+        step += 1
+        rss = process.memory_info().rss
+        if args.stats_file and (time.monotonic() - last_write >= 1.0 or rss > oom_at):
+            last_write = time.monotonic()
+            stats = {"time": time.time(), "steps": step, "kept_bytes": kept_bytes, "rss": rss}
+            with open(f"{args.stats_file}.tmp", "w") as f:
+                json.dump(stats, f)
+            os.replace(f"{args.stats_file}.tmp", args.stats_file)
+        if rss > oom_at:
+            print(f"OOM rss={rss} at {time.time():.3f}", flush=True)
+            os._exit(137)
+    print(f"resident {resident.shape.num_elements() * 4} bytes", flush=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--workload",
-        choices=["input-bound", "compute-bound", "eager", "multi-worker"],
+        choices=["input-bound", "compute-bound", "eager", "multi-worker", "memory"],
         default="input-bound",
     )
     parser.add_argument("--seconds", type=float, default=600, help="stop training after this long")
@@ -153,6 +210,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--store", default="./profiles", help="agent's snapshot store")
     parser.add_argument("--decode-ms", type=float, default=2.0, help="input-bound: ms per record")
     parser.add_argument("--extra-matmuls", type=int, default=0, help="multi-worker: extra work")
+    memory = parser.add_argument_group("memory workload")
+    memory.add_argument("--leak-kb-per-step", type=float, default=0, help="activation kept")
+    memory.add_argument("--resident-mb", type=float, default=0, help="steady footprint held")
+    memory.add_argument("--scratch-mb", type=float, default=0, help="temporary freed each step")
+    memory.add_argument("--step-ms", type=float, default=20, help="host time per step")
+    memory.add_argument("--oom-at-mb", type=float, default=0, help="die (137) past this RSS")
+    memory.add_argument("--stats-file", help="the job's own figures, rewritten each second")
     args = parser.parse_args(argv)
     global DECODE_S
     DECODE_S = args.decode_ms / 1000
@@ -166,9 +230,11 @@ def main(argv: list[str] | None = None) -> None:
 
         embedded = agent.start(port=args.agent_port, store=args.store)
         ready["agent_url"] = embedded.url
-    if args.workload in ("eager", "multi-worker"):
+    if args.workload in ("eager", "multi-worker", "memory"):
         if args.workload == "eager":
             eager_loop(args.seconds, ready)
+        elif args.workload == "memory":
+            memory_loop(args.seconds, ready, args)
         else:
             multi_worker_loop(args.seconds, ready, args.extra_matmuls)
         print("DONE", flush=True)

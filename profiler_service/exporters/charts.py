@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from markupsafe import Markup, escape
 
 from profiler_service.analysis.models import AllocatorMemory, StepTime
+from profiler_service.lookback.models import Series
 
 # Step-time parts, in stacking order, with the colours the legend shows.
 STEP_PARTS = (
@@ -75,28 +78,200 @@ def category_svg(shares: dict[str, float], width: int = 900, height: int = 28) -
     )
 
 
+def format_bytes(value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    size = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(size) < 1024 or unit == "GiB":
+            return f"{size:.1f} {unit}" if unit != "B" else f"{int(size)} B"
+        size /= 1024
+    return f"{size:.1f} GiB"
+
+
+# A capacity line is drawn when it is at most this far above the highest point used; beyond,
+# drawing it would flatten the data into the bottom of the chart, so it becomes a note.
+CAPACITY_FITS_RATIO = 1.5
+_PAD = 14  # room for the axis labels, in chart units
+
+
 def memory_svg(memory: AllocatorMemory, width: int = 900, height: int = 180) -> Markup:
+    """Memory in use, scaled to what was used; each step's low point and its fitted growth."""
     points = memory.timeline
     if len(points) < 2:
         return Markup("")
-    top = max([p.bytes_in_use for p in points] + [memory.capacity_bytes or 0]) or 1
-    span = (points[-1].time_ms - points[0].time_ms) or 1.0
-    coords = " ".join(
-        f"{(p.time_ms - points[0].time_ms) / span * width:.1f},"
-        f"{height - p.bytes_in_use / top * (height - 10):.1f}"
-        for p in points
+    used = [p.bytes_in_use for p in points] + [p.bytes_in_use for p in memory.step_floors]
+    low, high = min(used), max(used)
+    capacity = memory.capacity_bytes
+    capacity_fits = bool(capacity) and capacity <= high * CAPACITY_FITS_RATIO
+    if capacity_fits:
+        high = max(high, capacity)
+    pad = (high - low) * 0.05 or max(high * 0.05, 1)
+    low, high = max(0, low - pad), high + pad
+    t0 = points[0].time_ms
+    span = (points[-1].time_ms - t0) or 1.0
+
+    def x(time_ms: float) -> float:
+        return (time_ms - t0) / span * width
+
+    def y(value: float) -> float:
+        return _PAD + (high - value) / (high - low) * (height - 2 * _PAD)
+
+    coords = " ".join(f"{x(p.time_ms):.1f},{y(p.bytes_in_use):.1f}" for p in points)
+    parts = [
+        f'<polyline class="line" fill="none" stroke="#1f77b4" stroke-width="1.5" '
+        f'points="{coords}"/>'
+    ]
+    parts += [
+        f'<circle class="step-floor" cx="{x(p.time_ms):.1f}" cy="{y(p.bytes_in_use):.1f}" r="2" '
+        f'fill="#ff7f0e"><title>step low point {format_bytes(p.bytes_in_use)}</title></circle>'
+        for p in memory.step_floors
+    ]
+    growth = memory.growth
+    if growth is not None and memory.step_floors and growth.bytes_per_s:
+        first, last = memory.step_floors[0], memory.step_floors[-1]
+        mid_t = (first.time_ms + last.time_ms) / 2
+        mid_b = sum(p.bytes_in_use for p in memory.step_floors) / len(memory.step_floors)
+        ends = [
+            (t, mid_b + growth.bytes_per_s * (t - mid_t) / 1000)
+            for t in (first.time_ms, last.time_ms)
+        ]
+        parts.append(
+            f'<line class="growth-line" x1="{x(ends[0][0]):.1f}" y1="{y(ends[0][1]):.1f}" '
+            f'x2="{x(ends[1][0]):.1f}" y2="{y(ends[1][1]):.1f}" stroke="#ff7f0e" '
+            f'stroke-dasharray="6 3"><title>growth {format_bytes(growth.bytes_per_s)}/s'
+            "</title></line>"
+        )
+    if capacity_fits:
+        parts.append(
+            f'<line class="capacity" x1="0" x2="{width}" y1="{y(capacity):.1f}" '
+            f'y2="{y(capacity):.1f}" stroke="#d62728" stroke-dasharray="4 3"/>'
+            f'<text x="{width - 4}" y="{y(capacity) - 3:.1f}" font-size="11" text-anchor="end" '
+            f'fill="#d62728">capacity {format_bytes(capacity)}</text>'
+        )
+    parts.append(
+        f'<text x="4" y="11" font-size="11">{format_bytes(high)}</text>'
+        f'<text x="4" y="{height - 3}" font-size="11">{format_bytes(low)}</text>'
+        f'<text x="{width - 4}" y="{height - 3}" font-size="11" text-anchor="end">'
+        f"{span:,.0f} ms</text>"
     )
-    capacity = ""
-    if memory.capacity_bytes:
-        y = height - memory.capacity_bytes / top * (height - 10)
-        capacity = (
-            f'<line x1="0" x2="{width}" y1="{y:.1f}" y2="{y:.1f}" stroke="#d62728" '
-            'stroke-dasharray="4 3"><title>capacity</title></line>'
+    note = ""
+    if capacity and not capacity_fits:
+        note = (
+            f'<p class="capacity-note none">Capacity {format_bytes(capacity)} is off the scale '
+            f"({capacity / max(max(used), 1):,.0f}x the highest point drawn).</p>"
         )
     return Markup(
         f'<svg class="chart memory-chart" viewBox="0 0 {width} {height}" width="100%" '
         f'height="{height}" role="img" preserveAspectRatio="none" '
-        f'aria-label="memory in use over time">{capacity}'
-        f'<polyline class="line" fill="none" stroke="#1f77b4" stroke-width="1.5" '
-        f'points="{coords}"/></svg>'
+        f'aria-label="memory in use over time">{"".join(parts)}</svg>{note}'
     )
+
+
+LEAD_UP_COLOURS = {"prometheus": "#6a3d9a"}
+
+
+# In-use readings and the capacity each is drawn against (lookback/ring.py names).
+LEAD_UP_CAPACITY = {
+    "memory_in_use_bytes": "memory_capacity_bytes",
+    "gpu_memory_used_bytes": "gpu_memory_total_bytes",
+}
+
+
+def lead_up_svg(
+    series: Series,
+    start: datetime,
+    end: datetime,
+    marks: dict[str, datetime | tuple[datetime, datetime]],
+    capacity: Series | None = None,
+    width: int = 900,
+    height: int = 90,
+) -> Markup:
+    """One lead-up series over the whole window, with the trigger, the alert's start and the
+    capture window marked at the same x positions on every chart of the report; memory with
+    its capacity as a line when that fits the scale, else as a note."""
+    if not series.points:
+        return Markup("")
+    t0, t1 = start.timestamp(), end.timestamp()
+    span = (t1 - t0) or 1.0
+    values = [v for _, v in series.points]
+    limit = capacity.points[-1][1] if capacity is not None and capacity.points else None
+    limit_fits = limit is not None and limit <= max(values) * CAPACITY_FITS_RATIO
+    if limit_fits:
+        values.append(limit)
+    low, high = min(values), max(values)
+    pad = (high - low) * 0.05 or abs(high) * 0.05 or 1.0
+    low, high = low - pad, high + pad
+    if series.unit in ("bytes", "ms", "count", "ratio") and min(values) >= 0:
+        low = max(0.0, low)
+
+    def x(t: float) -> float:
+        return min(width, max(0.0, (t - t0) / span * width))
+
+    def y(v: float) -> float:
+        return _PAD + (high - v) / (high - low) * (height - 2 * _PAD)
+
+    parts = []
+    for name, when in marks.items():
+        if isinstance(when, tuple):
+            x0, x1 = x(when[0].timestamp()), x(when[1].timestamp())
+            parts.append(
+                f'<rect class="mark mark-{name}" x="{x0:.1f}" y="0" width="{max(x1 - x0, 2):.1f}" '
+                f'height="{height}" fill="#ffe082" opacity="0.6">'
+                f"<title>{escape(name)}</title></rect>"
+            )
+        else:
+            xm = x(when.timestamp())
+            parts.append(
+                f'<line class="mark mark-{name}" x1="{xm:.1f}" x2="{xm:.1f}" y1="0" y2="{height}" '
+                f'stroke="#d62728" stroke-dasharray="3 2"><title>{escape(name)} '
+                f'{when:%H:%M:%S}</title></line>'
+            )
+    if limit_fits:
+        parts.append(
+            f'<line class="capacity" x1="0" x2="{width}" y1="{y(limit):.1f}" y2="{y(limit):.1f}" '
+            f'stroke="#d62728" stroke-dasharray="4 3"/><text x="{width - 4}" '
+            f'y="{y(limit) + 11:.1f}" font-size="11" text-anchor="end" fill="#d62728">'
+            f"capacity {format_bytes(limit)}</text>"
+        )
+    coords = " ".join(f"{x(t):.1f},{y(v):.1f}" for t, v in series.points)
+    colour = LEAD_UP_COLOURS.get(series.source, "#1f77b4")
+    parts.append(
+        f'<polyline class="line" fill="none" stroke="{colour}" stroke-width="1.5" '
+        f'points="{coords}"/>'
+    )
+    if len(series.points) == 1:
+        t, v = series.points[0]
+        parts.append(f'<circle cx="{x(t):.1f}" cy="{y(v):.1f}" r="2.5" fill="{colour}"/>')
+    parts.append(
+        f'<text x="4" y="11" font-size="11">{escape(_format_value(high, series.unit))}</text>'
+        f'<text x="4" y="{height - 3}" font-size="11">'
+        f"{escape(_format_value(low, series.unit))}</text>"
+    )
+    title = lead_up_title(series)
+    note = ""
+    if limit is not None and not limit_fits:
+        note = (
+            f'<p class="capacity-note none">Capacity {format_bytes(limit)} is off the scale '
+            f"({limit / max(max(values), 1):,.0f}x the highest point drawn).</p>"
+        )
+    return Markup(
+        f'<svg class="chart lead-up-chart" data-series="{escape(series.name)}" '
+        f'viewBox="0 0 {width} {height}" width="100%" height="{height}" role="img" '
+        f'preserveAspectRatio="none" aria-label="{escape(title)}">{"".join(parts)}</svg>{note}'
+    )
+
+
+def lead_up_title(series: Series) -> str:
+    labels = ", ".join(f"{k}={v}" for k, v in sorted(series.labels.items()))
+    return f"{series.name}{f' {{{labels}}}' if labels else ''} · {series.source}"
+
+
+def _format_value(value: float, unit: str) -> str:
+    if unit == "bytes":
+        return format_bytes(value)
+    if unit == "ms":
+        return f"{value:,.1f} ms"
+    if unit == "ratio":
+        return f"{100 * value:.0f}%"
+    return f"{value:,.3g}"

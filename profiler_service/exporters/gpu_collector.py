@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +35,21 @@ class _Device:
     labels: tuple[str, str, str]
 
 
+@dataclass(frozen=True)
+class GpuReading:
+    """One GPU at one moment; None where the device does not support the reading."""
+
+    labels: tuple[str, str, str]  # index, uuid, model name
+    utilization: float | None = None  # 0-1
+    memory_utilization: float | None = None  # 0-1
+    memory_used_bytes: int | None = None
+    memory_total_bytes: int | None = None
+    power_watts: float | None = None
+    temperature_celsius: float | None = None
+    # Device memory used by each process (pid -> bytes), as NVML sees the pids.
+    process_memory_bytes: dict[int, int] | None = None
+
+
 def _load_pynvml() -> Any:
     import pynvml  # nvidia-ml-py: pure Python, loads libnvidia-ml.so only in nvmlInit()
 
@@ -47,8 +63,10 @@ def _text(value: Any) -> str:
 class GpuCollector:
     """Per-GPU utilisation, memory, power and temperature; `nvml` is the pynvml module's API."""
 
-    def __init__(self, nvml: Any | Callable[[], Any] = _load_pynvml):
+    def __init__(self, nvml: Any | Callable[[], Any] = _load_pynvml, max_age_s: float = 0.0):
         self._nvml_source = nvml
+        self.max_age_s = max_age_s  # scrapes reuse a reading this young (the sampler's)
+        self._cached: tuple[float, list[GpuReading]] | None = None
         self._lock = threading.Lock()
         self._nvml: Any = None
         self._devices: list[_Device] | None = None
@@ -99,7 +117,6 @@ class GpuCollector:
         )
         if not devices:
             return
-        nvml = self._nvml
         families = {
             "util": GaugeMetricFamily(
                 "profiler_gpu_utilization_ratio",
@@ -140,24 +157,68 @@ class GpuCollector:
                 unit="celsius",
             ),
         }
+        for r in self.read(self.max_age_s):
+            labels = list(r.labels)
+            if r.utilization is not None:
+                families["util"].add_metric(labels, r.utilization)
+            if r.memory_utilization is not None:
+                families["mem_util"].add_metric(labels, r.memory_utilization)
+            if r.memory_used_bytes is not None:
+                families["used"].add_metric(labels, float(r.memory_used_bytes))
+            if r.memory_total_bytes is not None:
+                families["total"].add_metric(labels, float(r.memory_total_bytes))
+            if r.power_watts is not None:
+                families["power"].add_metric(labels, r.power_watts)
+            if r.temperature_celsius is not None:
+                families["temp"].add_metric(labels, r.temperature_celsius)
+        yield from families.values()
+
+
+    def read(self, max_age_s: float = 0.0) -> list[GpuReading]:
+        """Every GPU now; a reading younger than `max_age_s` is reused (the sampler reads each
+        second, so a scrape then costs no second round of NVML calls)."""
+        devices = self._init()
+        if not devices:
+            return []
+        with self._lock:
+            if self._cached is not None and time.monotonic() - self._cached[0] <= max_age_s:
+                return self._cached[1]
+        nvml = self._nvml
+        readings = []
         for device in devices:
-            labels = list(device.labels)
             h = device.handle
             util = _read(nvml, nvml.nvmlDeviceGetUtilizationRates, h)
-            if util is not None:
-                families["util"].add_metric(labels, util.gpu / 100.0)
-                families["mem_util"].add_metric(labels, util.memory / 100.0)
             memory = _read(nvml, nvml.nvmlDeviceGetMemoryInfo, h)
-            if memory is not None:
-                families["used"].add_metric(labels, float(memory.used))
-                families["total"].add_metric(labels, float(memory.total))
             milliwatts = _read(nvml, nvml.nvmlDeviceGetPowerUsage, h)
-            if milliwatts is not None:
-                families["power"].add_metric(labels, milliwatts / 1000.0)
             celsius = _read(nvml, nvml.nvmlDeviceGetTemperature, h, nvml.NVML_TEMPERATURE_GPU)
-            if celsius is not None:
-                families["temp"].add_metric(labels, float(celsius))
-        yield from families.values()
+            processes = _read(nvml, nvml.nvmlDeviceGetComputeRunningProcesses, h)
+            readings.append(
+                GpuReading(
+                    labels=device.labels,
+                    utilization=util.gpu / 100.0 if util is not None else None,
+                    memory_utilization=util.memory / 100.0 if util is not None else None,
+                    memory_used_bytes=int(memory.used) if memory is not None else None,
+                    memory_total_bytes=int(memory.total) if memory is not None else None,
+                    power_watts=milliwatts / 1000.0 if milliwatts is not None else None,
+                    temperature_celsius=float(celsius) if celsius is not None else None,
+                    process_memory_bytes=_process_memory(processes),
+                )
+            )
+        with self._lock:
+            self._cached = (time.monotonic(), readings)
+        return readings
+
+
+def _process_memory(processes: Any) -> dict[int, int] | None:
+    """pid -> bytes; NVML reports None (NVML_VALUE_NOT_AVAILABLE) without the rights to see."""
+    if processes is None:
+        return None
+    found = {}
+    for process in processes:
+        used = getattr(process, "usedGpuMemory", None)
+        if used is not None and used >= 0:
+            found[int(process.pid)] = int(used)
+    return found
 
 
 def _read(nvml: Any, function: Callable[..., Any], *args: Any) -> Any:

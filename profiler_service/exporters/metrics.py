@@ -18,6 +18,7 @@ from prometheus_client.exposition import choose_encoder
 
 from profiler_service.config import TargetKind
 from profiler_service.exporters.gpu_collector import GpuCollector
+from profiler_service.exporters.lookback_collector import LookbackCollector
 from profiler_service.exporters.service_collector import ServiceCollector
 from profiler_service.exporters.step_collector import STEP_STATS, StepCollector, StepStats
 from profiler_service.exporters.system_collector import SystemCollector
@@ -108,6 +109,7 @@ class ServiceMetrics:
         registry: CollectorRegistry | None = None,
         *,
         gpu: GpuCollector | None = None,
+        tf_memory: TFMemoryCollector | None = None,
         steps: StepStats = STEP_STATS,
     ):
         self.registry = registry if registry is not None else CollectorRegistry()
@@ -124,7 +126,9 @@ class ServiceMetrics:
         ]
         self.in_process = any(t.kind is TargetKind.IN_PROCESS for t in settings.targets)
         if self.in_process:
-            collectors += [StepCollector(steps), TFMemoryCollector()]
+            collectors += [StepCollector(steps), tf_memory or TFMemoryCollector()]
+        if service.sampler is not None:
+            collectors.append(LookbackCollector(service.sampler, service.memory_watch))
         for collector in collectors:
             self.registry.register(collector)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from functools import cache
 
 from jinja2 import Environment, PackageLoader, select_autoescape
@@ -21,7 +22,7 @@ def _environment() -> Environment:
         loader=PackageLoader("profiler_service.exporters", "templates"),
         autoescape=select_autoescape(["html"]),
     )
-    env.filters["bytes"] = _format_bytes
+    env.filters["bytes"] = charts.format_bytes
     return env
 
 
@@ -40,15 +41,40 @@ def render_report(
         step_parts=charts.STEP_PARTS,
         category_colours=charts.CATEGORY_COLOURS,
         severity_colours=SEVERITY_COLOURS,
+        lead_up_marks=lead_up_marks(snapshot),
+        lead_up=lead_up_charts(snapshot),
     )
 
 
-def _format_bytes(value: int | None) -> str:
-    if value is None:
-        return "n/a"
-    size = float(value)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size:.1f} {unit}" if unit != "B" else f"{int(size)} B"
-        size /= 1024
-    return f"{size:.1f} GiB"
+def lead_up_charts(snapshot: Snapshot) -> dict | None:
+    """The lead-up's charts: each reading with its capacity beside it, over the time that has
+    data or marks (a sampler that started a minute ago leaves most of its window empty)."""
+    lead_up = snapshot.lead_up
+    if lead_up is None:
+        return None
+    by_key = {(s.name, s.source, tuple(sorted(s.labels.items()))): s for s in lead_up.series}
+    capacities = set(charts.LEAD_UP_CAPACITY.values())
+    drawn = []
+    for (name, source, labels), series in by_key.items():
+        if name in capacities:
+            continue
+        capacity_name = charts.LEAD_UP_CAPACITY.get(name)
+        drawn.append((series, by_key.get((capacity_name, source, labels))))
+    first = [datetime.fromtimestamp(s.points[0][0], UTC) for s in lead_up.series if s.points]
+    marks = lead_up_marks(snapshot).values()
+    first += [m[0] if isinstance(m, tuple) else m for m in marks]
+    return {"start": max(lead_up.start, min(first)), "end": lead_up.end, "charts": drawn}
+
+
+def lead_up_marks(snapshot: Snapshot) -> dict:
+    """When the alert started, when the capture was asked for, and the capture window."""
+    marks: dict = {}
+    if snapshot.trigger.starts_at is not None:
+        marks["alert started"] = snapshot.trigger.starts_at
+    marks["triggered"] = snapshot.created_at
+    if snapshot.capture_started_at is not None:
+        marks["capture"] = (
+            snapshot.capture_started_at,
+            snapshot.capture_finished_at or snapshot.capture_started_at,
+        )
+    return marks

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -28,8 +30,11 @@ class TFMemoryCollector:
     remembered and not asked again.
     """
 
-    def __init__(self, tf_module: Callable[[], Any] | None = None):
+    def __init__(self, tf_module: Callable[[], Any] | None = None, max_age_s: float = 0.0):
         self._tf_module = tf_module or (lambda: sys.modules.get("tensorflow"))
+        self.max_age_s = max_age_s  # scrapes reuse a reading this young (the sampler's)
+        self._lock = threading.Lock()
+        self._cached: tuple[float, list[tuple[str, str, int, int]]] | None = None
         self._devices: list[tuple[str, str]] | None = None  # (name for the API, device type)
         self._refused: set[str] = set()
 
@@ -41,9 +46,37 @@ class TFMemoryCollector:
             ]
         return self._devices
 
-    def collect(self) -> Iterator[Metric]:
+    def read(self, max_age_s: float = 0.0) -> list[tuple[str, str, int, int]]:
+        """[(device, device type, current bytes, peak bytes)] for devices that keep statistics.
+
+        A reading younger than `max_age_s` is reused: the look-back sampler reads every second
+        and a scrape then costs no second call into TensorFlow.
+        """
+        with self._lock:
+            if self._cached is not None and time.monotonic() - self._cached[0] <= max_age_s:
+                return self._cached[1]
         tf = self._tf_module()
         if tf is None:
+            return []
+        readings = []
+        for name, device_type in self._list_devices(tf):
+            if name in self._refused:
+                continue
+            try:
+                info = tf.config.experimental.get_memory_info(name)
+            except (ValueError, RuntimeError) as exc:
+                log.info("TF device %s gives no memory info (%s); not asking again", name, exc)
+                self._refused.add(name)
+                continue
+            if not info.get("peak"):
+                continue
+            readings.append((name, device_type, int(info.get("current", 0)), int(info["peak"])))
+        with self._lock:
+            self._cached = (time.monotonic(), readings)
+        return readings
+
+    def collect(self) -> Iterator[Metric]:
+        if self._tf_module() is None:
             return
         current = GaugeMetricFamily(
             "profiler_tf_device_memory_bytes",
@@ -57,18 +90,8 @@ class TFMemoryCollector:
             labels=["device", "device_type"],
             unit="bytes",
         )
-        for name, device_type in self._list_devices(tf):
-            if name in self._refused:
-                continue
-            try:
-                info = tf.config.experimental.get_memory_info(name)
-            except (ValueError, RuntimeError) as exc:
-                log.info("TF device %s gives no memory info (%s); not asking again", name, exc)
-                self._refused.add(name)
-                continue
-            if not info.get("peak"):
-                continue
-            current.add_metric([name, device_type], float(info.get("current", 0)))
-            peak.add_metric([name, device_type], float(info["peak"]))
+        for name, device_type, now, most in self.read(self.max_age_s):
+            current.add_metric([name, device_type], float(now))
+            peak.add_metric([name, device_type], float(most))
         yield current
         yield peak

@@ -25,7 +25,8 @@ from profiler_service.analysis.models import (
 )
 from profiler_service.config import Settings
 from profiler_service.exporters import charts
-from profiler_service.exporters.report import _environment, _format_bytes, render_report
+from profiler_service.exporters.charts import format_bytes
+from profiler_service.exporters.report import _environment, render_report
 from profiler_service.models import (
     CaptureOptions,
     Snapshot,
@@ -273,5 +274,5 @@ def test_step_chart_of_no_steps_is_empty():
     ],
 )
 def test_bytes_filter(value, text):
-    assert _format_bytes(value) == text
+    assert format_bytes(value) == text
     assert _environment().filters["bytes"](value) == text

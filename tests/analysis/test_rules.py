@@ -9,6 +9,7 @@ memory profile), as the parsers in `profiler_service.analysis` read them into a 
 from __future__ import annotations
 
 import logging
+import math
 
 import pytest
 
@@ -20,9 +21,12 @@ from profiler_service.analysis.models import (
     InputBound,
     InputOp,
     InputPipeline,
+    KeptAllocation,
     Kernel,
     Kernels,
+    MemoryGrowth,
     OpCategory,
+    ProcessMemory,
     Severity,
     StepBreakdown,
     StepTime,
@@ -56,6 +60,7 @@ EXPECTED_RULES = {
     "memory_pressure",
     "memory_fragmentation",
     "memory_temporaries",
+    "memory_growth",
     "straggler",
 }
 GPU_RULES = (
@@ -459,6 +464,106 @@ def test_memory_temporaries_warns_at_its_share_of_the_peak():
     below = gpu(memory=[allocator(0.5, peak_bytes=1000, temporaries=at - 1)])
     assert run("memory_temporaries", below) is None
     assert run("memory_temporaries", gpu(memory=[allocator(0.5, peak_bytes=0)])) is None
+
+
+def growing(
+    bytes_per_s: float = 1e6,
+    *,
+    r2: float = 0.99,
+    rising: float = 1.0,
+    halves: tuple[float, float] | None = None,
+    to_capacity: float | None = 600.0,
+    growth: int = 10 << 20,
+    peak_bytes: int = 1 << 30,
+    name: str = "GPU_0_bfc",
+) -> AllocatorMemory:
+    first, second = halves or (bytes_per_s, bytes_per_s)
+    return AllocatorMemory(
+        allocator=name,
+        peak_bytes_in_use=peak_bytes,
+        capacity_bytes=16 << 30,
+        growth=MemoryGrowth(
+            basis="steps",
+            points=40,
+            steps=40,
+            bytes_per_step=bytes_per_s / 10,
+            bytes_per_s=bytes_per_s,
+            r2=r2,
+            rising_share=rising,
+            first_half_bytes_per_s=first,
+            second_half_bytes_per_s=second,
+            growth_bytes=growth,
+            seconds_to_capacity=to_capacity,
+        ),
+        kept_allocations=[
+            KeptAllocation(
+                op_name="model/dense/MatMul",
+                shape="[32,1024]",
+                count=40,
+                bytes=growth,
+                first_step=3,
+                first_time_ms=1.0,
+            )
+        ],
+    )
+
+
+def test_memory_growth_is_critical_when_capacity_is_near_and_warns_when_a_day_away():
+    critical = memory.MEMORY_GROWTH_CRITICAL_S
+    finding = assert_fires(
+        "memory_growth", gpu(memory=[growing(to_capacity=critical)]), Severity.CRITICAL
+    )
+    assert finding.evidence["seconds_to_capacity"] == critical
+    assert finding.evidence["kept_allocations"][0]["op"] == "model/dense/MatMul"
+    assert "`model/dense/MatMul` [32,1024]" in finding.recommendation
+    for cause in ("Python list", "TensorArray", "retracing", "grow"):
+        assert cause in finding.recommendation
+    assert_fires("memory_growth", gpu(memory=[growing(to_capacity=critical + 1)]), Severity.WARNING)
+    day = memory.MEMORY_GROWTH_WARNING_S
+    assert_fires("memory_growth", gpu(memory=[growing(to_capacity=day)]), Severity.WARNING)
+    # Further away than a day and small against the peak: not worth a finding.
+    assert run("memory_growth", gpu(memory=[growing(to_capacity=day + 1)])) is None
+    # Without a capacity, growth of 5 % of the peak in one capture is enough.
+    share = memory.MEMORY_GROWTH_MIN_SHARE_OF_PEAK
+    big = growing(to_capacity=None, growth=math.ceil(share * (1 << 30)))
+    assert_fires("memory_growth", gpu(memory=[big]), Severity.WARNING)
+    small = growing(to_capacity=None, growth=math.ceil(share * (1 << 30)) - 1)
+    assert run("memory_growth", gpu(memory=[small])) is None
+
+
+def test_memory_growth_needs_a_steady_rise_through_the_whole_capture():
+    assert run("memory_growth", gpu(memory=[growing()])) is not None
+    r2, rising = memory.MEMORY_GROWTH_MIN_R2, memory.MEMORY_GROWTH_MIN_RISING_SHARE
+    assert run("memory_growth", gpu(memory=[growing(r2=r2)])) is not None
+    assert run("memory_growth", gpu(memory=[growing(r2=r2 - 0.001)])) is None
+    assert run("memory_growth", gpu(memory=[growing(rising=rising - 0.001)])) is None
+    # A rise at the start that stopped (warm-up, a cache that filled) is not a leak.
+    assert run("memory_growth", gpu(memory=[growing(halves=(2e6, 0.0))])) is None
+    assert run("memory_growth", gpu(memory=[growing(halves=(0.0, 2e6))])) is None
+    tiny = growing(growth=memory.MEMORY_GROWTH_MIN_BYTES - 1)
+    assert run("memory_growth", gpu(memory=[tiny])) is None
+    assert run("memory_growth", gpu(memory=[growing(bytes_per_s=-1e6)])) is None
+    assert run("memory_growth", gpu(memory=[allocator(0.5)])) is None  # no growth fitted
+
+
+def test_memory_growth_of_a_host_allocator_is_projected_to_the_process_limit():
+    """XProf's capacity for the CPU allocator is the host's memory; the job dies at its cgroup
+    limit, which the look-back sampler read."""
+    host = growing(bytes_per_s=1e6, to_capacity=20 * 3600.0, name="mklcpu")
+    assert_fires("memory_growth", cpu(memory=[host]), Severity.WARNING)
+    near = cpu(
+        memory=[host],
+        process_memory=ProcessMemory(
+            rss_bytes=2_000_000_000, limit_bytes=2_600_000_000, source="proc"
+        ),
+    )
+    finding = assert_fires("memory_growth", near, Severity.CRITICAL)
+    assert finding.evidence["seconds_to_capacity"] == 600.0
+    assert finding.evidence["process_limit_bytes"] == 2_600_000_000
+    assert "memory limit in 10 min" in finding.title
+    # A GPU allocator keeps its own capacity whatever the process's RSS does.
+    on_gpu = gpu(memory=[growing(to_capacity=20 * 3600.0)], process_memory=near.process_memory)
+    assert_fires("memory_growth", on_gpu, Severity.WARNING)
 
 
 # --- GPU-only rules on a CPU-only capture ---------------------------------------------------

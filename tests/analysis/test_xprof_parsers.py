@@ -682,6 +682,135 @@ def test_memory_reads_every_allocator_in_name_order():
     assert [m.allocator for m in read_memory(profile).memory] == ["GPU_0_bfc", "GPU_1_bfc"]
 
 
+def event(t_ms: float, heap: int, activity: str, address: int, step: int | None, **meta) -> dict:
+    """One entry of XProf's sampledTimelineSnapshots: memory in use after an allocation or a
+    free, with the op, shape and step XProf attaches (it copies them onto the free)."""
+    data = snapshot(round(t_ms * 1e9), heap)
+    data["activityMetadata"].update(
+        memoryActivity=activity,
+        address=str(address),
+        stepId="" if step is None else str(step),
+        allocationBytes=str(meta.pop("size", 0)),
+        tfOpName=meta.pop("op", ""),
+        tensorShape=meta.pop("shape", ""),
+    )
+    return data
+
+
+def training_timeline(
+    steps: int,
+    kept: int,
+    scratch: int,
+    base: int = GIB,
+    step_ms: float = 20.0,
+    marked: bool = True,
+) -> list[dict]:
+    """Each step allocates a scratch tensor and an activation, frees the scratch, and frees the
+    activation unless it is `kept` (a leak of `kept` bytes per step): XProf's event order."""
+    events, in_use, address = [], base, 1000
+    for step in range(steps):
+        t = step * step_ms
+        label = step if marked else None
+        in_use += scratch
+        events.append(
+            event(
+                t + 1,
+                in_use,
+                "ALLOCATION",
+                address,
+                label,
+                size=scratch,
+                op="model/scratch/RandomUniform",
+                shape="[256,1024]",
+            )
+        )
+        in_use += max(kept, 1024)
+        events.append(
+            event(
+                t + 2,
+                in_use,
+                "ALLOCATION",
+                address + 1,
+                label,
+                size=max(kept, 1024),
+                op="model/dense/Relu",
+                shape="[32,256]",
+            )
+        )
+        in_use -= scratch
+        events.append(
+            event(
+                t + 3,
+                in_use,
+                "DEALLOCATION",
+                address,
+                label,
+                size=scratch,
+                op="model/scratch/RandomUniform",
+                shape="[256,1024]",
+            )
+        )
+        if not kept:
+            in_use -= 1024
+            events.append(
+                event(
+                    t + 4,
+                    in_use,
+                    "DEALLOCATION",
+                    address + 1,
+                    label,
+                    size=1024,
+                    op="model/dense/Relu",
+                    shape="[32,256]",
+                )
+            )
+        address += 2
+    return events
+
+
+def test_memory_growth_per_step_is_read_at_each_steps_low_point():
+    kib = 1024
+    profile = memory_profile(
+        sampledTimelineSnapshots=training_timeline(50, 256 * kib, 64 * GIB // 1024)
+    )
+    [m] = read_memory(profile).memory
+    g = m.growth
+    assert g.basis == "steps"
+    assert g.bytes_per_step == pytest.approx(256 * kib, rel=1e-6)  # the sawtooth is not counted
+    assert g.bytes_per_s == pytest.approx(256 * kib / 0.020, rel=1e-6)
+    assert g.r2 == pytest.approx(1.0) and g.rising_share == 1.0
+    assert g.seconds_to_capacity == pytest.approx((10 * GIB - 8 * GIB) / g.bytes_per_s, rel=1e-3)
+    assert len(m.step_floors) == g.points == 48  # the first and last steps are partial
+    # What is still alive: the Relu outputs of every step but the unfinished last one.
+    [kept] = m.kept_allocations
+    assert (kept.op_name, kept.shape, kept.count) == ("model/dense/Relu", "[32,256]", 49)
+    assert kept.bytes == 49 * 256 * kib and kept.first_step == 0
+
+
+def test_a_sawtooth_within_each_step_is_no_growth():
+    profile = memory_profile(sampledTimelineSnapshots=training_timeline(50, 0, 512 * 2**20))
+    [m] = read_memory(profile).memory
+    assert m.growth.bytes_per_s == 0.0 and m.growth.r2 == 0.0
+    assert m.kept_allocations == []
+
+
+def test_without_step_markers_growth_is_read_over_slices_of_the_capture():
+    timeline = training_timeline(60, 100_000, 2**20, marked=False)
+    [m] = read_memory(memory_profile(sampledTimelineSnapshots=timeline)).memory
+    assert m.growth.basis == "time" and m.growth.points == memory.TIME_WINDOWS
+    assert m.growth.bytes_per_step is None
+    assert m.growth.bytes_per_s == pytest.approx(100_000 / 0.020, rel=0.05)
+
+
+def test_a_sampled_timeline_gives_growth_but_no_kept_allocations():
+    """Past 1,000 events XProf keeps the largest of each window: frees go missing, so the
+    allocations left alive cannot be told; the low points still are."""
+    timeline = training_timeline(400, 4096, 2**20)[: memory.XPROF_TIMELINE_LIMIT]
+    [m] = read_memory(memory_profile(sampledTimelineSnapshots=timeline)).memory
+    assert m.kept_allocations == []
+    assert m.growth.bytes_per_step == pytest.approx(4096, rel=1e-3)
+
+
 @pytest.mark.parametrize("profile", [{}, {"memoryProfilePerAllocator": {}, "numHosts": 1}])
 def test_cpu_only_memory_profile_is_empty(profile):
     assert read_memory(profile).memory == []

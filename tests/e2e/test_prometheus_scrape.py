@@ -1,114 +1,23 @@
 """A real Prometheus scrapes the service; the series it stored are read back through its HTTP API.
 
-Prometheus (Debian package `prometheus`, installed by scripts/install-system-packages) listens on
-127.0.0.1 only, keeps its data under tmp_path, scrapes every 500 ms, and is stopped by pid.
+Prometheus (tests/prometheus_server.py) listens on 127.0.0.1 only, keeps its data under tmp_path,
+scrapes every 500 ms, and is stopped by pid.
 """
 
 from __future__ import annotations
 
 import math
-import os
-import shutil
-import subprocess
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 import httpx
-import pytest
-from helpers import free_port, start_job, stop_process, wait_for_http
+from helpers import start_job
 
-DEBIAN_PROMETHEUS = "/usr/bin/prometheus"
+if TYPE_CHECKING:
+    from prometheus_server import Prometheus
 
-
-def prometheus_binary() -> str:
-    found = shutil.which("prometheus") or (
-        DEBIAN_PROMETHEUS if os.access(DEBIAN_PROMETHEUS, os.X_OK) else None
-    )
-    if found is None:
-        pytest.fail(
-            "the prometheus binary is missing (neither on PATH nor at /usr/bin/prometheus): "
-            "run scripts/install-system-packages as root, or apt-get install prometheus",
-            pytrace=False,
-        )
-    return found
-
-
-class Prometheus:
-    def __init__(self, proc: subprocess.Popen, url: str, log: Path):
-        self.proc, self.url, self.log = proc, url, log
-
-    def query(self, promql: str, at: float | None = None) -> list[dict]:
-        params = {"query": promql, **({"time": f"{at:.3f}"} if at is not None else {})}
-        body = httpx.get(f"{self.url}/api/v1/query", params=params, timeout=10).json()
-        assert body["status"] == "success", body
-        return body["data"]["result"]
-
-    def value(self, promql: str, at: float | None = None) -> float | None:
-        result = self.query(promql, at)
-        assert len(result) <= 1, result
-        return float(result[0]["value"][1]) if result else None
-
-    def wait_for(
-        self, promql: str, ok: Callable[[float], bool], timeout_s: float = 60, what: str = ""
-    ) -> float:
-        deadline = time.monotonic() + timeout_s
-        last = None
-        while time.monotonic() < deadline:
-            last = self.value(promql)
-            if last is not None and ok(last):
-                return last
-            time.sleep(0.25)
-        raise AssertionError(
-            f"{what or promql}: Prometheus had {last!r} after {timeout_s} s\n"
-            f"targets: {httpx.get(f'{self.url}/api/v1/targets', timeout=10).text[:2000]}"
-        )
-
-    def exemplars(self, promql: str, start: float, end: float) -> list[dict]:
-        params = {"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}"}
-        body = httpx.get(f"{self.url}/api/v1/query_exemplars", params=params, timeout=10).json()
-        assert body["status"] == "success", body
-        return [e for series in body["data"] for e in series["exemplars"]]
-
-
-@pytest.fixture
-def prometheus(tmp_path) -> Iterator[Callable[[dict[str, str]], Prometheus]]:
-    """prometheus({job_name: "127.0.0.1:PORT"}) -> a running Prometheus scraping those targets."""
-    binary = prometheus_binary()
-    started: list[subprocess.Popen] = []
-
-    def start(targets: dict[str, str]) -> Prometheus:
-        port = free_port()
-        config = tmp_path / "prometheus.yml"
-        jobs = "".join(
-            f"  - job_name: {name}\n    static_configs:\n      - targets: ['{address}']\n"
-            for name, address in targets.items()
-        )
-        config.write_text(
-            f"global:\n  scrape_interval: 500ms\n  scrape_timeout: 500ms\nscrape_configs:\n{jobs}"
-        )
-        log = tmp_path / "prometheus.log"
-        proc = subprocess.Popen(
-            [
-                binary,
-                f"--config.file={config}",
-                f"--storage.tsdb.path={tmp_path / 'prometheus-data'}",
-                f"--web.listen-address=127.0.0.1:{port}",
-                "--enable-feature=exemplar-storage",
-                "--log.level=warn",
-            ],
-            stdout=log.open("w"),
-            stderr=subprocess.STDOUT,
-        )
-        started.append(proc)
-        url = f"http://127.0.0.1:{port}"
-        wait_for_http(proc, f"{url}/-/ready", log, "prometheus", timeout_s=30)
-        return Prometheus(proc, url, log)
-
-    yield start
-    for proc in started:
-        stop_process(proc)
+pytest_plugins = ["prometheus_server"]
 
 
 def nvml_works() -> bool:

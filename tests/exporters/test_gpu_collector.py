@@ -5,7 +5,8 @@ NVML cannot run on this machine (no NVIDIA driver), so `FakeNVML` below stands i
 Queries"): `nvmlDeviceGetUtilizationRates` gives percent (0-100) in `.gpu` and `.memory`,
 `nvmlDeviceGetMemoryInfo` gives bytes in `.total/.free/.used`, `nvmlDeviceGetPowerUsage` gives
 milliwatts, `nvmlDeviceGetTemperature(h, NVML_TEMPERATURE_GPU)` gives degrees C, and a reading the
-device does not support raises `NVMLError_NotSupported` (MIG slices have no utilisation).
+device does not support raises `NVMLError_NotSupported` (MIG slices have no utilisation), and
+`nvmlDeviceGetComputeRunningProcesses` lists `.pid` and `.usedGpuMemory` (bytes, or None).
 """
 
 from __future__ import annotations
@@ -66,6 +67,11 @@ class FakeNVML:
     def nvmlDeviceGetTemperature(self, h, sensor):
         assert sensor == pynvml.NVML_TEMPERATURE_GPU
         return self._get(h, "temp")
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h):
+        # nvmlProcessInfo_t: pid and usedGpuMemory in bytes; pynvml gives None for
+        # NVML_VALUE_NOT_AVAILABLE (a process NVML may not account, e.g. without the rights).
+        return [SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in h.get("procs", [])]
 
 
 def scrape(collector: GpuCollector) -> dict[str, list]:

@@ -1,4 +1,4 @@
-"""Device memory: peak near capacity, fragmentation, temporaries kept alive."""
+"""Memory: growth toward an out-of-memory kill, peak near capacity, fragmentation, temporaries."""
 
 from __future__ import annotations
 
@@ -10,6 +10,14 @@ PEAK_WARNING_SHARE = 0.80
 FRAGMENTATION_WARNING_SHARE = 0.30
 FRAGMENTATION_MIN_PEAK_SHARE = 0.50  # fragmentation only hurts when memory is tight
 TEMPORARIES_WARNING_SHARE = 0.20
+# memory_growth: each step's low point rises along a steady line (R² and share of rises) in
+# both halves of the capture, and either reaches capacity within a day or grew this much.
+MEMORY_GROWTH_MIN_R2 = 0.80
+MEMORY_GROWTH_MIN_RISING_SHARE = 0.60
+MEMORY_GROWTH_WARNING_S = 24 * 3600.0
+MEMORY_GROWTH_CRITICAL_S = 3600.0
+MEMORY_GROWTH_MIN_SHARE_OF_PEAK = 0.05  # without a capacity, or with one a day or more away
+MEMORY_GROWTH_MIN_BYTES = 1 << 20  # below a MiB over the capture, growth is noise
 
 
 def _worst(summary: Summary, key) -> AllocatorMemory | None:
@@ -90,4 +98,116 @@ def memory_temporaries(summary: Summary) -> Finding | None:
         "collect into a `tf.TensorArray`, preallocate, or drop references so "
         "the allocator can reuse the memory.",
         impact_share=temp_share,
+    )
+
+
+def _to_capacity(m: AllocatorMemory, summary: Summary) -> float | None:
+    """Seconds to capacity at the growth rate. A host allocator lives in the process's RSS,
+    whose cgroup limit (when the sampler read it) is what an OOM kill enforces, not the host's
+    memory that XProf reports as capacity."""
+    g, process = m.growth, summary.process_memory
+    if g is None or g.bytes_per_s <= 0:
+        return None
+    if process is not None and not m.allocator.upper().startswith("GPU"):
+        return round(max(0, process.limit_bytes - process.rss_bytes) / g.bytes_per_s, 1)
+    return g.seconds_to_capacity
+
+
+def _growing(m: AllocatorMemory, summary: Summary) -> bool:
+    g = m.growth
+    to_capacity = _to_capacity(m, summary)
+    return bool(
+        g is not None
+        and g.bytes_per_s > 0
+        and g.growth_bytes >= MEMORY_GROWTH_MIN_BYTES
+        and g.r2 >= MEMORY_GROWTH_MIN_R2
+        and g.rising_share >= MEMORY_GROWTH_MIN_RISING_SHARE
+        and g.first_half_bytes_per_s > 0
+        and g.second_half_bytes_per_s > 0
+        and (
+            (to_capacity is not None and to_capacity <= MEMORY_GROWTH_WARNING_S)
+            or g.growth_bytes >= MEMORY_GROWTH_MIN_SHARE_OF_PEAK * max(m.peak_bytes_in_use, 1)
+        )
+    )
+
+
+def _mib(n: float) -> str:
+    return f"{n / 2**20:,.1f} MiB"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+@rule("memory_growth")
+def memory_growth(summary: Summary) -> Finding | None:
+    growing = [m for m in summary.memory if _growing(m, summary)]
+    if not growing:
+        return None
+    m = min(growing, key=lambda a: _to_capacity(a, summary) or float("inf"))
+    g = m.growth
+    soon = _to_capacity(m, summary)
+    critical = soon is not None and soon <= MEMORY_GROWTH_CRITICAL_S
+    process = summary.process_memory if not m.allocator.upper().startswith("GPU") else None
+    rate = f"{_mib(g.bytes_per_s)}/s"
+    if g.bytes_per_step is not None:
+        rate += f" ({_mib(g.bytes_per_step)} per step)"
+    when = (
+        f"; at this rate {'the process reaches its memory limit' if process else 'it is full'}"
+        f" in {_duration(soon)}"
+        if soon is not None
+        else ""
+    )
+    kept = [
+        {
+            "op": k.op_name,
+            "shape": k.shape,
+            "count": k.count,
+            "bytes": k.bytes,
+            "first_step": k.first_step,
+        }
+        for k in m.kept_allocations
+    ]
+    culprit = (
+        f" Kept across steps: {m.kept_allocations[0].count} outputs of "
+        f"`{m.kept_allocations[0].op_name}` {m.kept_allocations[0].shape} "
+        f"({_mib(m.kept_allocations[0].bytes)})."
+        if m.kept_allocations
+        else ""
+    )
+    return Finding(
+        rule="memory_growth",
+        severity=Severity.CRITICAL if critical else Severity.WARNING,
+        title=f"Memory in use on {m.allocator} grows by {rate} at every step's low point{when}",
+        evidence={
+            "allocator": m.allocator,
+            "bytes_per_s": g.bytes_per_s,
+            "bytes_per_step": g.bytes_per_step,
+            "growth_bytes": g.growth_bytes,
+            "r2": g.r2,
+            "rising_share": g.rising_share,
+            "basis": g.basis,
+            "points": g.points,
+            "peak_bytes_in_use": m.peak_bytes_in_use,
+            "capacity_bytes": m.capacity_bytes,
+            "seconds_to_capacity": soon,
+            "process_rss_bytes": process.rss_bytes if process else None,
+            "process_limit_bytes": process.limit_bytes if process else None,
+            "kept_allocations": kept,
+            "alive_before_capture_bytes": m.alive_before_capture_bytes,
+        },
+        recommendation="Something keeps each step's tensors alive." + culprit + " Look for: "
+        "references kept across steps (outputs or losses appended to a Python list, metrics "
+        "summed as tensors instead of with `.numpy()`/`tf.keras.metrics`); concat/stack in a "
+        "loop that keeps every intermediate (use `tf.TensorArray` or preallocate); "
+        "`tf.function` retracing, where each new shape or Python value builds and keeps a new "
+        "graph (fix `input_signature`, pass tensors not Python numbers); variables that grow "
+        "(`tf.Variable(..., shape=tf.TensorShape(None))` assigned larger values, lookup tables "
+        "and caches without a bound).",
+        docs="https://www.tensorflow.org/guide/profiler#memory_profile_tool",
+        impact_share=1.0 if critical else 0.0,
     )

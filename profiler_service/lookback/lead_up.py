@@ -1,0 +1,55 @@
+"""Each snapshot's lead-up: the ring's samples and Prometheus's series around the capture.
+
+The ring covers PROFILER_LOOKBACK_S before the capture started, and the capture. Prometheus is
+asked from PROFILER_LOOKBACK_S before the trigger (an alert's `startsAt`, which may be minutes
+before the webhook arrived) to the capture's end.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from profiler_service.config import Settings
+from profiler_service.lookback.models import LeadUp
+from profiler_service.lookback.prometheus import lead_up_variables, query_lead_up
+from profiler_service.lookback.sampler import Sampler
+from profiler_service.models import Snapshot, utcnow
+
+
+class LeadUpRecorder:
+    """`controller.lead_up`: called once the trace is done, before analysis."""
+
+    def __init__(self, settings: Settings, sampler: Sampler | None):
+        self.settings = settings
+        self.sampler = sampler
+
+    @property
+    def enabled(self) -> bool:
+        return self.sampler is not None or bool(self.settings.prometheus_url)
+
+    def __call__(self, snapshot: Snapshot) -> LeadUp | None:
+        if not self.enabled:
+            return None
+        s = self.settings
+        lookback = timedelta(seconds=s.lookback_s)
+        started = snapshot.capture_started_at or snapshot.created_at
+        end = snapshot.capture_finished_at or utcnow()
+        if self.sampler is not None:
+            lead_up = self.sampler.lead_up(started - lookback, end)
+        else:
+            lead_up = LeadUp(start=started - lookback, end=end)
+        if s.prometheus_url:
+            triggered = min(snapshot.trigger.starts_at or snapshot.created_at, snapshot.created_at)
+            since = triggered - timedelta(seconds=s.lookback_s or 300)
+            series, notes = query_lead_up(
+                s.prometheus_url,
+                s.prometheus_queries,
+                lead_up_variables(snapshot.target, snapshot.trigger.labels, s),
+                since,
+                end,
+                timeout_s=s.prometheus_timeout_s,
+            )
+            lead_up.series += series
+            lead_up.notes += notes
+            lead_up.start = min(lead_up.start, since)
+        return lead_up

@@ -1,0 +1,190 @@
+"""What each mode can read about the job once a second, cheaply.
+
+    reading                      agent (in the job)           sidecar
+    step time, steps/s           the step markers' counts     - (Prometheus, when set)
+    memory in use, host          this process's RSS           the job's RSS from /proc/PID
+                                                              (PROFILER_WATCH_PROCESS; a
+                                                              shared PID namespace)
+    memory in use, GPU:N         TF's allocator (current)     - (TF's allocator is in the job)
+    GPU memory of the process    NVML, this pid               NVML, the job's pid: what TF's
+                                                              allocator reserved, not uses
+    GPU utilisation              NVML                         NVML
+
+Host capacity is the process's cgroup memory limit (what the OOM killer enforces in a
+container), else the host's memory. GPU capacity is the device's memory (NVML).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+import psutil
+
+from profiler_service.exporters.gpu_collector import GpuCollector, GpuReading
+from profiler_service.exporters.step_collector import STEP_STATS, StepStats
+from profiler_service.exporters.tf_collector import TFMemoryCollector
+
+log = logging.getLogger(__name__)
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+_UNLIMITED = 1 << 60  # cgroup v1 writes a huge number for "no limit"
+
+
+class Source(Protocol):
+    name: str
+
+    def read(self) -> dict[str, float]: ...
+
+
+def memory_limit_bytes(pid: int | str = "self") -> int:
+    """The process's cgroup memory limit (v2 `memory.max`, v1 `memory.limit_in_bytes`), else
+    the host's memory: the figure an out-of-memory kill is measured against."""
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":
+            candidates = [CGROUP_ROOT / path.lstrip("/") / "memory.max"]
+        elif "memory" in controllers.split(","):
+            candidates = [CGROUP_ROOT / "memory" / path.lstrip("/") / "memory.limit_in_bytes"]
+        else:
+            continue
+        for candidate in candidates:
+            try:
+                text = candidate.read_text().strip()
+            except OSError:
+                continue
+            if text.isdigit() and 0 < int(text) < _UNLIMITED:
+                return int(text)
+    return psutil.virtual_memory().total
+
+
+def _gpu_name(reading: GpuReading) -> str:
+    return f"GPU:{reading.labels[0]}"
+
+
+class StepSource:
+    """Step time over the last interval from the step markers' counters (agent only)."""
+
+    name = "agent"
+
+    def __init__(self, stats: StepStats = STEP_STATS):
+        self.stats = stats
+        self._last: tuple[int, float] | None = None
+
+    def read(self) -> dict[str, float]:
+        series = self.stats.snapshot().values()
+        count = sum(c for _, c, _ in series)
+        total = sum(s for _, _, s in series)
+        last, self._last = self._last, (count, total)
+        if last is None or count <= last[0]:
+            return {"steps_per_s": 0.0} if last is not None else {}
+        steps = count - last[0]
+        return {"step_time_ms": 1000 * (total - last[1]) / steps, "steps_per_s": float(steps)}
+
+
+class ProcessMemorySource:
+    """A process's RSS against its cgroup limit: this one (agent) or the job (sidecar)."""
+
+    def __init__(
+        self,
+        pid: Callable[[], int | None] = os.getpid,
+        name: str = "agent",
+        limit_bytes: int | None = None,
+    ):
+        self._pid = pid
+        self.name = name
+        self.limit_bytes = limit_bytes  # PROFILER_MEMORY_WATCH_CAPACITY_BYTES: the real limit
+        self._limit: tuple[int, int] | None = None  # (pid, bytes): a limit changes with the pid
+
+    def read(self) -> dict[str, float]:
+        pid = self._pid()
+        if pid is None:
+            return {}
+        try:
+            rss = psutil.Process(pid).memory_info().rss
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            return {}
+        if self._limit is None or self._limit[0] != pid:
+            self._limit = (pid, self.limit_bytes or memory_limit_bytes(pid))
+        return {"memory_in_use_bytes|host": rss, "memory_capacity_bytes|host": self._limit[1]}
+
+
+class TFMemorySource:
+    """TensorFlow's allocator per GPU (agent only), through the metrics' collector."""
+
+    name = "agent"
+
+    def __init__(self, collector: TFMemoryCollector, gpu: GpuCollector | None = None):
+        self.collector = collector
+        self.gpu = gpu
+
+    def read(self) -> dict[str, float]:
+        values: dict[str, float] = {}
+        totals = {}
+        if self.gpu is not None:
+            totals = {_gpu_name(r): r.memory_total_bytes for r in self.gpu.read(0.5)}
+        for device, device_type, current, _ in self.collector.read():
+            if device_type != "GPU":
+                continue  # the host allocator's bytes are in the RSS
+            values[f"memory_in_use_bytes|{device}"] = current
+            if totals.get(device):
+                values[f"memory_capacity_bytes|{device}"] = totals[device]
+        return values
+
+
+class GpuSource:
+    """NVML: utilisation per GPU, and the device memory the watched process holds."""
+
+    name = "nvml"
+
+    def __init__(self, collector: GpuCollector, pid: Callable[[], int | None] | None = None):
+        self.collector = collector
+        self._pid = pid
+
+    def read(self) -> dict[str, float]:
+        values: dict[str, float] = {}
+        pid = self._pid() if self._pid is not None else None
+        for r in self.collector.read(0.5):
+            gpu = _gpu_name(r)
+            if r.utilization is not None:
+                values[f"gpu_utilization_ratio|{gpu}"] = r.utilization
+            used = r.memory_used_bytes
+            if pid is not None:
+                used = (r.process_memory_bytes or {}).get(pid)
+            if used is not None:
+                values[f"gpu_memory_used_bytes|{gpu}"] = used
+                if r.memory_total_bytes:
+                    values[f"gpu_memory_total_bytes|{gpu}"] = r.memory_total_bytes
+        return values
+
+
+class WatchedProcess:
+    """The sidecar's job process: a pid, or the lowest pid whose command line matches a regular
+    expression, looked up again when it exits (a restarted job has a new pid)."""
+
+    def __init__(self, spec: str):
+        self.spec = spec.strip()
+        self._pattern = None if self.spec.isdigit() else re.compile(self.spec)
+        self._pid: int | None = int(self.spec) if self.spec.isdigit() else None
+
+    def __call__(self) -> int | None:
+        if self._pid is not None and psutil.pid_exists(self._pid):
+            return self._pid
+        if self._pattern is None:
+            return None
+        self._pid = None
+        me = os.getpid()
+        for process in sorted(psutil.process_iter(["pid", "cmdline"]), key=lambda p: p.pid):
+            cmdline = " ".join(process.info.get("cmdline") or [])
+            if process.pid != me and cmdline and self._pattern.search(cmdline):
+                self._pid = process.pid
+                break
+        return self._pid

@@ -1,0 +1,161 @@
+"""The memory watch: a capture before an out-of-memory kill, which an alert would come too late for.
+
+At every look-back sample, for each memory the sources read (the process's RSS against its cgroup
+limit, TensorFlow's allocator per GPU, the job's GPU memory through NVML):
+
+    in use >= PROFILER_MEMORY_WATCH_SHARE of capacity                    -> capture (share)
+    growing steadily over PROFILER_MEMORY_WATCH_WINDOW_S, reaching capacity
+    within PROFILER_MEMORY_WATCH_HORIZON_S at that rate                  -> capture (growth)
+
+GPU memory read through NVML is what TensorFlow's allocator reserved, not what it uses (TF
+reserves most of the device up front unless memory growth is on), so only its growth counts.
+A capture is bounded like any other (one at a time per target), and after one the watch waits
+PROFILER_MEMORY_WATCH_COOLDOWN_S before the next.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+
+from profiler_service.analysis.fit import fit_line
+from profiler_service.capture.controller import CaptureController, CaptureRequest
+from profiler_service.config import Settings
+from profiler_service.errors import ServiceError
+from profiler_service.lookback.ring import Sample, SampleRing
+from profiler_service.models import MemoryReading, Trigger, TriggerKind
+
+log = logging.getLogger(__name__)
+
+# (reading in use, its capacity, whether crossing the share counts) per memory the sources read.
+WATCHED = (
+    ("memory_in_use_bytes", "memory_capacity_bytes", True),
+    ("gpu_memory_used_bytes", "gpu_memory_total_bytes", False),
+)
+MIN_WINDOW_SHARE = 0.5  # the window must be at least half full of samples before growth counts
+GROWTH_MIN_R2 = 0.6  # the rise must look like a line, not one spike in a noisy reading
+
+
+class MemoryWatch:
+    def __init__(
+        self,
+        settings: Settings,
+        controller: CaptureController,
+        ring: SampleRing,
+        source_of=lambda key: "",
+    ):
+        self.settings = settings
+        self.controller = controller
+        self.ring = ring
+        self.source_of = source_of
+        self.target = settings.memory_watch_target or (
+            settings.targets[0].name if settings.targets else None
+        )
+        self.outcomes: Counter[tuple[str, str]] = Counter()  # (reason, captured|busy|failed)
+        self.last: MemoryReading | None = None  # the most pressing reading, for /metrics
+        self._cooldown_until = 0.0
+        self._lock = threading.Lock()
+
+    def __call__(self, sample: Sample) -> None:
+        readings = self.readings(sample)
+        if not readings:
+            return
+        self.last = min(readings, key=_urgency)
+        fired = [r for r in readings if r.reason]
+        if fired and self.target is not None:
+            self._capture(min(fired, key=_urgency))
+
+    def readings(self, sample: Sample) -> list[MemoryReading]:
+        """Every watched memory in this sample, with `reason` set where it calls for a capture."""
+        s = self.settings
+        interval = s.lookback_interval_s
+        window = self.ring.window(sample.time - s.memory_watch_window_s, sample.time)
+        found = []
+        for in_use_name, capacity_name, share_counts in WATCHED:
+            for key, in_use in sample.values.items():
+                name, _, device = key.partition("|")
+                if name != in_use_name:
+                    continue
+                capacity = sample.values.get(f"{capacity_name}|{device}")
+                share = in_use / capacity if capacity else None
+                rate = _growth_per_s(
+                    [(w.time, w.values[key]) for w in window if key in w.values],
+                    minimum=max(3, MIN_WINDOW_SHARE * s.memory_watch_window_s / interval),
+                )
+                to_capacity = (
+                    max(0.0, capacity - in_use) / rate if capacity and rate and rate > 0 else None
+                )
+                reason = ""
+                if share_counts and share is not None and share >= s.memory_watch_share:
+                    reason = "share"
+                elif to_capacity is not None and to_capacity <= s.memory_watch_horizon_s:
+                    reason = "growth"
+                found.append(
+                    MemoryReading(
+                        device=device or "host",
+                        source=self.source_of(key),
+                        in_use_bytes=int(in_use),
+                        capacity_bytes=int(capacity) if capacity else None,
+                        share=round(share, 4) if share is not None else None,
+                        bytes_per_s=round(rate, 1) if rate is not None else None,
+                        window_s=s.memory_watch_window_s,
+                        seconds_to_capacity=round(to_capacity, 1)
+                        if to_capacity is not None
+                        else None,
+                        reason=reason,
+                    )
+                )
+        return found
+
+    def _capture(self, reading: MemoryReading) -> None:
+        with self._lock:
+            if time.monotonic() < self._cooldown_until:
+                return
+            s = self.settings
+            duration = s.memory_watch_duration_s or s.duration_default_s
+            try:
+                snapshot = self.controller.start(
+                    CaptureRequest(
+                        duration_s=duration,
+                        target=self.target,
+                        trigger=Trigger(
+                            kind=TriggerKind.MEMORY_WATCH,
+                            source=f"memory_watch ({reading.reason}, {reading.device})",
+                            labels={"device": reading.device},
+                            memory=reading,
+                        ),
+                    )
+                )
+            except ServiceError as exc:
+                outcome = "busy" if exc.code == "capture_in_progress" else "failed"
+                log.info("memory watch did not capture %s: %s", self.target, exc.detail)
+            else:
+                outcome = "captured"
+                self._cooldown_until = time.monotonic() + s.memory_watch_cooldown_s
+                log.warning(
+                    "memory watch: %s at %s of capacity, %s s to full; capturing %s as %s",
+                    reading.device,
+                    reading.share,
+                    reading.seconds_to_capacity,
+                    self.target,
+                    snapshot.id,
+                )
+            self.outcomes[(reading.reason, outcome)] += 1
+
+
+def _urgency(reading: MemoryReading) -> tuple[int, float]:
+    """Readings that call for a capture first, then the soonest to run out."""
+    return (
+        0 if reading.reason else 1,
+        reading.seconds_to_capacity if reading.seconds_to_capacity is not None else float("inf"),
+    )
+
+
+def _growth_per_s(points: list[tuple[float, float]], minimum: float) -> float | None:
+    """Bytes per second over the window when it is full enough; 0 unless the rise is line-like."""
+    if len(points) < minimum:
+        return None
+    slope, r2 = fit_line(points)
+    return slope if r2 >= GROWTH_MIN_R2 else 0.0
