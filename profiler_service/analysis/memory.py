@@ -14,20 +14,20 @@ from dataclasses import dataclass
 from profiler_service.analysis.fit import fit_line
 from profiler_service.analysis.models import (
     AllocatorMemory,
-    KeptAllocation,
     MemoryGrowth,
     MemoryPoint,
+    PeakAllocation,
     Summary,
 )
 
 MAX_TIMELINE_POINTS = 300
-# XProf samples its timeline down to this many events (max_num_snapshots); below it, the
-# timeline holds every allocation and free, so allocations can be followed to their free.
-XPROF_TIMELINE_LIMIT = 1000
 MIN_FLOORS = 4  # low points needed to fit a growth line
 MIN_SAMPLES_PER_FLOOR = 3  # steps are grouped until their low point rests on this many events
 TIME_WINDOWS = 10  # without step markers: low points of this many equal slices of the capture
-MAX_KEPT_GROUPS = 5
+MAX_PEAK_ALLOCATIONS = 5
+# Growth this line-like sends the analysis to the capture's own memory events for what is kept
+# (analysis/kept_memory.py); a flat or noisy low point does not pay for reading them.
+KEPT_SEARCH_MIN_R2 = 0.5
 # Ops whose outputs are fresh copies of their inputs: kept alive, they are what ran the
 # article's second case study out of memory.
 TEMPORARY_OP_TYPES = ("Concat", "ConcatV2", "Pack", "Stack", "TensorListStack", "Tile")
@@ -71,7 +71,7 @@ def _allocator_memory(allocator: str, data: dict) -> AllocatorMemory:
     events = _events(sampled)
     basis, floors, steps = step_floors(events)
     growth = fit_growth(basis, floors, steps, capacity, peak_bytes)
-    complete = len(sampled) < XPROF_TIMELINE_LIMIT
+    t0_ps = _int(sampled[0].get("timeOffsetPs")) if sampled else 0
     return AllocatorMemory(
         allocator=allocator,
         peak_bytes_in_use=peak_bytes,
@@ -85,8 +85,8 @@ def _allocator_memory(allocator: str, data: dict) -> AllocatorMemory:
             :: max(1, math.ceil(len(floors) / MAX_TIMELINE_POINTS))
         ],
         growth=growth,
-        kept_allocations=kept_allocations(events) if complete else [],
         alive_before_capture_bytes=_alive_before_capture(data),
+        alive_at_peak=_alive_at_peak(data, snapshots, t0_ps),
     )
 
 
@@ -197,43 +197,33 @@ def _per_step(growth_bytes: float, steps: int, floors: int) -> float | None:
     return round(growth_bytes / between, 1) if between > 0 else None
 
 
-def kept_allocations(events: list[_Event]) -> list[KeptAllocation]:
-    """Allocations made during the capture and not freed by its last step, grouped by op and
-    shape: in a leak, the op whose outputs something keeps."""
-    last_step = max((e.step for e in events if e.step is not None), default=None)
-    alive: dict[str, _Event] = {}
-    for event in events:
-        activity = event.meta.get("memoryActivity")
-        address = str(event.meta.get("address") or "")
-        if activity == "ALLOCATION" and address:
-            alive[address] = event
-        elif activity == "DEALLOCATION":
-            alive.pop(address, None)
-    groups: dict[tuple[str, str, str], list[_Event]] = defaultdict(list)
-    for event in alive.values():
-        if event.step is not None and event.step == last_step:
-            continue  # the unfinished step's own work, not kept across steps
-        meta = event.meta
-        key = (
-            str(meta.get("tfOpName") or "unknown"),
-            str(meta.get("tensorShape") or ""),
-            str(meta.get("dataType") or ""),
+def _alive_at_peak(data: dict, snapshots: list[dict], t0_ps: int) -> list[PeakAllocation]:
+    """XProf's active allocations at the peak (those made in the peak's step), largest first."""
+    found = []
+    for allocation in data.get("activeAllocations") or []:
+        index = _int(allocation.get("snapshotIndex"))
+        if not 0 <= index < len(snapshots):
+            continue
+        meta = snapshots[index].get("activityMetadata") or {}
+        step = meta.get("stepId")
+        found.append(
+            PeakAllocation(
+                op_name=str(meta.get("tfOpName") or "unknown"),
+                shape=str(meta.get("tensorShape") or ""),
+                data_type=str(meta.get("dataType") or ""),
+                bytes=_int(meta.get("allocationBytes")),
+                occurrences=max(1, _int(allocation.get("numOccurrences"))),
+                step=_int(step) if step not in (None, "") else None,
+                time_ms=round((_int(snapshots[index].get("timeOffsetPs")) - t0_ps) / 1e9, 3),
+            )
         )
-        groups[key].append(event)
-    kept = [
-        KeptAllocation(
-            op_name=op,
-            shape=shape,
-            data_type=dtype,
-            count=len(group),
-            bytes=sum(_int(e.meta.get("allocationBytes")) for e in group),
-            first_step=min((e.step for e in group if e.step is not None), default=None),
-            first_time_ms=round(min(e.time_ms for e in group), 3),
-        )
-        for (op, shape, dtype), group in groups.items()
-    ]
-    kept.sort(key=lambda k: (-k.bytes, k.first_time_ms))
-    return kept[:MAX_KEPT_GROUPS]
+    found.sort(key=lambda a: (-a.bytes * a.occurrences, a.time_ms))
+    return found[:MAX_PEAK_ALLOCATIONS]
+
+
+def may_be_growing(memory: AllocatorMemory) -> bool:
+    g = memory.growth
+    return g is not None and g.bytes_per_s > 0 and g.r2 >= KEPT_SEARCH_MIN_R2
 
 
 def _alive_before_capture(data: dict) -> int:

@@ -129,11 +129,21 @@ class KeptAllocation(BaseModel):
 
     op_name: str
     shape: str = ""
-    data_type: str = ""
     count: int
     bytes: int
-    first_step: int | None = None
-    first_time_ms: float
+    first_time_ms: float  # from the first memory event of the capture
+
+
+class PeakAllocation(BaseModel):
+    """One of XProf's active allocations at the peak (made in the peak's step)."""
+
+    op_name: str
+    shape: str = ""
+    data_type: str = ""
+    bytes: int
+    occurrences: int = 1
+    step: int | None = None
+    time_ms: float  # from the start of the timeline
 
 
 class AllocatorMemory(BaseModel):
@@ -149,11 +159,13 @@ class AllocatorMemory(BaseModel):
     # Memory in use at each step's low point (see MemoryGrowth), and its fitted growth.
     step_floors: list[MemoryPoint] = Field(default_factory=list)
     growth: MemoryGrowth | None = None
-    # Made during the capture, alive at its end: the largest groups, earliest first. Only when
-    # XProf kept every allocation in its timeline (fewer than 1,000 events); else empty.
+    # Made in the capture's first half and alive at its end, by op and shape, the largest
+    # first; read from the capture's memory events only when the low points grow.
     kept_allocations: list[KeptAllocation] = Field(default_factory=list)
     # Alive at the peak but allocated before the capture began (XProf's "preallocated").
     alive_before_capture_bytes: int = 0
+    # XProf's active allocations at the peak, the largest first.
+    alive_at_peak: list[PeakAllocation] = Field(default_factory=list)
 
 
 class ProcessMemory(BaseModel):

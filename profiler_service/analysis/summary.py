@@ -12,11 +12,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from google.protobuf.message import DecodeError
 from pydantic import BaseModel, Field
 
 from profiler_service.analysis.input_pipeline import summarise_input_pipeline
+from profiler_service.analysis.kept_memory import kept_allocations_in_capture
 from profiler_service.analysis.kernels import summarise_kernels
-from profiler_service.analysis.memory import summarise_memory
+from profiler_service.analysis.memory import may_be_growing, summarise_memory
 from profiler_service.analysis.models import Finding, HostSummary, Summary
 from profiler_service.analysis.op_stats import host_communication_ms, read_ops, summarise_op_stats
 from profiler_service.analysis.overview import read_step_time, summarise_overview
@@ -62,11 +64,20 @@ def summarise_run(run_dir: Path) -> Summary:
         ("kernel_stats", summarise_kernels),
     ):
         _optional(summary, tool, lambda t=tool, r=read: r(tool_data(paths, t), summary))
-    for profile in memory_profiles:
+    for path, profile in zip(paths, memory_profiles, strict=True):
         if isinstance(profile, str):
             summary.notes.append(f"memory_profile: {profile}")
-        else:
-            summarise_memory(profile, summary)
+            continue
+        before = len(summary.memory)
+        summarise_memory(profile, summary)
+        for allocator in summary.memory[before:]:
+            if may_be_growing(allocator):
+                try:
+                    allocator.kept_allocations = kept_allocations_in_capture(
+                        path, allocator.allocator
+                    )
+                except (OSError, ValueError, DecodeError) as exc:
+                    summary.notes.append(f"memory events of {path.name}: {exc}")
     if len(paths) > 1:
         summary.per_host = [_host_summary(path) for path in paths]
     return summary

@@ -147,7 +147,8 @@ def memory_loop(seconds: float, ready: dict, args: argparse.Namespace) -> None:
     activation in a Python list (the article's second case study), `--resident-mb` holds a large
     steady footprint, `--scratch-mb` allocates and frees a temporary inside every step (a
     sawtooth). `--oom-at-mb` stands in for the kernel's OOM killer: past that RSS the process
-    dies at once with 137. `--stats-file` gets the job's own figures once a second."""
+    dies at once with 137. `--stats-file` gets a JSON line of the job's own figures each
+    second."""
     import os
 
     import psutil
@@ -187,9 +188,8 @@ def memory_loop(seconds: float, ready: dict, args: argparse.Namespace) -> None:
         if args.stats_file and (time.monotonic() - last_write >= 1.0 or rss > oom_at):
             last_write = time.monotonic()
             stats = {"time": time.time(), "steps": step, "kept_bytes": kept_bytes, "rss": rss}
-            with open(f"{args.stats_file}.tmp", "w") as f:
-                json.dump(stats, f)
-            os.replace(f"{args.stats_file}.tmp", args.stats_file)
+            with open(args.stats_file, "a") as f:
+                f.write(json.dumps(stats) + "\n")
         if rss > oom_at:
             print(f"OOM rss={rss} at {time.time():.3f}", flush=True)
             os._exit(137)
@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None) -> None:
     memory.add_argument("--scratch-mb", type=float, default=0, help="temporary freed each step")
     memory.add_argument("--step-ms", type=float, default=20, help="host time per step")
     memory.add_argument("--oom-at-mb", type=float, default=0, help="die (137) past this RSS")
-    memory.add_argument("--stats-file", help="the job's own figures, rewritten each second")
+    memory.add_argument("--stats-file", help="append the job's own figures each second")
     args = parser.parse_args(argv)
     global DECODE_S
     DECODE_S = args.decode_ms / 1000

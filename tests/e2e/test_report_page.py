@@ -2,31 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
-
-import pytest
-from playwright.sync_api import sync_playwright
-
-CHROMIUM_FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-
-
-@pytest.fixture(scope="module")
-def browser():
-    executable = shutil.which("chromium")
-    assert executable, "Debian's chromium is missing: scripts/install-system-packages installs it"
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=executable, args=CHROMIUM_FLAGS, headless=True)
-        yield b
-        b.close()
-
 
 def test_report_shows_findings_first_and_draws_its_charts(
     input_bound_job, service_factory, browser, tmp_path

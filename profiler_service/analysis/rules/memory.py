@@ -168,17 +168,27 @@ def memory_growth(summary: Summary) -> Finding | None:
             "shape": k.shape,
             "count": k.count,
             "bytes": k.bytes,
-            "first_step": k.first_step,
+            "first_ms": k.first_time_ms,
         }
         for k in m.kept_allocations
     ]
-    culprit = (
-        f" Kept across steps: {m.kept_allocations[0].count} outputs of "
-        f"`{m.kept_allocations[0].op_name}` {m.kept_allocations[0].shape} "
-        f"({_mib(m.kept_allocations[0].bytes)})."
-        if m.kept_allocations
-        else ""
-    )
+    alive = [
+        {"op": a.op_name, "shape": a.shape, "bytes": a.bytes * a.occurrences, "step": a.step}
+        for a in m.alive_at_peak
+    ]
+    if m.kept_allocations:
+        k = m.kept_allocations[0]
+        culprit = (
+            f" Kept across steps: {k.count} outputs of `{k.op_name}` {k.shape} ({_mib(k.bytes)})."
+        )
+    elif m.alive_at_peak:
+        culprit = (
+            " Largest allocations alive at the peak: "
+            + ", ".join(f"`{a['op']}` {a['shape']} ({_mib(a['bytes'])})" for a in alive[:3])
+            + "."
+        )
+    else:
+        culprit = ""
     return Finding(
         rule="memory_growth",
         severity=Severity.CRITICAL if critical else Severity.WARNING,
@@ -198,6 +208,7 @@ def memory_growth(summary: Summary) -> Finding | None:
             "process_rss_bytes": process.rss_bytes if process else None,
             "process_limit_bytes": process.limit_bytes if process else None,
             "kept_allocations": kept,
+            "alive_at_peak": alive,
             "alive_before_capture_bytes": m.alive_before_capture_bytes,
         },
         recommendation="Something keeps each step's tensors alive." + culprit + " Look for: "
