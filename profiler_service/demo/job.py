@@ -3,7 +3,7 @@ multi-worker, or memory (the article's second case: activations kept across step
 
     python -m profiler_service.demo.job --workload input-bound --agent --store ./profiles
     python -m profiler_service.demo.job --workload compute-bound --profiler-port 6009
-    python -m profiler_service.demo.job --workload memory --leak-kb-per-step 1024 --oom-at-mb 2000
+    python -m profiler_service.demo.job --workload memory --leak-kb-per-step 512 --oom-growth-mb 800
 
 Prints one line `READY {json}` once training has started (with the agent's URL when embedded),
 then trains until --seconds pass or it is stopped.
@@ -146,8 +146,9 @@ def memory_loop(seconds: float, ready: dict, args: argparse.Namespace) -> None:
     """A custom loop whose memory the flags shape: `--leak-kb-per-step` keeps each step's
     activation in a Python list (the article's second case study), `--resident-mb` holds a large
     steady footprint, `--scratch-mb` allocates and frees a temporary inside every step (a
-    sawtooth). `--oom-at-mb` stands in for the kernel's OOM killer: past that RSS the process
-    dies at once with 137. `--stats-file` gets a JSON line of the job's own figures each
+    sawtooth). `--oom-growth-mb` stands in for the kernel's OOM killer: once the RSS has grown
+    that much past its size before training (`ready["oom_at_bytes"]`), the process dies at once
+    with 137. `--stats-file` gets a JSON line of the job's own figures each
     second."""
     import os
 
@@ -171,7 +172,7 @@ def memory_loop(seconds: float, ready: dict, args: argparse.Namespace) -> None:
     kept: list = []
     process = psutil.Process()
     kept_bytes, step, last_write = 0, 0, 0.0
-    oom_at = args.oom_at_mb * 2**20 or float("inf")
+    oom_at = ready.get("oom_at_bytes") or float("inf")
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         with training_step(step):
@@ -215,7 +216,7 @@ def main(argv: list[str] | None = None) -> None:
     memory.add_argument("--resident-mb", type=float, default=0, help="steady footprint held")
     memory.add_argument("--scratch-mb", type=float, default=0, help="temporary freed each step")
     memory.add_argument("--step-ms", type=float, default=20, help="host time per step")
-    memory.add_argument("--oom-at-mb", type=float, default=0, help="die (137) past this RSS")
+    memory.add_argument("--oom-growth-mb", type=float, default=0, help="die (137) past this growth")
     memory.add_argument("--stats-file", help="append the job's own figures each second")
     args = parser.parse_args(argv)
     global DECODE_S
@@ -225,10 +226,16 @@ def main(argv: list[str] | None = None) -> None:
     if args.profiler_port:
         tf.profiler.experimental.server.start(args.profiler_port)
         ready["profiler_port"] = args.profiler_port
+    limits = {}
+    if args.workload == "memory" and args.oom_growth_mb:
+        import psutil
+
+        ready["oom_at_bytes"] = psutil.Process().memory_info().rss + int(args.oom_growth_mb * 2**20)
+        limits["memory_watch_capacity_bytes"] = ready["oom_at_bytes"]  # as a cgroup limit would
     if args.agent:
         from profiler_service import agent
 
-        embedded = agent.start(port=args.agent_port, store=args.store)
+        embedded = agent.start(port=args.agent_port, store=args.store, **limits)
         ready["agent_url"] = embedded.url
     if args.workload in ("eager", "multi-worker", "memory"):
         if args.workload == "eager":
