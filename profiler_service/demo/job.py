@@ -210,6 +210,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--agent-port", type=int, default=0, help="agent port (0: any free port)")
     parser.add_argument("--store", default="./profiles", help="agent's snapshot store")
     parser.add_argument("--decode-ms", type=float, default=2.0, help="input-bound: ms per record")
+    parser.add_argument(
+        "--slow-down",
+        nargs=2,
+        type=float,
+        metavar=("AFTER_S", "DECODE_MS"),
+        help="input-bound: decode this slowly from AFTER_S seconds on (a step time that jumps)",
+    )
     parser.add_argument("--extra-matmuls", type=int, default=0, help="multi-worker: extra work")
     memory = parser.add_argument_group("memory workload")
     memory.add_argument("--leak-kb-per-step", type=float, default=0, help="activation kept")
@@ -221,8 +228,20 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     global DECODE_S
     DECODE_S = args.decode_ms / 1000
+    if args.slow_down:
+        import threading
+
+        after_s, slower_ms = args.slow_down
+
+        def slow_down() -> None:
+            global DECODE_S
+            DECODE_S = slower_ms / 1000
+
+        threading.Timer(after_s, slow_down).start()
 
     ready: dict = {"pid": __import__("os").getpid()}
+    if args.slow_down:
+        ready["slow_down_at"] = time.time() + args.slow_down[0]
     if args.profiler_port:
         tf.profiler.experimental.server.start(args.profiler_port)
         ready["profiler_port"] = args.profiler_port

@@ -213,19 +213,20 @@ def lead_up_svg(
 
     parts = []
     for name, when in marks.items():
+        css = "mark-" + "-".join(name.split())
         if isinstance(when, tuple):
             x0, x1 = x(when[0].timestamp()), x(when[1].timestamp())
             parts.append(
-                f'<rect class="mark mark-{name}" x="{x0:.1f}" y="0" width="{max(x1 - x0, 2):.1f}" '
+                f'<rect class="mark {css}" x="{x0:.1f}" y="0" width="{max(x1 - x0, 2):.1f}" '
                 f'height="{height}" fill="#ffe082" opacity="0.6">'
                 f"<title>{escape(name)}</title></rect>"
             )
         else:
             xm = x(when.timestamp())
             parts.append(
-                f'<line class="mark mark-{name}" x1="{xm:.1f}" x2="{xm:.1f}" y1="0" y2="{height}" '
+                f'<line class="mark {css}" x1="{xm:.1f}" x2="{xm:.1f}" y1="0" y2="{height}" '
                 f'stroke="#d62728" stroke-dasharray="3 2"><title>{escape(name)} '
-                f'{when:%H:%M:%S}</title></line>'
+                f"{when:%H:%M:%S}</title></line>"
             )
     if limit_fits:
         parts.append(
