@@ -1,4 +1,5 @@
-"""What the profiler costs the job it watches: step time bare, with an idle agent, capturing.
+"""What the profiler costs the job it watches: step time bare, with an idle agent (with and
+without its look-back ring), capturing; and what the ring holds in memory.
 
     .venv/bin/python bench/bench_overhead.py [--rounds 5] [--steps 400]
 
@@ -6,14 +7,17 @@ One real Keras training job in this process (a tf.data pipeline: parallel map, b
 into a 3-layer MLP), trained in rounds of `--steps` steps. Each round runs three arms, in an order
 that rotates round by round so drift (thermal, other load) hits every arm alike:
   - bare:    model.fit alone (no agent, no callback);
-  - idle:    the agent embedded (`agent.start`, its HTTP server on a thread of this process) with
+  - no-ring: the agent embedded (`agent.start`, its HTTP server on a thread of this process) with
              ProfilerStepCallback, while another process scrapes its `/metrics` every second,
-             as Prometheus would;
+             as Prometheus would, with the look-back sampler off (PROFILER_LOOKBACK_S=0);
+  - idle:    the same with the agent's defaults: the sampler reads steps, RSS, TF memory and
+             NVML every second into a 300 s ring, and the memory watch checks each sample;
   - capture: the same, during an in-process capture started through the agent's `POST /profile`
              (tracer levels at their defaults); the round's steps all fall inside the trace.
 The agent is started and stopped around each non-bare arm, so the bare arm really has none.
 Printed: per-arm medians and minima, the ratios to bare, and how noisy the bare arm itself is
-(the spread of its rounds, and the bare-vs-bare ratio of alternate rounds). Aims: idle within
+(the spread of its rounds, and the bare-vs-bare ratio of alternate rounds); then the ring's
+memory when full (tracemalloc) and the time one sample takes in this process. Aims: idle within
 1 % of bare, capture within 10 %. Nothing is asserted.
 """
 
@@ -28,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tracemalloc
 import warnings
 from pathlib import Path
 
@@ -105,17 +110,21 @@ def main() -> None:
         [sys.executable, "-c", SCRAPER, f"{url}/metrics"], stdout=subprocess.PIPE, text=True
     )
     store = Path(tempfile.mkdtemp(prefix="bench-overhead-"))
-    arms: dict[str, list[float]] = {"bare": [], "idle": [], "capture": []}
+    arms: dict[str, list[float]] = {"bare": [], "no-ring": [], "idle": [], "capture": []}
     late = 0
+    samples_per_round: list[int] = []
 
-    def with_agent(capture: bool) -> float:
+    def with_agent(capture: bool, ring: bool = True) -> float:
         nonlocal late
-        embedded = agent.start(port=port, store=store)
+        embedded = agent.start(port=port, store=store, lookback_s=300 if ring else 0)
         try:
             with httpx.Client(base_url=url, timeout=60) as client:
                 if not capture:
                     time.sleep(1.5)  # at least one scrape lands before and during the round
-                    return fit([ProfilerStepCallback()])
+                    per_step = fit([ProfilerStepCallback()])
+                    if ring:
+                        samples_per_round.append(len(embedded.service.sampler.ring))
+                    return per_step
                 snapshot = client.post("/profile", params={"duration": f"{capture_s}s"}).json()
                 while (
                     not client.get(f"/profiles/{snapshot['id']}").json().get("capture_started_at")
@@ -138,13 +147,14 @@ def main() -> None:
 
     runners = {
         "bare": lambda: fit([]),
+        "no-ring": lambda: with_agent(capture=False, ring=False),
         "idle": lambda: with_agent(capture=False),
         "capture": lambda: with_agent(capture=True),
     }
     names = list(runners)
     try:
         for r in range(args.rounds):
-            for name in names[r % 3 :] + names[: r % 3]:
+            for name in names[r % len(names) :] + names[: r % len(names)]:
                 arms[name].append(runners[name]())
             print(
                 f"round {r + 1}: "
@@ -177,6 +187,41 @@ def main() -> None:
     print(
         f"aims: idle <= 1.01, capture <= 1.10 (ratio of medians); {len(scrapes)} scrapes of "
         f"/metrics answered; {late} capture rounds ran past the trace (their ratio is a floor)"
+    )
+    idle, no_ring = arms["idle"], arms["no-ring"]
+    print(
+        f"ring vs no ring: {statistics.median(idle) / statistics.median(no_ring):.3f} (medians),"
+        f" {min(arms['idle']) / min(arms['no-ring']):.3f} (minima); the idle rounds "
+        f"held {samples_per_round} samples"
+    )
+    ring_cost()
+
+
+def ring_cost(seconds: float = 300) -> None:
+    """The ring full, with this process's own readings (agent sources), and one sample's time."""
+    from profiler_service.config import Settings, in_process_target
+    from profiler_service.exporters.gpu_collector import GpuCollector
+    from profiler_service.exporters.tf_collector import TFMemoryCollector
+    from profiler_service.service import build_sampler
+
+    settings = Settings(targets=[in_process_target()], lookback_s=seconds)
+    sampler = build_sampler(settings, GpuCollector(), TFMemoryCollector())
+    sampler.sample()  # first reads (NVML init, TF device list) are not the steady cost
+    times = [0.0] * (int(seconds) + 5)
+    tracemalloc.start()
+    before = tracemalloc.take_snapshot()
+    for i in range(len(times)):
+        t = time.perf_counter()
+        sampler.sample()
+        times[i] = time.perf_counter() - t
+    grown = sum(s.size_diff for s in tracemalloc.take_snapshot().compare_to(before, "filename"))
+    tracemalloc.stop()
+    readings = len(sampler.ring.latest().values)
+    print(
+        f"ring: {len(sampler.ring)} samples of {readings} readings hold {grown / 1024:.0f} KiB; "
+        f"one sample takes {statistics.median(times) * 1e6:.0f} us (median, p99 "
+        f"{sorted(times)[int(0.99 * len(times))] * 1e6:.0f} us) on the sampler's thread, once a "
+        "second"
     )
 
 

@@ -295,6 +295,11 @@ class Settings(BaseSettings):
     prometheus_timeout_s: float = Field(default=5.0, gt=0)
     pod_name: str | None = None  # $pod in queries (the Helm chart sets it from the downward API)
     pod_namespace: str | None = None  # $namespace in queries
+    # The look-back trace (TF 2.21+ jobs, sidecar, single-worker targets): the job's profiler
+    # traces continuously and the sidecar drops the trace every this many seconds, so a capture
+    # starts up to this long before its trigger. 0: off. It costs the job a capture's overhead
+    # all the time; see README.
+    lookback_trace_s: float = Field(default=0.0, ge=0, le=60)
 
     # The memory watch: capture before an out-of-memory kill. Fires when memory in use crosses
     # this share of capacity, or grows fast enough (over the window) to reach it within horizon.

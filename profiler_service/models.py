@@ -92,6 +92,8 @@ class CaptureOptions(BaseModel):
     include_dataset_ops: bool = True
     # TF 2.21's in-process profiler ignores tracer levels; recorded so nobody trusts them blindly.
     options_applied: bool = True
+    # With the look-back trace: how long before the capture was asked for its trace began.
+    lookback_ms: int = 0
 
 
 class SnapshotError(BaseModel):

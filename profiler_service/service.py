@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from profiler_service.analysis.analyzer import XprofAnalyzer
 from profiler_service.capture.capturer import Capturer
+from profiler_service.capture.continuous import ContinuousCapturer
 from profiler_service.capture.controller import CaptureController
 from profiler_service.capture.remote import RemoteCapturer
 from profiler_service.config import Settings, TargetKind
@@ -43,6 +44,7 @@ class Service:
     scheduler: CaptureScheduler | None = None  # started by the HTTP app, when schedules are set
     sampler: Sampler | None = None  # the look-back ring's; started by the HTTP app
     memory_watch: MemoryWatch | None = None  # listens to the sampler
+    continuous: ContinuousCapturer | None = None  # the look-back trace, when configured
 
     def start(self) -> None:
         """Background work that runs while the service serves: schedules, the look-back."""
@@ -50,8 +52,12 @@ class Service:
             self.scheduler.start()
         if self.sampler is not None:
             self.sampler.start()
+        if self.continuous is not None:
+            self.continuous.start()
 
     def close(self) -> None:
+        if self.continuous is not None:
+            self.continuous.close()
         if self.sampler is not None:
             self.sampler.stop()
         if self.scheduler is not None:
@@ -81,8 +87,12 @@ def build_service(
         retry_max_s=settings.store_retry_max_s,
     )
     store.open()
+    continuous = None
     if capturers is None:
-        capturers = {TargetKind.GRPC: RemoteCapturer(settings.capture_url)}
+        remote = RemoteCapturer(settings.capture_url)
+        if settings.lookback_trace_s > 0:
+            continuous = ContinuousCapturer(settings, fallback=remote)
+        capturers = {TargetKind.GRPC: continuous or remote}
     controller = CaptureController(
         settings, store, capturers, XprofAnalyzer(timeout_s=settings.analysis_timeout_s)
     )
@@ -112,6 +122,7 @@ def build_service(
         scheduler=CaptureScheduler(settings, controller),
         sampler=sampler,
         memory_watch=memory_watch,
+        continuous=continuous,
     )
     service.metrics = ServiceMetrics(service, gpu=gpu, tf_memory=tf_memory)
     return service

@@ -7,8 +7,8 @@ outputs pile up. The capture has every allocation and free (`MemoryAllocation` /
 module pairs them by address, as XProf's own memory profile does, and groups what is still
 alive at the end. It runs only when the memory profile already shows growth.
 
-The sidecar imports no TensorFlow, so the XSpace schema is declared here: the fields read,
-with the numbers of `tsl/profiler/protobuf/xplane.proto` (a test checks them against TF's).
+The sidecar imports no TensorFlow, so the XSpace fields read are declared here
+(proto_subset.py; a test checks their numbers against TF's `xplane_pb2`).
 """
 
 from __future__ import annotations
@@ -18,83 +18,54 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
-
 from profiler_service.analysis.models import KeptAllocation
+from profiler_service.proto_subset import F, message_classes
 
 HOST_PLANE = "/host:CPU"
-_F = descriptor_pb2.FieldDescriptorProto
-# message -> [(field, number, type, repeated, message type)]
-XPLANE_FIELDS: dict[str, list[tuple[str, int, int, bool, str | None]]] = {
-    "XSpace": [("planes", 1, _F.TYPE_MESSAGE, True, "XPlane")],
+# The fields read, as tsl/profiler/protobuf/xplane.proto numbers them.
+XPLANE_FIELDS = {
+    "XSpace": [("planes", 1, F.TYPE_MESSAGE, True, "XPlane")],
     "XPlane": [
-        ("name", 2, _F.TYPE_STRING, False, None),
-        ("lines", 3, _F.TYPE_MESSAGE, True, "XLine"),
-        ("event_metadata", 4, _F.TYPE_MESSAGE, True, "XPlane.EventMetadataEntry"),
-        ("stat_metadata", 5, _F.TYPE_MESSAGE, True, "XPlane.StatMetadataEntry"),
+        ("name", 2, F.TYPE_STRING, False, None),
+        ("lines", 3, F.TYPE_MESSAGE, True, "XLine"),
+        ("event_metadata", 4, F.TYPE_MESSAGE, True, "XPlane.EventMetadataEntry"),
+        ("stat_metadata", 5, F.TYPE_MESSAGE, True, "XPlane.StatMetadataEntry"),
     ],
     "XLine": [
-        ("timestamp_ns", 3, _F.TYPE_INT64, False, None),
-        ("events", 4, _F.TYPE_MESSAGE, True, "XEvent"),
+        ("timestamp_ns", 3, F.TYPE_INT64, False, None),
+        ("events", 4, F.TYPE_MESSAGE, True, "XEvent"),
     ],
     "XEvent": [
-        ("metadata_id", 1, _F.TYPE_INT64, False, None),
-        ("offset_ps", 2, _F.TYPE_INT64, False, None),
-        ("stats", 4, _F.TYPE_MESSAGE, True, "XStat"),
+        ("metadata_id", 1, F.TYPE_INT64, False, None),
+        ("offset_ps", 2, F.TYPE_INT64, False, None),
+        ("stats", 4, F.TYPE_MESSAGE, True, "XStat"),
     ],
     "XStat": [
-        ("metadata_id", 1, _F.TYPE_INT64, False, None),
-        ("uint64_value", 3, _F.TYPE_UINT64, False, None),
-        ("int64_value", 4, _F.TYPE_INT64, False, None),
-        ("str_value", 5, _F.TYPE_STRING, False, None),
-        ("ref_value", 7, _F.TYPE_UINT64, False, None),
+        ("metadata_id", 1, F.TYPE_INT64, False, None),
+        ("uint64_value", 3, F.TYPE_UINT64, False, None),
+        ("int64_value", 4, F.TYPE_INT64, False, None),
+        ("str_value", 5, F.TYPE_STRING, False, None),
+        ("ref_value", 7, F.TYPE_UINT64, False, None),
     ],
     "XEventMetadata": [
-        ("id", 1, _F.TYPE_INT64, False, None),
-        ("name", 2, _F.TYPE_STRING, False, None),
+        ("id", 1, F.TYPE_INT64, False, None),
+        ("name", 2, F.TYPE_STRING, False, None),
     ],
     "XStatMetadata": [
-        ("id", 1, _F.TYPE_INT64, False, None),
-        ("name", 2, _F.TYPE_STRING, False, None),
+        ("id", 1, F.TYPE_INT64, False, None),
+        ("name", 2, F.TYPE_STRING, False, None),
     ],
 }
-_PACKAGE = "profiler_service.xplane"
+XPLANE_MAPS = {
+    "XPlane.EventMetadataEntry": (F.TYPE_INT64, "XEventMetadata"),
+    "XPlane.StatMetadataEntry": (F.TYPE_INT64, "XStatMetadata"),
+}
 MIN_KEPT = 3  # allocations of one op and shape, kept: fewer is one step's own work
 
 
 @cache
 def _xspace_class() -> Any:
-    proto = descriptor_pb2.FileDescriptorProto(
-        name="profiler_service/xplane_subset.proto", package=_PACKAGE, syntax="proto2"
-    )
-    for name, fields in XPLANE_FIELDS.items():
-        message = proto.message_type.add(name=name)
-        for field, number, kind, repeated, type_name in fields:
-            message.field.add(
-                name=field,
-                number=number,
-                type=kind,
-                label=_F.LABEL_REPEATED if repeated else _F.LABEL_OPTIONAL,
-                type_name=f".{_PACKAGE}.{type_name}" if type_name else None,
-            )
-        if name == "XPlane":
-            for entry, value in (
-                ("EventMetadataEntry", "XEventMetadata"),
-                ("StatMetadataEntry", "XStatMetadata"),
-            ):
-                nested = message.nested_type.add(name=entry)
-                nested.options.map_entry = True
-                nested.field.add(name="key", number=1, type=_F.TYPE_INT64, label=_F.LABEL_OPTIONAL)
-                nested.field.add(
-                    name="value",
-                    number=2,
-                    type=_F.TYPE_MESSAGE,
-                    label=_F.LABEL_OPTIONAL,
-                    type_name=f".{_PACKAGE}.{value}",
-                )
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(proto)
-    return message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{_PACKAGE}.XSpace"))
+    return message_classes("profiler_service.xplane", XPLANE_FIELDS, XPLANE_MAPS)["XSpace"]
 
 
 def kept_allocations_in_capture(

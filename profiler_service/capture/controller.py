@@ -181,6 +181,11 @@ class CaptureController:
             self.store.update(snapshot)
             paths = _with_deadline(capturer, job)
             snapshot.capture_finished_at = utcnow()
+            began = getattr(capturer, "trace_began", lambda _: None)(snapshot.id)
+            if began is not None:
+                snapshot.capture.lookback_ms = max(
+                    0, round((snapshot.capture_started_at - began).total_seconds() * 1000)
+                )
             self._record_lead_up(snapshot)
             run_dir = self.store.adopt_capture(snapshot, paths)
             snapshot.status = SnapshotStatus.ANALYZING

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import cache
 
 from jinja2 import Environment, PackageLoader, select_autoescape
@@ -73,8 +73,8 @@ def lead_up_marks(snapshot: Snapshot) -> dict:
         marks["alert started"] = snapshot.trigger.starts_at
     marks["triggered"] = snapshot.created_at
     if snapshot.capture_started_at is not None:
-        marks["capture"] = (
-            snapshot.capture_started_at,
-            snapshot.capture_finished_at or snapshot.capture_started_at,
+        traced_from = snapshot.capture_started_at - timedelta(
+            milliseconds=snapshot.capture.lookback_ms
         )
+        marks["capture"] = (traced_from, snapshot.capture_finished_at or traced_from)
     return marks

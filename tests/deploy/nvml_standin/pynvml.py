@@ -59,3 +59,7 @@ def nvmlDeviceGetPowerUsage(handle):
 
 def nvmlDeviceGetTemperature(handle, sensor):
     return 55
+
+
+def nvmlDeviceGetComputeRunningProcesses(handle):
+    return []  # nvmlProcessInfo_t list (pid, usedGpuMemory): no process on the stand-in GPU
