@@ -13,7 +13,11 @@ that rotates round by round so drift (thermal, other load) hits every arm alike:
   - idle:    the same with the agent's defaults: the sampler reads steps, RSS, TF memory and
              NVML every second into a 300 s ring, and the memory watch checks each sample;
   - capture: the same, during an in-process capture started through the agent's `POST /profile`
-             (tracer levels at their defaults); the round's steps all fall inside the trace.
+             (tracer levels at their defaults); the round's steps all fall inside the trace;
+  - continuous: no agent; the look-back trace's continuous session on this process's own
+             profiler server (TF 2.21, `tf.profiler.experimental.server.start`), rotated every
+             `--lookback-trace` seconds by the sidecar's client (capture/continuous.py), as
+             PROFILER_LOOKBACK_TRACE_S does: what keeping a look-back trace costs all the time.
 The agent is started and stopped around each non-bare arm, so the bare arm really has none.
 Printed: per-arm medians and minima, the ratios to bare, and how noisy the bare arm itself is
 (the spread of its rounds, and the bare-vs-bare ratio of alternate rounds); then the ring's
@@ -82,6 +86,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=400, help="steps per arm per round")
     parser.add_argument("--width", type=int, default=256, help="hidden layer width")
+    parser.add_argument("--lookback-trace", type=float, default=1.0, help="rotation, seconds")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")  # Keras' per-fit data-adapter warning
     logging.getLogger("profiler_service").setLevel(logging.ERROR)  # "no GPU", once per round
@@ -110,7 +115,36 @@ def main() -> None:
         [sys.executable, "-c", SCRAPER, f"{url}/metrics"], stdout=subprocess.PIPE, text=True
     )
     store = Path(tempfile.mkdtemp(prefix="bench-overhead-"))
-    arms: dict[str, list[float]] = {"bare": [], "no-ring": [], "idle": [], "capture": []}
+    arms: dict[str, list[float]] = {
+        "bare": [],
+        "no-ring": [],
+        "idle": [],
+        "capture": [],
+        "continuous": [],
+    }
+    server_port = free_port()
+    tf.profiler.experimental.server.start(server_port)
+    rotations: list[int] = []
+
+    def continuous() -> float:
+        from profiler_service.capture.continuous import ContinuousSession
+        from profiler_service.config import Settings
+
+        session = ContinuousSession(
+            f"127.0.0.1:{server_port}", Settings(lookback_trace_s=args.lookback_trace)
+        )
+        session.start()
+        try:
+            while not session.running:
+                time.sleep(0.05)
+            first = session.since
+            time.sleep(args.lookback_trace + 0.5)  # past the first rotation: steady state
+            per_step = fit([ProfilerStepCallback()])
+            rotations.append(round((session.since - first) / args.lookback_trace))
+            return per_step
+        finally:
+            session.close()
+
     late = 0
     samples_per_round: list[int] = []
 
@@ -150,6 +184,7 @@ def main() -> None:
         "no-ring": lambda: with_agent(capture=False, ring=False),
         "idle": lambda: with_agent(capture=False),
         "capture": lambda: with_agent(capture=True),
+        "continuous": continuous,
     }
     names = list(runners)
     try:
@@ -193,6 +228,11 @@ def main() -> None:
         f"ring vs no ring: {statistics.median(idle) / statistics.median(no_ring):.3f} (medians),"
         f" {min(arms['idle']) / min(arms['no-ring']):.3f} (minima); the idle rounds "
         f"held {samples_per_round} samples"
+    )
+    print(
+        f"continuous vs bare: {statistics.median(arms['continuous']) / base_med:.3f} (medians), "
+        f"{min(arms['continuous']) / base_min:.3f} (minima); rotated every "
+        f"{args.lookback_trace:g} s ({rotations} rotations per round)"
     )
     ring_cost()
 

@@ -2,7 +2,7 @@
 
 profiler_memory_in_use_bytes{device, source}        memory the watch reads (RSS as `host`)
 profiler_memory_capacity_bytes{device, source}      what it is measured against
-profiler_memory_watch_seconds_to_capacity{device}   the soonest projected run-out, when growing
+profiler_memory_watch_time_to_capacity_seconds{device}  the soonest projected run-out
 profiler_memory_watch_captures_total{reason, outcome}
 """
 
@@ -52,7 +52,7 @@ class LookbackCollector:
         if self.watch is None:
             return
         to_capacity = GaugeMetricFamily(
-            "profiler_memory_watch_seconds_to_capacity",
+            "profiler_memory_watch_time_to_capacity",
             "Seconds until the watched memory reaches capacity at its growth over the watch "
             "window (absent while it does not grow).",
             labels=["device"],

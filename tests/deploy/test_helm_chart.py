@@ -226,6 +226,23 @@ def test_a_multi_worker_target_is_found_where_target_discovery_says(monkeypatch)
     )
 
 
+def test_the_memory_watch_shares_the_pods_processes_only_when_asked(monkeypatch):
+    """watchProcess turns on shareProcessNamespace (the sidecar reads the job's /proc); the pod
+    name and namespace always reach the Prometheus lead-up queries through the downward API."""
+    _, spec = pod_spec(install_dry_run({}))
+    env = env_of(sidecar_of(spec))
+    assert "shareProcessNamespace" not in spec and "PROFILER_WATCH_PROCESS" not in env
+    assert env["PROFILER_POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert env["PROFILER_POD_NAMESPACE"]["valueFrom"] == {
+        "fieldRef": {"fieldPath": "metadata.namespace"}
+    }
+    _, spec = pod_spec(install_dry_run({"sidecar": {"watchProcess": "python .*train"}}))
+    assert spec["shareProcessNamespace"] is True
+    watch = env_of(sidecar_of(spec))["PROFILER_WATCH_PROCESS"]["value"]
+    monkeypatch.setenv("PROFILER_WATCH_PROCESS", watch)
+    assert Settings(api_token="t").watch_process == "python .*train"
+
+
 def test_secure_defaults():
     docs = install_dry_run({})
     metadata, spec = pod_spec(docs)
@@ -305,7 +322,7 @@ def test_schema_lists_exactly_the_settings_the_chart_does_not_set_itself():
     chart_set = {
         "host", "port", "insecure", "api_token", "store", "targets", "public_url",
         "webhook_token", "webhook_username", "webhook_password", "webhook_hmac_secret",
-        "grafana_token", "store_options",
+        "grafana_token", "store_options", "watch_process", "pod_name", "pod_namespace",
     }  # fmt: skip
     assert offered == set(Settings.model_fields) - chart_set
 

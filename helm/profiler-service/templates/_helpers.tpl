@@ -126,6 +126,14 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
       value: {{ printf "%s=grpc://127.0.0.1:%d" .Values.targetName (int .Values.training.profilerPort) | quote }}
       {{- end }}
     - {name: HOME, value: /tmp}
+    # $pod and $namespace in the Prometheus lead-up queries.
+    - name: PROFILER_POD_NAME
+      valueFrom: {fieldRef: {fieldPath: metadata.name}}
+    - name: PROFILER_POD_NAMESPACE
+      valueFrom: {fieldRef: {fieldPath: metadata.namespace}}
+    {{- with .Values.sidecar.watchProcess }}
+    - {name: PROFILER_WATCH_PROCESS, value: {{ . | quote }}}
+    {{- end }}
     {{- if and .Values.xprof.enabled (not (hasKey .Values.sidecar.settings "tensorboard_url")) }}
     - {name: PROFILER_TENSORBOARD_URL, value: {{ include "profiler-service.xprofUrl" . | quote }}}
     {{- end }}
@@ -171,6 +179,10 @@ imagePullSecrets:
 {{- end }}
 {{- with .Values.training.serviceAccountName }}
 serviceAccountName: {{ . }}
+{{- end }}
+{{- if .Values.sidecar.watchProcess }}
+# The sidecar reads the job's RSS and cgroup limit through /proc (the memory watch).
+shareProcessNamespace: true
 {{- end }}
 securityContext:
   {{- toYaml .Values.podSecurityContext | nindent 2 }}
