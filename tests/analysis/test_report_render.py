@@ -13,6 +13,7 @@ from profiler_service.analysis.models import (
     InputBound,
     InputOp,
     InputPipeline,
+    MemoryGrowth,
     MemoryPoint,
     OpCategory,
     Severity,
@@ -27,6 +28,7 @@ from profiler_service.config import Settings
 from profiler_service.exporters import charts
 from profiler_service.exporters.charts import format_bytes
 from profiler_service.exporters.report import _environment, render_report
+from profiler_service.lookback.models import LeadUp, Series
 from profiler_service.models import (
     CaptureOptions,
     Snapshot,
@@ -276,3 +278,103 @@ def test_step_chart_of_no_steps_is_empty():
 def test_bytes_filter(value, text):
     assert format_bytes(value) == text
     assert _environment().filters["bytes"](value) == text
+
+
+# --- memory chart and lead-up ---------------------------------------------------------------
+
+
+def leaking(capacity: int | None) -> AllocatorMemory:
+    """500 MiB growing 10 MiB per step over 10 steps, each with a 64 MiB sawtooth on top."""
+    mib = 2**20
+    timeline, floors = [], []
+    for step in range(10):
+        floor = 500 * mib + step * 10 * mib
+        floors.append(MemoryPoint(time_ms=step * 100.0, bytes_in_use=floor))
+        timeline += [
+            MemoryPoint(time_ms=step * 100.0, bytes_in_use=floor),
+            MemoryPoint(time_ms=step * 100.0 + 50, bytes_in_use=floor + 64 * mib),
+        ]
+    return AllocatorMemory(
+        allocator="mklcpu",
+        peak_bytes_in_use=654 * mib,
+        capacity_bytes=capacity,
+        timeline=timeline,
+        step_floors=floors,
+        growth=MemoryGrowth(
+            basis="steps", points=10, steps=10, bytes_per_step=10 * mib, bytes_per_s=100 * mib,
+            r2=1.0, rising_share=1.0, first_half_bytes_per_s=100 * mib,
+            second_half_bytes_per_s=100 * mib, growth_bytes=90 * mib,
+        ),
+    )  # fmt: skip
+
+
+def y_of(svg: str, pattern: str) -> list[float]:
+    return [float(v) for v in re.findall(pattern, svg)]
+
+
+def test_memory_chart_is_scaled_to_what_was_used_with_capacity_as_a_note_off_scale():
+    svg = str(charts.memory_svg(leaking(capacity=24 * GIB)))
+    # The axis spans the data (about 500-650 MiB), not 0-24 GiB: the rise fills the chart.
+    labels = re.findall(r">([\d.]+ MiB)</text>", svg)
+    assert len(labels) == 2 and all(400 < float(v.split()[0]) < 700 for v in labels), labels
+    ys = [float(p.split(",")[1]) for p in re.search(r'points="([^"]+)"', svg)[1].split()]
+    assert max(ys) - min(ys) > 100  # of a 180-unit chart
+    assert 'class="capacity"' not in svg
+    assert "Capacity 24.0 GiB is off the scale" in svg
+    # Each step's low point, and the fitted growth through them.
+    assert svg.count('class="step-floor"') == 10
+    line = re.search(
+        r'class="growth-line" x1="([\d.]+)" y1="([\d.]+)" x2="([\d.]+)" y2="([\d.]+)"', svg
+    )
+    assert float(line[2]) > float(line[4])  # rising: y shrinks upward
+
+
+def test_memory_chart_draws_capacity_as_a_labelled_line_when_it_fits():
+    svg = str(charts.memory_svg(leaking(capacity=800 * 2**20)))
+    assert 'class="capacity"' in svg and "capacity 800.0 MiB" in svg
+    assert "off the scale" not in svg
+
+
+def test_lead_up_charts_mark_the_alert_the_trigger_and_the_capture_on_one_time_axis(settings):
+    t0 = datetime(2026, 1, 5, 11, 55, tzinfo=UTC).timestamp()
+    step_time = Series(
+        name="step_time_ms", unit="ms", source="agent",
+        points=[(t0 + i, 70.0 if i < 60 else 210.0) for i in range(290)],
+    )  # fmt: skip
+    memory = Series(
+        name="memory_in_use_bytes", unit="bytes", source="agent", labels={"device": "host"},
+        points=[(t0 + i, 2 * GIB + i * 2**20) for i in range(290)],
+    )  # fmt: skip
+    capacity = Series(
+        name="memory_capacity_bytes", unit="bytes", source="agent", labels={"device": "host"},
+        points=[(t0 + i, 2.5 * GIB) for i in range(290)],
+    )  # fmt: skip
+    started = datetime(2026, 1, 5, 11, 59, 50, tzinfo=UTC)
+    html = render_report(
+        snapshot(
+            trigger=Trigger(
+                kind=TriggerKind.WEBHOOK, starts_at=datetime(2026, 1, 5, 11, 58, tzinfo=UTC)
+            ),
+            capture_started_at=started,
+            capture_finished_at=datetime(2026, 1, 5, 12, 0, 0, tzinfo=UTC),
+            lead_up=LeadUp(
+                start=datetime(2026, 1, 5, 11, 55, tzinfo=UTC),
+                end=datetime(2026, 1, 5, 12, 0, tzinfo=UTC),
+                series=[step_time, memory, capacity],
+                notes=["no Prometheus"],
+            ),
+        ),
+        settings,
+    )
+    assert html.index('id="lead-up"') < html.index("<h2>Step time</h2>")
+    charts_drawn = re.findall(r'<svg class="chart lead-up-chart".*?</svg>', html, re.S)
+    assert len(charts_drawn) == 2  # capacity is drawn inside the memory chart, not apart
+    memory_chart = next(c for c in charts_drawn if 'data-series="memory_in_use_bytes"' in c)
+    assert 'class="capacity"' in memory_chart and "capacity 2.5 GiB" in memory_chart
+    for chart in charts_drawn:
+        alert_x = float(re.search(r'class="mark mark-alert-started" x1="([\d.]+)"', chart)[1])
+        trigger_x = float(re.search(r'class="mark mark-triggered" x1="([\d.]+)"', chart)[1])
+        capture_x = float(re.search(r'class="mark mark-capture" x="([\d.]+)"', chart)[1])
+        assert alert_x == pytest.approx(900 * 3 / 5, abs=1)  # 11:58 on 11:55-12:00
+        assert alert_x < capture_x <= trigger_x + 1
+    assert "no Prometheus" in html

@@ -163,3 +163,33 @@ def test_real_nvml_on_this_machine(caplog):
     else:
         assert first["profiler_gpu_metrics_available"] == [({}, 1.0)]
         assert len(first["profiler_gpu_memory_total_bytes"]) == gpus
+
+
+def test_a_reading_the_sampler_just_took_is_reused_by_the_scrape():
+    """The look-back sampler reads NVML once a second; a scrape within `max_age_s` reuses it."""
+    gpu = {"uuid": "GPU-a", "name": "T4", "util": (10, 1), "mem": (100, 50), "mw": 1, "temp": 1}
+    collector = GpuCollector(FakeNVML([gpu]), max_age_s=60)
+    collector.read(0.5)  # the sampler's reading
+    gpu["util"] = (55, 1)
+    assert scrape(collector)["profiler_gpu_utilization_ratio"][0][1] == 0.10  # not read again
+    assert collector.read(0)[0].utilization == 0.55  # a fresh reading when asked for one
+
+
+def test_the_look_back_source_reads_the_watched_process_gpu_memory():
+    from profiler_service.lookback.sources import GpuSource
+
+    gpu = {
+        "uuid": "GPU-a", "name": "H100", "util": (80, 30), "mem": (80 * 2**30, 70 * 2**30),
+        "mw": 1, "temp": 1, "procs": [(4242, 60 * 2**30), (4343, None)],
+    }  # fmt: skip
+    collector = GpuCollector(FakeNVML([gpu]))
+    job = GpuSource(collector, pid=lambda: 4242).read()
+    assert job == {
+        "gpu_utilization_ratio|GPU:0": 0.8,
+        "gpu_memory_used_bytes|GPU:0": 60 * 2**30,  # the job's own, not the device's 70 GiB
+        "gpu_memory_total_bytes|GPU:0": 80 * 2**30,
+    }
+    hidden = GpuSource(collector, pid=lambda: 4343).read()  # NVML may not account a process
+    assert "gpu_memory_used_bytes|GPU:0" not in hidden
+    device = GpuSource(collector).read()  # no process to watch: the whole device
+    assert device["gpu_memory_used_bytes|GPU:0"] == 70 * 2**30
