@@ -306,6 +306,9 @@ class Settings(BaseSettings):
     memory_watch: bool = True
     memory_watch_share: float = Field(default=0.90, gt=0, le=1)
     memory_watch_horizon_s: float = Field(default=600.0, ge=0)
+    # Growth counts from this share of capacity on: a job filling its buffers at start-up, far
+    # from its limit, is not captured (its first 30 s look like a leak).
+    memory_watch_growth_min_share: float = Field(default=0.5, ge=0, le=1)
     memory_watch_window_s: float = Field(default=30.0, ge=3)
     memory_watch_cooldown_s: float = Field(default=1800.0, ge=0)
     memory_watch_duration_s: float | None = Field(default=None, gt=0)  # default: duration_default_s

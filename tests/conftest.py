@@ -8,17 +8,21 @@ from pathlib import Path
 import pytest
 from helpers import Job, ServiceProcess, free_port, start_job, start_service
 
+# The demo job stops training after --seconds (600 by default); the session's jobs outlive the
+# whole suite, which takes longer than that.
+SESSION = ("--seconds", "7200")
+
 
 @pytest.fixture(scope="session")
 def input_bound_job() -> Iterator[Job]:
-    job = start_job("--workload", "input-bound", "--profiler-port", str(free_port()))
+    job = start_job("--workload", "input-bound", "--profiler-port", str(free_port()), *SESSION)
     yield job
     job.stop()
 
 
 @pytest.fixture(scope="session")
 def compute_bound_job() -> Iterator[Job]:
-    job = start_job("--workload", "compute-bound", "--profiler-port", str(free_port()))
+    job = start_job("--workload", "compute-bound", "--profiler-port", str(free_port()), *SESSION)
     yield job
     job.stop()
 

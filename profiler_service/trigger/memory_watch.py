@@ -5,7 +5,8 @@ limit, TensorFlow's allocator per GPU, the job's GPU memory through NVML):
 
     in use >= PROFILER_MEMORY_WATCH_SHARE of capacity                    -> capture (share)
     growing steadily over PROFILER_MEMORY_WATCH_WINDOW_S, reaching capacity
-    within PROFILER_MEMORY_WATCH_HORIZON_S at that rate                  -> capture (growth)
+    within PROFILER_MEMORY_WATCH_HORIZON_S at that rate, once at least
+    PROFILER_MEMORY_WATCH_GROWTH_MIN_SHARE of capacity is in use         -> capture (growth)
 
 GPU memory read through NVML is what TensorFlow's allocator reserved, not what it uses (TF
 reserves most of the device up front unless memory growth is on), so only its growth counts.
@@ -90,7 +91,11 @@ class MemoryWatch:
                 reason = ""
                 if share_counts and share is not None and share >= s.memory_watch_share:
                     reason = "share"
-                elif to_capacity is not None and to_capacity <= s.memory_watch_horizon_s:
+                elif (
+                    to_capacity is not None
+                    and to_capacity <= s.memory_watch_horizon_s
+                    and (share is None or share >= s.memory_watch_growth_min_share)
+                ):
                     reason = "growth"
                 found.append(
                     MemoryReading(

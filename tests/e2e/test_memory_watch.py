@@ -19,6 +19,8 @@ WATCH = {
     "PROFILER_MEMORY_WATCH_WINDOW_S": "6",
     "PROFILER_MEMORY_WATCH_HORIZON_S": "300",
     "PROFILER_DURATION_DEFAULT_S": "2",
+    # The jobs start at about half of their limit; the floor is for start-up fills.
+    "PROFILER_MEMORY_WATCH_GROWTH_MIN_SHARE": "0.3",
 }
 
 

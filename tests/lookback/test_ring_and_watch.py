@@ -61,7 +61,7 @@ def watch(controller, **settings) -> tuple[MemoryWatch, SampleRing]:
         memory_watch_window_s=10,
         memory_watch_horizon_s=60,
         memory_watch_share=0.9,
-        **settings,
+        **{"memory_watch_growth_min_share": 0.0, **settings},
     )
     ring = SampleRing(300)
     return MemoryWatch(config, controller, ring, lambda key: "proc"), ring
@@ -93,6 +93,17 @@ def test_steady_growth_that_fills_capacity_within_the_horizon_is_captured():
     expected = (10 * GIB - reading.in_use_bytes) / rate
     assert reading.seconds_to_capacity == pytest.approx(expected, abs=0.1)
     assert w.outcomes[("growth", "captured")] == 1
+
+
+def test_growth_far_from_capacity_waits_for_the_growth_floor():
+    controller = Recorder()
+    w, ring = watch(controller, memory_watch_growth_min_share=0.5)
+    rate = 100 * 2**20  # filling buffers at start-up: fast, but 1 GiB of 10
+    feed(w, ring, [host(GIB + rate * t) for t in range(30)])
+    assert controller.requests == [] and w.last.seconds_to_capacity < 100
+    feed(w, ring, [host(5 * GIB + rate * t) for t in range(3)], start=30)
+    [request] = controller.requests
+    assert request.trigger.memory.reason == "growth" and request.trigger.memory.share >= 0.5
 
 
 def test_crossing_the_share_is_captured_and_then_the_watch_cools_down():
