@@ -37,10 +37,13 @@ class WorkerRun:
     stderr: str  # the C++ log: the only place some failures are explained
 
 
-def run_worker(module: str, args: list[str], marker: str, timeout_s: float) -> WorkerRun | None:
-    """Run `python -m module *args PARENT_PID`; None when it ran past `timeout_s` (then killed)."""
+def run_worker(
+    module: str, args: list[str], marker: str, timeout_s: float, python: str | None = None
+) -> WorkerRun | None:
+    """Run `python -m module *args PARENT_PID` (this interpreter unless `python` names another);
+    None when it ran past `timeout_s` (then killed)."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", module, *args, str(os.getpid())],
+        [python or sys.executable, "-m", module, *args, str(os.getpid())],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

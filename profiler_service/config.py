@@ -233,6 +233,10 @@ class Settings(BaseSettings):
     # first ones (the chief first): each worker's capture is tens of MB and analysed in turn.
     capture_max_workers: int = Field(default=32, ge=1, le=1024)
     analysis_timeout_s: float = Field(default=300.0, gt=0)
+    # The Python that runs the analysis worker: one with `profiler-service[analysis]` (XProf). The
+    # agent's own install leaves XProf out so the job keeps its pins; point this at another
+    # environment's interpreter. Unset: this process's own Python.
+    analysis_python: Path | None = None
     # On SIGTERM, finish in-flight captures for up to this long (keep it under the pod's
     # terminationGracePeriodSeconds); what is still running then is `interrupted` at next start.
     shutdown_grace_s: float = Field(default=20.0, ge=0)

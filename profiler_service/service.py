@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from profiler_service.analysis.analyzer import XprofAnalyzer
 from profiler_service.capture.capturer import Capturer
-from profiler_service.capture.continuous import ContinuousCapturer
 from profiler_service.capture.controller import CaptureController
 from profiler_service.capture.remote import RemoteCapturer
 from profiler_service.config import Settings, TargetKind
@@ -31,6 +31,9 @@ from profiler_service.trigger.alert_log import AlertLog
 from profiler_service.trigger.alerts import AlertTrigger
 from profiler_service.trigger.memory_watch import MemoryWatch
 from profiler_service.trigger.schedule import CaptureScheduler
+
+if TYPE_CHECKING:
+    from profiler_service.capture.continuous import ContinuousCapturer
 
 
 @dataclass
@@ -91,10 +94,15 @@ def build_service(
     if capturers is None:
         remote = RemoteCapturer(settings.capture_url)
         if settings.lookback_trace_s > 0:
+            from profiler_service.capture.continuous import ContinuousCapturer  # grpcio
+
             continuous = ContinuousCapturer(settings, fallback=remote)
         capturers = {TargetKind.GRPC: continuous or remote}
     controller = CaptureController(
-        settings, store, capturers, XprofAnalyzer(timeout_s=settings.analysis_timeout_s)
+        settings,
+        store,
+        capturers,
+        XprofAnalyzer(timeout_s=settings.analysis_timeout_s, python=settings.analysis_python),
     )
     alerts = AlertTrigger(
         settings, controller, AlertLog(store.root / "webhooks" / "alerts.jsonl").open()

@@ -2,9 +2,9 @@
 #
 #   docker build -f deploy/docker/sidecar.Dockerfile -t profiler-service:0.1.0 .
 #
-# `pip install` of the project without extras installs no TensorFlow (pyproject.toml keeps it in
-# the `tf` extra, for the in-process agent); tests/deploy/test_images.py checks this file and the
-# dependency closure. The same image serves the central XProf UI (`xprof --logdir ... --port ...`).
+# The `sidecar` extra installs XProf (capture client and converters), grpcio and fsspec, and
+# no TensorFlow (pyproject.toml keeps it in the `tf` extra, for the example job);
+# tests/deploy/test_images.py checks this file and the dependency closure. The same image serves the central XProf UI (`xprof --logdir ... --port ...`).
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -14,7 +14,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 COPY pyproject.toml README.md /src/
 COPY profiler_service /src/profiler_service
-RUN pip install --no-cache-dir /src \
+RUN pip install --no-cache-dir "/src[sidecar]" \
     && rm -rf /src
 
 # The chart runs it as this user with a read-only root filesystem; /tmp and the store are volumes.

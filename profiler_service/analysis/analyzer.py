@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 from profiler_service.analysis.summary import AnalysisResult
@@ -19,11 +20,32 @@ class AnalysisFailed(Exception):
 
 
 class XprofAnalyzer:
-    def __init__(self, timeout_s: float):
+    def __init__(self, timeout_s: float, python: Path | None = None):
         self.timeout_s = timeout_s
+        self.python = python  # another environment's interpreter, with XProf
 
     def analyze(self, run_dir: Path) -> AnalysisResult:
-        run = run_worker(WORKER, [str(run_dir)], RESULT_MARKER, self.timeout_s)
+        if self.python is None and importlib.util.find_spec("xprof") is None:
+            raise AnalysisFailed(
+                "analysis_unavailable",
+                "XProf is not installed in this environment (the agent's install leaves it out "
+                "so the job keeps its own pins); the capture is kept. Set PROFILER_ANALYSIS_PYTHON "
+                "to the Python of an environment with `profiler-service[analysis]`, or analyse it "
+                "elsewhere: `profiler-service analyze PATH` from a sidecar's environment",
+            )
+        if self.python is not None and not self.python.exists():
+            raise AnalysisFailed(
+                "analysis_unavailable",
+                f"PROFILER_ANALYSIS_PYTHON names {self.python}, which does not exist; the "
+                "capture is kept",
+            )
+        run = run_worker(
+            WORKER,
+            [str(run_dir)],
+            RESULT_MARKER,
+            self.timeout_s,
+            str(self.python) if self.python else None,
+        )
         if run is None:
             raise AnalysisFailed(
                 "analysis_timeout", f"XProf's analysis did not finish within {self.timeout_s:g} s"

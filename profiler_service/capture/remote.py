@@ -10,7 +10,6 @@ import json
 import socket
 from pathlib import Path
 
-from profiler_service.capture.capture_url import CaptureUrl
 from profiler_service.capture.capturer import CaptureFailed, CaptureJob, collect_xplanes
 from profiler_service.capture.failures import classify_remote_failure
 from profiler_service.child_process import run_worker
@@ -24,7 +23,11 @@ class RemoteCapturer:
 
     def __init__(self, capture_url: str | None = None):
         # Set: the job's profiler writes to this URL, not to our store (no shared volume).
-        self.capture_url = CaptureUrl(capture_url) if capture_url else None
+        self.capture_url = None
+        if capture_url:
+            from profiler_service.capture.capture_url import CaptureUrl  # fsspec: sidecar only
+
+            self.capture_url = CaptureUrl(capture_url)
 
     def capture(self, job: CaptureJob) -> list[Path]:
         if self.capture_url is None:

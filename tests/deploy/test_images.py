@@ -1,4 +1,6 @@
-"""deploy/docker: the sidecar image installs no TensorFlow; the example job's image does.
+"""deploy/docker and the extras: the sidecar image installs XProf and no TensorFlow; the example
+job's image installs TensorFlow; the base install (the agent, inside a job) pins nothing that
+TensorFlow pins.
 
 Checked from the files, offline: what each Dockerfile pip-installs, the project's base
 dependencies in pyproject.toml, and their installed dependency closure in this environment.
@@ -55,20 +57,31 @@ def closure(distribution: str, extras: frozenset[str] = frozenset()) -> set[str]
     return seen
 
 
-def test_sidecar_image_installs_the_project_without_extras():
+# What TensorFlow 2.15-2.21 pin (protobuf<5 on 2.15, numpy<2 before 2.18, grpcio, ...): the
+# agent's install must pull in none of them, or it may move the job's own versions.
+TF_PINNED = {"protobuf", "numpy", "grpcio", "ml-dtypes", "h5py", "keras", "tensorboard"}
+
+
+def test_sidecar_image_installs_the_sidecar_extra():
     dockerfile = (DOCKER / "sidecar.Dockerfile").read_text()
-    assert pip_install_targets(dockerfile) == ["/src"]
+    assert pip_install_targets(dockerfile) == ["/src[sidecar]"]
     assert "tensorflow" not in dockerfile.lower().replace("no tensorflow", "")
     assert re.search(r"^USER 65532", dockerfile, re.MULTILINE)
 
 
-def test_base_dependencies_and_their_closure_hold_no_ml_framework():
+def test_the_agents_install_pulls_in_nothing_tensorflow_pins():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    base = [Requirement(r).name for r in project["dependencies"]]
+    base = [canonicalize_name(Requirement(r).name) for r in project["dependencies"]]
     assert not [n for n in base if is_framework(n)]
-    assert any(canonicalize_name(n) == "xprof" for n in base)  # the capture client
-    pulled = closure("profiler-service")
-    assert "xprof" in pulled and "fastapi" in pulled
+    pulled = closure("profiler-service") | closure("profiler-service", frozenset({"agent"}))
+    assert "fastapi" in pulled and "prometheus-client" in pulled
+    assert not sorted(pulled & TF_PINNED), "the agent would move the job's pins"
+    assert "xprof" not in pulled
+
+
+def test_the_sidecar_extra_brings_xprof_and_no_ml_framework():
+    pulled = closure("profiler-service", frozenset({"sidecar"}))
+    assert {"xprof", "grpcio", "fsspec", "protobuf"} <= pulled
     assert not sorted(n for n in pulled if is_framework(n)), pulled
     # The check can see TensorFlow: the tf extra does pull it in.
     assert any(is_framework(n) for n in closure("profiler-service", frozenset({"tf"})))
