@@ -8,7 +8,10 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
+
+import psutil
 
 _PR_SET_PDEATHSIG = 1
 
@@ -35,29 +38,58 @@ class WorkerRun:
     returncode: int
     result: str | None  # what the worker reported after its marker, if it got that far
     stderr: str  # the C++ log: the only place some failures are explained
+    peak_rss_bytes: int = 0  # the most it held at any check (every POLL_S)
+    over_memory: bool = False  # stopped by us for passing max_rss_bytes
+
+
+POLL_S = 0.1  # how often a worker's memory is checked
 
 
 def run_worker(
-    module: str, args: list[str], marker: str, timeout_s: float, python: str | None = None
+    module: str,
+    args: list[str],
+    marker: str,
+    timeout_s: float,
+    python: str | None = None,
+    max_rss_bytes: int | None = None,
 ) -> WorkerRun | None:
     """Run `python -m module *args PARENT_PID` (this interpreter unless `python` names another);
-    None when it ran past `timeout_s` (then killed)."""
+    None when it ran past `timeout_s` (then killed). Past `max_rss_bytes` of resident memory it
+    is killed too, and the run says so, before the kernel's OOM killer picks the service."""
     proc = subprocess.Popen(
         [python or sys.executable, "-m", module, *args, str(os.getpid())],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
-    try:
-        stdout, stderr = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate()
-        return None
+    deadline = time.monotonic() + timeout_s
+    peak, over = 0, False
+    while True:
+        try:
+            stdout, stderr = proc.communicate(timeout=POLL_S)
+            break
+        except subprocess.TimeoutExpired:
+            pass  # communicate() keeps what it read so far for the next call
+        peak = max(peak, _rss(proc.pid))
+        if max_rss_bytes is not None and peak > max_rss_bytes:
+            over = True
+        if over or time.monotonic() > deadline:
+            proc.kill()
+            stdout, stderr = proc.communicate()
+            if not over:
+                return None
+            break
     result = next(
         (ln[len(marker) :] for ln in reversed(stdout.splitlines()) if ln.startswith(marker)), None
     )
-    return WorkerRun(proc.returncode, result, stderr)
+    return WorkerRun(proc.returncode, None if over else result, stderr, peak, over)
+
+
+def _rss(pid: int) -> int:
+    try:
+        return psutil.Process(pid).memory_info().rss
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return 0
 
 
 def report(marker: str, text: str) -> None:

@@ -184,7 +184,7 @@ DEFAULT_PROM_QUERIES = (
     ),
     PromQuery(
         name="memory_working_set_bytes",
-        expr="sum(container_memory_working_set_bytes{pod=$pod, container!=\"\"})",
+        expr='sum(container_memory_working_set_bytes{pod=$pod, container!=""})',
         unit="bytes",
     ),
 )
@@ -237,6 +237,10 @@ class Settings(BaseSettings):
     # agent's own install leaves XProf out so the job keeps its pins; point this at another
     # environment's interpreter. Unset: this process's own Python.
     analysis_python: Path | None = None
+    # The analysis worker is stopped past this much resident memory (`analysis_too_large`, the
+    # capture kept), before the kernel's OOM killer could pick the service. Unset: 3/4 of what
+    # this process's cgroup limit (else the host's memory) leaves beside this process.
+    analysis_max_memory_bytes: int | None = Field(default=None, gt=0)
     # On SIGTERM, finish in-flight captures for up to this long (keep it under the pod's
     # terminationGracePeriodSeconds); what is still running then is `interrupted` at next start.
     shutdown_grace_s: float = Field(default=20.0, ge=0)

@@ -6,6 +6,8 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import psutil
+
 from profiler_service.analysis.analyzer import XprofAnalyzer
 from profiler_service.capture.capturer import Capturer
 from profiler_service.capture.controller import CaptureController
@@ -25,6 +27,7 @@ from profiler_service.lookback.sources import (
     StepSource,
     TFMemorySource,
     WatchedProcess,
+    memory_limit_bytes,
 )
 from profiler_service.store import SnapshotStore
 from profiler_service.trigger.alert_log import AlertLog
@@ -102,7 +105,11 @@ def build_service(
         settings,
         store,
         capturers,
-        XprofAnalyzer(timeout_s=settings.analysis_timeout_s, python=settings.analysis_python),
+        XprofAnalyzer(
+            timeout_s=settings.analysis_timeout_s,
+            python=settings.analysis_python,
+            max_memory_bytes=lambda: analysis_memory_limit(settings),
+        ),
     )
     alerts = AlertTrigger(
         settings, controller, AlertLog(store.root / "webhooks" / "alerts.jsonl").open()
@@ -134,6 +141,18 @@ def build_service(
     )
     service.metrics = ServiceMetrics(service, gpu=gpu, tf_memory=tf_memory)
     return service
+
+
+MIN_ANALYSIS_MEMORY = 256 * 2**20
+
+
+def analysis_memory_limit(settings: Settings) -> int:
+    """PROFILER_ANALYSIS_MAX_MEMORY_BYTES, else 3/4 of what this process's cgroup limit (else
+    the host's memory) leaves beside this process: the training job itself, for the agent."""
+    if settings.analysis_max_memory_bytes:
+        return settings.analysis_max_memory_bytes
+    left = memory_limit_bytes() - psutil.Process().memory_info().rss
+    return max(MIN_ANALYSIS_MEMORY, left * 3 // 4)
 
 
 def build_sampler(

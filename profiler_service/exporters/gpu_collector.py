@@ -173,7 +173,6 @@ class GpuCollector:
                 families["temp"].add_metric(labels, r.temperature_celsius)
         yield from families.values()
 
-
     def read(self, max_age_s: float = 0.0) -> list[GpuReading]:
         """Every GPU now; a reading younger than `max_age_s` is reused (the sampler reads each
         second, so a scrape then costs no second round of NVML calls)."""

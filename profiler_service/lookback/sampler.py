@@ -74,8 +74,6 @@ class Sampler:
 
     def lead_up(self, start: datetime, end: datetime) -> LeadUp:
         """The ring's samples between `start` and `end`, one series per reading."""
-        series = self.ring.series(
-            start.timestamp(), end.timestamp(), self.source_of
-        )
+        series = self.ring.series(start.timestamp(), end.timestamp(), self.source_of)
         notes = [] if series else ["no samples in the look-back window (the sampler just started)"]
         return LeadUp(start=start, end=end, series=series, notes=notes)

@@ -120,3 +120,23 @@ def test_an_unwritable_store_is_refused_clearly_and_the_service_recovers(
         assert client.get("/readyz").status_code == 200
         body = client.post("/profile", params={"duration": "500ms", "wait": "true"}).json()
         assert body["status"] == "ready", body.get("error")
+
+
+def test_an_analysis_past_its_memory_limit_stops_cleanly_and_keeps_the_capture(
+    compute_bound_job, service_factory
+):
+    """XProf's worker is stopped at PROFILER_ANALYSIS_MAX_MEMORY_BYTES (here below what it
+    needs just to start), before the kernel's OOM killer could take the service instead."""
+    limit = 40 * 2**20
+    service = service_factory(
+        [compute_bound_job.address], {"PROFILER_ANALYSIS_MAX_MEMORY_BYTES": str(limit)}
+    )
+    with service.client() as client:
+        body = client.post("/profile", params={"duration": "1s", "wait": "true"}).json()
+        assert body["status"] == "failed"
+        assert body["error"]["code"] == "analysis_too_large", body["error"]
+        assert "40 MB" in body["error"]["detail"] and "capture is kept" in body["error"]["detail"]
+        [kept] = body["files"]
+        raw = client.get(body["links"]["files"][kept["name"]])
+        assert raw.status_code == 200 and len(raw.content) == kept["size_bytes"] > 0
+        assert client.get("/healthz").status_code == 200
