@@ -13,6 +13,7 @@ from profiler_service.analysis.models import (
     InputBound,
     InputOp,
     InputPipeline,
+    KeptAllocation,
     MemoryGrowth,
     MemoryPoint,
     OpCategory,
@@ -378,3 +379,25 @@ def test_lead_up_charts_mark_the_alert_the_trigger_and_the_capture_on_one_time_a
         assert alert_x == pytest.approx(900 * 3 / 5, abs=1)  # 11:58 on 11:55-12:00
         assert alert_x < capture_x <= trigger_x + 1
     assert "no Prometheus" in html
+
+
+def test_memory_card_names_what_is_kept_and_the_evidence_line_stays_readable(settings):
+    memory = leaking(capacity=None)
+    memory.kept_allocations = [
+        KeptAllocation(op_name="MatMul", shape="[512,256]", count=57, bytes=57 * 2**19,
+                       first_time_ms=3.0)
+    ]  # fmt: skip
+    finding = Finding(
+        rule="memory_growth", severity=Severity.WARNING, title="Memory grows",
+        evidence={"bytes_per_s": 1.0, "kept_allocations": [{"op": "MatMul", "count": 57}]},
+    )  # fmt: skip
+    base = summary()
+    base.memory = [memory]
+    html = render_report(snapshot(summary=base, findings=[finding]), settings)
+    kept = re.search(r'<table class="kept">.*?</table>', html, re.S)[0]
+    assert "MatMul" in kept and "[512,256]" in kept and ">57<" in kept and "28.5 MiB" in kept
+    evidence = re.search(
+        r'data-rule="memory_growth".*?<div class="evidence">(.*?)</div>', html, re.S
+    )[1]
+    assert "bytes_per_s" in evidence and "kept_allocations" not in evidence
+    assert "100.0 MiB/s, 10.0 MiB per step" in html
