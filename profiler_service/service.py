@@ -139,7 +139,17 @@ def build_service(
         memory_watch=memory_watch,
         continuous=continuous,
     )
-    service.metrics = ServiceMetrics(service, gpu=gpu, tf_memory=tf_memory)
+    service.metrics = ServiceMetrics(
+        settings,
+        controller,
+        store,
+        alert_counts=alerts.log.counts,
+        annotation_counts=annotator.counts if annotator is not None else None,
+        sampler=sampler,
+        memory_watch=memory_watch,
+        gpu=gpu,
+        tf_memory=tf_memory,
+    )
     return service
 
 

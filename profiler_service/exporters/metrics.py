@@ -1,6 +1,6 @@
 """`GET /metrics`: one registry per service, the collectors in it, and the exposition.
 
-    metrics = ServiceMetrics(service)              # or ServiceMetrics(service, registry=mine)
+    metrics = ServiceMetrics(settings, controller, store, alert_counts=alerts.log.counts, ...)
     body, content_type = metrics.render(accept)    # OpenMetrics when the scraper asks for it
 
 Events (a capture finished) are counted by instrumented metrics fed from the controller's
@@ -11,12 +11,13 @@ when the service captures its own process, so the sidecar never touches TensorFl
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector
 from prometheus_client.exposition import choose_encoder
 
-from profiler_service.config import TargetKind
+from profiler_service.capture.controller import CaptureController
+from profiler_service.config import Settings, TargetKind
 from profiler_service.exporters.gpu_collector import GpuCollector
 from profiler_service.exporters.lookback_collector import LookbackCollector
 from profiler_service.exporters.service_collector import ServiceCollector
@@ -24,10 +25,10 @@ from profiler_service.exporters.step_collector import STEP_STATS, StepCollector,
 from profiler_service.exporters.system_collector import SystemCollector
 from profiler_service.exporters.tf_collector import TFMemoryCollector
 from profiler_service.exporters.webhook_collector import WebhookCollector
+from profiler_service.lookback.sampler import Sampler
 from profiler_service.models import Snapshot, SnapshotStatus, TriggerKind
-
-if TYPE_CHECKING:
-    from profiler_service.service import Service
+from profiler_service.store import SnapshotStore
+from profiler_service.trigger.memory_watch import MemoryWatch
 
 __all__ = ["CaptureMetrics", "ServiceMetrics"]
 
@@ -105,21 +106,26 @@ class ServiceMetrics:
 
     def __init__(
         self,
-        service: Service,
+        settings: Settings,
+        controller: CaptureController,
+        store: SnapshotStore,
         registry: CollectorRegistry | None = None,
         *,
+        alert_counts: Callable[[], dict[tuple[str, str], int]] = dict,
+        annotation_counts: Callable[[], dict[str, int]] | None = None,
+        sampler: Sampler | None = None,
+        memory_watch: MemoryWatch | None = None,
         gpu: GpuCollector | None = None,
         tf_memory: TFMemoryCollector | None = None,
         steps: StepStats = STEP_STATS,
     ):
         self.registry = registry if registry is not None else CollectorRegistry()
-        settings = service.settings
         self.captures = CaptureMetrics(self.registry, [t.name for t in settings.targets])
-        service.controller.on_finished.append(self.captures.observe)
+        controller.on_finished.append(self.captures.observe)
         self.gpu = gpu or GpuCollector()
         collectors = [
-            ServiceCollector(service.controller, service.store),
-            WebhookCollector(service),
+            ServiceCollector(controller, store),
+            WebhookCollector(alert_counts, annotation_counts),
             SystemCollector(),
             self.gpu,
             ProcessCollector(registry=None),
@@ -127,8 +133,8 @@ class ServiceMetrics:
         self.in_process = any(t.kind is TargetKind.IN_PROCESS for t in settings.targets)
         if self.in_process:
             collectors += [StepCollector(steps), tf_memory or TFMemoryCollector()]
-        if service.sampler is not None:
-            collectors.append(LookbackCollector(service.sampler, service.memory_watch))
+        if sampler is not None:
+            collectors.append(LookbackCollector(sampler, memory_watch))
         for collector in collectors:
             self.registry.register(collector)
 

@@ -6,23 +6,27 @@ profiler_grafana_annotations_total{result}       annotations sent, failed, retri
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator
 
 from prometheus_client.metrics_core import CounterMetricFamily, Metric
 
 from profiler_service.trigger.alert_log import TRUNCATED, Outcome
 from profiler_service.trigger.alerts import Source
 
-if TYPE_CHECKING:
-    from profiler_service.service import Service
-
 __all__ = ["WebhookCollector"]
 
 
 class WebhookCollector:
-    def __init__(self, service: Service):
-        self.service = service  # read at each scrape: the alert trigger may be built later
+    """Reads its counts through the callables it is given, at each scrape: it needs neither the
+    service nor the trigger's internals."""
+
+    def __init__(
+        self,
+        alert_counts: Callable[[], dict[tuple[str, str], int]],
+        annotation_counts: Callable[[], dict[str, int]] | None = None,
+    ):
+        self.alert_counts = alert_counts
+        self.annotation_counts = annotation_counts  # None: no Grafana annotations configured
 
     def collect(self) -> Iterator[Metric]:
         alerts = CounterMetricFamily(
@@ -32,19 +36,19 @@ class WebhookCollector:
             "a payload by its sender).",
             labels=["source", "outcome"],
         )
-        counts = self.service.alerts.log.counts() if self.service.alerts is not None else {}
+        counts = self.alert_counts()
         # Every series from 0, so increase() sees the first alert of each kind.
         for source in Source:
             for outcome in [*Outcome, TRUNCATED]:
                 alerts.add_metric([source, outcome], counts.get((source, outcome), 0))
         yield alerts
-        if self.service.annotator is not None:
+        if self.annotation_counts is not None:
             annotations = CounterMetricFamily(
                 "profiler_grafana_annotations",
                 "Grafana annotations by result: sent, failed (after every attempt), retried "
                 "(extra attempts), dropped (queue full).",
                 labels=["result"],
             )
-            for result, n in sorted(self.service.annotator.counts().items()):
+            for result, n in sorted(self.annotation_counts().items()):
                 annotations.add_metric([result], n)
             yield annotations

@@ -1,57 +1,17 @@
 """The rule library: one small pure function per rule, Summary -> Finding | None.
 
-Rules register by name with `@rule`; thresholds are named constants beside each rule.
-`evaluate()` runs them all and orders the findings by severity, then by share of step time.
+Rules register by name with `@rule` (registry.py); thresholds are named constants beside each
+rule. `evaluate()` runs them all and orders the findings by severity, then by share of step time.
+Importing this package imports every rule module, which registers its rules.
 """
 
-from __future__ import annotations
-
-import logging
-from collections.abc import Callable
-
-from profiler_service.analysis.models import Finding, Summary
-
-log = logging.getLogger(__name__)
-
-Rule = Callable[[Summary], Finding | None]
-RULES: dict[str, Rule] = {}
-
-
-def rule(name: str) -> Callable[[Rule], Rule]:
-    def register(func: Rule) -> Rule:
-        if name in RULES:
-            raise ValueError(f"rule {name!r} registered twice")
-        RULES[name] = func
-        return func
-
-    return register
-
-
-def evaluate(summary: Summary) -> list[Finding]:
-    """Every rule's finding, most severe and most costly first; a broken rule is logged, skipped."""
-    findings = []
-    for name, func in RULES.items():
-        try:
-            finding = func(summary)
-        except Exception:
-            log.exception("rule %s failed", name)
-            continue
-        if finding is not None:
-            findings.append(finding)
-    return sorted(findings, key=lambda f: (f.severity.rank, -f.impact_share, f.rule))
-
-
-def share(part_ms: float | None, whole_ms: float | None) -> float:
-    return part_ms / whole_ms if part_ms and whole_ms else 0.0
-
-
-# Importing the rule modules registers their rules.
-from profiler_service.analysis.rules import (  # noqa: E402, F401
+from profiler_service.analysis.rules import (  # noqa: F401
     device,
     distributed,
     host,
     input_pipeline,
     memory,
 )
+from profiler_service.analysis.rules.registry import RULES, evaluate, rule, share
 
-__all__ = ["RULES", "evaluate", "rule"]
+__all__ = ["RULES", "evaluate", "rule", "share"]

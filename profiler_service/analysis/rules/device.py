@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from profiler_service.analysis.models import Finding, OpCategory, Severity, Summary
-from profiler_service.analysis.rules import rule, share
+from profiler_service.analysis.rules.registry import rule, share
 
 DEVICE_IDLE_CRITICAL_PCT = 50.0
 DEVICE_IDLE_WARNING_PCT = 20.0

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from profiler_service.analysis.models import Finding, Severity, Summary
-from profiler_service.analysis.rules import rule
+from profiler_service.analysis.rules.registry import rule
 
 # The slowest worker's busy time over the fastest's, and its excess as a share of step time.
 STRAGGLER_RATIO = 1.25

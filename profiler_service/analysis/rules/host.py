@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from profiler_service.analysis.models import Finding, InputBound, Severity, Summary
-from profiler_service.analysis.rules import rule, share
+from profiler_service.analysis.rules.registry import rule, share
 
 # XProf's thresholds for "All Others" and kernel launch time (share of step time).
 ALL_OTHER_HIGH_SHARE = 0.15

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from profiler_service.analysis.models import Finding, InputBound, Severity, Summary
-from profiler_service.analysis.rules import rule
+from profiler_service.analysis.rules.registry import rule
 
 DOCS = "https://www.tensorflow.org/guide/data_performance"
 # XProf's own verdict is reused (HIGHLY > 20 %, MODERATELY > 5 % of step time on input).

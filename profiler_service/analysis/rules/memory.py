@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from profiler_service.analysis.models import AllocatorMemory, Finding, Severity, Summary
-from profiler_service.analysis.rules import rule
+from profiler_service.analysis.rules.registry import rule
 
 PEAK_CRITICAL_SHARE = 0.90
 PEAK_WARNING_SHARE = 0.80

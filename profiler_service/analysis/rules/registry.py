@@ -1,0 +1,45 @@
+"""The rules' registry: `@rule` registers a rule by name, `evaluate()` runs them all.
+
+The rule modules import this module, and the package imports them: no module imports the package
+that imports it (tests/test_import_cycles.py).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from profiler_service.analysis.models import Finding, Summary
+
+log = logging.getLogger(__name__)
+
+Rule = Callable[[Summary], Finding | None]
+RULES: dict[str, Rule] = {}
+
+
+def rule(name: str) -> Callable[[Rule], Rule]:
+    def register(func: Rule) -> Rule:
+        if name in RULES:
+            raise ValueError(f"rule {name!r} registered twice")
+        RULES[name] = func
+        return func
+
+    return register
+
+
+def evaluate(summary: Summary) -> list[Finding]:
+    """Every rule's finding, most severe and most costly first; a broken rule is logged, skipped."""
+    findings = []
+    for name, func in RULES.items():
+        try:
+            finding = func(summary)
+        except Exception:
+            log.exception("rule %s failed", name)
+            continue
+        if finding is not None:
+            findings.append(finding)
+    return sorted(findings, key=lambda f: (f.severity.rank, -f.impact_share, f.rule))
+
+
+def share(part_ms: float | None, whole_ms: float | None) -> float:
+    return part_ms / whole_ms if part_ms and whole_ms else 0.0
