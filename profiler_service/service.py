@@ -79,19 +79,20 @@ def build_service(
     settings: Settings, capturers: dict[TargetKind, Capturer] | None = None
 ) -> Service:
     """Open the store (recovering interrupted snapshots) and build the controller."""
-    mirror = None
+    limits = {"max_count": settings.retention_max_count, "max_bytes": settings.retention_max_bytes}
     if settings.store_url:
+        from profiler_service.store.mirror_sync import mirrored_store  # fsspec: sidecar only
         from profiler_service.store.object_store import ObjectStoreMirror
 
-        mirror = ObjectStoreMirror(settings.store_url, settings.store_options_dict())
-    store = SnapshotStore(
-        settings.store,
-        max_count=settings.retention_max_count,
-        max_bytes=settings.retention_max_bytes,
-        mirror=mirror,
-        refresh_interval_s=settings.store_refresh_s,
-        retry_max_s=settings.store_retry_max_s,
-    )
+        store = mirrored_store(
+            settings.store,
+            ObjectStoreMirror(settings.store_url, settings.store_options_dict()),
+            refresh_interval_s=settings.store_refresh_s,
+            retry_max_s=settings.store_retry_max_s,
+            **limits,
+        )
+    else:
+        store = SnapshotStore(settings.store, **limits)
     store.open()
     continuous = None
     if capturers is None:

@@ -23,20 +23,35 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Any
 
 from profiler_service.errors import StoreNotWritable
 from profiler_service.models import Snapshot, is_snapshot_id
 from profiler_service.store.index import IndexEntry
 from profiler_service.store.object_store import ObjectStoreMirror, RemoteEntry
-
-if TYPE_CHECKING:
-    from profiler_service.store.snapshot_store import SnapshotStore
+from profiler_service.store.snapshot_store import SnapshotStore
 
 log = logging.getLogger(__name__)
 
 REMOTE = "remote"  # index location of a snapshot held only in the bucket
 UPLOAD, DELETE = "upload", "delete"
+
+
+def mirrored_store(
+    root: Path,
+    mirror: ObjectStoreMirror,
+    *,
+    refresh_interval_s: float = 10.0,
+    retry_max_s: float = 300.0,
+    **store_options: Any,
+) -> SnapshotStore:
+    """A SnapshotStore at `root` whose finished snapshots are mirrored to `mirror`'s bucket."""
+    store = SnapshotStore(root, **store_options)
+    store.sync = MirrorSync(
+        store, mirror, refresh_interval_s=refresh_interval_s, retry_max_s=retry_max_s
+    )
+    return store
 
 
 class MirrorSync:

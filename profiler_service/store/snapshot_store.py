@@ -27,7 +27,7 @@ import shutil
 import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from profiler_service.errors import (
     FileNotFound,
@@ -48,14 +48,27 @@ from profiler_service.store.baselines import BaselineRegistry
 from profiler_service.store.index import IndexEntry, SnapshotIndex, SnapshotQuery
 from profiler_service.store.retention import select_evictions
 
-if TYPE_CHECKING:
-    from profiler_service.store.object_store import ObjectStoreMirror
-
 log = logging.getLogger(__name__)
 
 SNAPSHOT_FILE = "snapshot.json"
 READY, FAILED, STAGING = "ready", "failed", "staging"
 _DIRS = (READY, FAILED, STAGING)  # locations with a local directory ("remote" has none)
+
+
+class StoreSync(Protocol):
+    """What the store needs of a mirror to a shared bucket (mirror_sync.MirrorSync is one)."""
+
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+    def queue_upload(self, snapshot_id: str) -> None: ...
+    def fetch(self, snapshot_id: str) -> Snapshot | None: ...
+    def refresh(self) -> None: ...
+    def stream(self, snapshot: Snapshot, name: str) -> Any: ...
+    def delete(self, snapshot_id: str) -> None: ...
+    def is_remote(self, snapshot_id: str) -> bool: ...
+    def update_remote(self, snapshot: Snapshot) -> None: ...
+    def retention_view(self, entries: Any) -> Any: ...
+    def evicted(self, snapshot: Snapshot) -> None: ...
 
 
 class SnapshotStore:
@@ -65,9 +78,6 @@ class SnapshotStore:
         *,
         max_count: int = 200,
         max_bytes: int = 20 * 1024**3,
-        mirror: ObjectStoreMirror | None = None,
-        refresh_interval_s: float = 10.0,
-        retry_max_s: float = 300.0,
     ):
         self.root = Path(root).expanduser().resolve()
         self.profile_dir = self.root / "plugins" / "profile"
@@ -78,13 +88,9 @@ class SnapshotStore:
         self._lock = threading.RLock()
         self._index: SnapshotIndex | None = None
         self.baselines = BaselineRegistry(self.root / "baselines.json")
-        self.sync = None
-        if mirror is not None:
-            from profiler_service.store.mirror_sync import MirrorSync
-
-            self.sync = MirrorSync(
-                self, mirror, refresh_interval_s=refresh_interval_s, retry_max_s=retry_max_s
-            )
+        # A shared bucket's mirror (store/mirror_sync.py) attaches itself here: the store tells it
+        # what happened and asks it for what is not local; it never builds one.
+        self.sync: StoreSync | None = None
 
     # ---- lifecycle -------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from test_snapshot_store import fail_one, listed_ids, publish_one
 from profiler_service.config import Settings
 from profiler_service.errors import FileNotFound, SnapshotNotFound
 from profiler_service.models import SnapshotStatus, new_snapshot_id
+from profiler_service.store.mirror_sync import mirrored_store
 from profiler_service.store.object_store import ObjectStoreMirror
 from profiler_service.store.snapshot_store import SnapshotStore
 
@@ -49,7 +50,7 @@ def open_store(tmp_path: Path) -> Iterator:
     def make(name: str, url: str, options: dict, **kwargs) -> SnapshotStore:
         kwargs.setdefault("refresh_interval_s", 0)
         kwargs.setdefault("retry_max_s", 0.5)
-        store = SnapshotStore(tmp_path / name, mirror=ObjectStoreMirror(url, options), **kwargs)
+        store = mirrored_store(tmp_path / name, ObjectStoreMirror(url, options), **kwargs)
         store.open()
         opened.append(store)
         return store
@@ -160,17 +161,15 @@ def test_the_bucket_down_never_loses_a_snapshot_and_the_upload_follows(tmp_path,
 def test_pending_uploads_survive_a_restart(s3, bucket, tmp_path):
     root = tmp_path / "a"
     dead = S3Server(free_port())
-    store = SnapshotStore(
-        root,
-        mirror=ObjectStoreMirror(f"s3://{bucket}/fleet", dead.fast_fail_options),
-        retry_max_s=60,
+    store = mirrored_store(
+        root, ObjectStoreMirror(f"s3://{bucket}/fleet", dead.fast_fail_options), retry_max_s=60
     )
     store.open()
     publish_one(store, ID_A)
     store.close()
     assert (root / ".mirror" / f"{ID_A}.upload").exists()
 
-    store = SnapshotStore(root, mirror=ObjectStoreMirror(f"s3://{bucket}/fleet", s3.options))
+    store = mirrored_store(root, ObjectStoreMirror(f"s3://{bucket}/fleet", s3.options))
     store.open()
     try:
         wait_until(lambda: uploaded(store), 30, "the upload at start")
@@ -304,12 +303,12 @@ def test_the_local_index_is_a_cache_rebuilt_from_the_bucket(s3, bucket, tmp_path
     publish_one(a, ID_A)
     wait_until(lambda: uploaded(a), 30, "the upload")
     root = tmp_path / "central"
-    central = SnapshotStore(root, mirror=ObjectStoreMirror(url, s3.options), refresh_interval_s=0)
+    central = mirrored_store(root, ObjectStoreMirror(url, s3.options), refresh_interval_s=0)
     central.open()
     assert listed_ids(central) == [ID_A]
     central.close()
     (root / "index.sqlite").unlink()
-    central = SnapshotStore(root, mirror=ObjectStoreMirror(url, s3.options), refresh_interval_s=0)
+    central = mirrored_store(root, ObjectStoreMirror(url, s3.options), refresh_interval_s=0)
     central.open()
     try:
         assert listed_ids(central) == [ID_A]
