@@ -653,7 +653,7 @@ def test_ordering_ties_break_by_rule_name(monkeypatch):
         )
 
     monkeypatch.setattr(
-        rules,
+        rules.registry,
         "RULES",
         {
             "b_info": fixed("b_info", Severity.INFO, 0.9),
@@ -689,8 +689,14 @@ def test_rules_after_a_broken_one_still_run(monkeypatch):
         raise KeyError("missing")
 
     expected = [f.rule for f in evaluate(cpu_only_capture())]
-    monkeypatch.setattr(rules, "RULES", {"broken": broken, **RULES})  # first, not last
+    calls = []
+    monkeypatch.setattr(
+        rules.registry,
+        "RULES",
+        {"broken": lambda s: calls.append(1) or broken(s), **RULES},  # first, not last
+    )
     assert [f.rule for f in rules.evaluate(cpu_only_capture())] == expected
+    assert calls == [1], "the broken rule ran, and the others after it"
 
 
 def test_the_registry_is_restored_after_patching():
