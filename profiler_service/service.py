@@ -118,14 +118,11 @@ def build_service(
     gpu = GpuCollector(max_age_s=1.5 * settings.lookback_interval_s)
     tf_memory = TFMemoryCollector(max_age_s=1.5 * settings.lookback_interval_s)
     sampler = build_sampler(settings, gpu, tf_memory)
+    controller.lead_up = LeadUpRecorder(settings, sampler)  # None while it has no source
     memory_watch = None
-    if sampler is not None:
-        controller.lead_up = LeadUpRecorder(settings, sampler)
-        if settings.memory_watch:
-            memory_watch = MemoryWatch(settings, controller, sampler.ring, sampler.source_of)
-            sampler.listeners.append(memory_watch)
-    elif settings.prometheus_url:
-        controller.lead_up = LeadUpRecorder(settings, None)
+    if sampler is not None and settings.memory_watch:
+        memory_watch = MemoryWatch(settings, controller, sampler.ring, sampler.source_of)
+        sampler.listeners.append(memory_watch)
     annotator = grafana_annotator(settings)
     if annotator is not None:
         controller.on_finished.append(annotator.on_finished)

@@ -54,24 +54,16 @@ def _allocator_memory(allocator: str, data: dict) -> AllocatorMemory:
     )
     snapshots = data.get("memoryProfileSnapshots") or []
     sampled = data.get("sampledTimelineSnapshots") or snapshots
-    timeline = []
-    if sampled:
-        step = max(1, math.ceil(len(sampled) / MAX_TIMELINE_POINTS))
-        t0 = _int(sampled[0].get("timeOffsetPs"))
-        for snap in sampled[::step]:
-            agg = snap.get("aggregationStats") or {}
-            in_use = _int(agg.get("heapAllocatedBytes")) + _int(agg.get("stackReservedBytes"))
-            timeline.append(
-                MemoryPoint(
-                    time_ms=(_int(snap.get("timeOffsetPs")) - t0) / 1e9, bytes_in_use=in_use
-                )
-            )
+    t0_ps = _int(sampled[0].get("timeOffsetPs")) if sampled else 0
+    events = _events(sampled, t0_ps)
+    timeline = [
+        MemoryPoint(time_ms=e.time_ms, bytes_in_use=e.bytes_in_use)
+        for e in events[:: max(1, math.ceil(len(events) / MAX_TIMELINE_POINTS))]
+    ]
     temporaries_bytes, temporaries_ops = _peak_temporaries(data, snapshots)
     fragmentation = peak.get("fragmentation")
-    events = _events(sampled)
     basis, floors, steps = step_floors(events)
     growth = fit_growth(basis, floors, steps, capacity, peak_bytes)
-    t0_ps = _int(sampled[0].get("timeOffsetPs")) if sampled else 0
     return AllocatorMemory(
         allocator=allocator,
         peak_bytes_in_use=peak_bytes,
@@ -95,28 +87,28 @@ class _Event:
     time_ms: float
     bytes_in_use: int
     step: int | None
-    meta: dict
 
 
-def _events(sampled: list[dict]) -> list[_Event]:
-    if not sampled:
-        return []
-    t0 = _int(sampled[0].get("timeOffsetPs"))
+def _events(sampled: list[dict], t0_ps: int) -> list[_Event]:
+    """XProf's timeline, read once: for the chart, the low points and nothing else."""
     events = []
     for snap in sampled:
         agg = snap.get("aggregationStats") or {}
         meta = snap.get("activityMetadata") or {}
-        step = meta.get("stepId")
         events.append(
             _Event(
-                time_ms=(_int(snap.get("timeOffsetPs")) - t0) / 1e9,
+                time_ms=(_int(snap.get("timeOffsetPs")) - t0_ps) / 1e9,
                 bytes_in_use=_int(agg.get("heapAllocatedBytes"))
                 + _int(agg.get("stackReservedBytes")),
-                step=_int(step) if step not in (None, "") else None,
-                meta=meta,
+                step=_step_id(meta),
             )
         )
     return events
+
+
+def _step_id(meta: dict) -> int | None:
+    step = meta.get("stepId")
+    return _int(step) if step not in (None, "") else None
 
 
 def step_floors(events: list[_Event]) -> tuple[str, list[tuple[float, int]], int]:
@@ -205,7 +197,6 @@ def _alive_at_peak(data: dict, snapshots: list[dict], t0_ps: int) -> list[PeakAl
         if not 0 <= index < len(snapshots):
             continue
         meta = snapshots[index].get("activityMetadata") or {}
-        step = meta.get("stepId")
         found.append(
             PeakAllocation(
                 op_name=str(meta.get("tfOpName") or "unknown"),
@@ -213,7 +204,7 @@ def _alive_at_peak(data: dict, snapshots: list[dict], t0_ps: int) -> list[PeakAl
                 data_type=str(meta.get("dataType") or ""),
                 bytes=_int(meta.get("allocationBytes")),
                 occurrences=max(1, _int(allocation.get("numOccurrences"))),
-                step=_int(step) if step not in (None, "") else None,
+                step=_step_id(meta),
                 time_ms=round((_int(snapshots[index].get("timeOffsetPs")) - t0_ps) / 1e9, 3),
             )
         )

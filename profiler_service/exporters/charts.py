@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 
 from markupsafe import Markup, escape
@@ -95,27 +96,62 @@ CAPACITY_FITS_RATIO = 1.5
 _PAD = 14  # room for the axis labels, in chart units
 
 
+@dataclass(frozen=True)
+class _YScale:
+    """Values to chart units, the highest at the top, `_PAD` free above and below."""
+
+    low: float
+    high: float
+    height: int
+
+    def __call__(self, value: float) -> float:
+        return _PAD + (self.high - value) / (self.high - self.low) * (self.height - 2 * _PAD)
+
+
+def _y_scale(
+    values: list[float], capacity: float | None, height: int, floor_at_zero: bool
+) -> tuple[_YScale, bool]:
+    """A scale over what was drawn, and whether `capacity` fits on it (else it is a note)."""
+    top = max(values)
+    fits = bool(capacity) and capacity <= top * CAPACITY_FITS_RATIO
+    low, high = min(values), max(top, capacity) if fits else top
+    pad = (high - low) * 0.05 or abs(high) * 0.05 or 1.0
+    low, high = low - pad, high + pad
+    return _YScale(max(0.0, low) if floor_at_zero else low, high, height), fits
+
+
+def _capacity_marks(
+    capacity: float | None, fits: bool, y: _YScale, width: int, drawn_max: float
+) -> tuple[str, str]:
+    """(the capacity line for the SVG, or the note below it when off the scale)."""
+    if not capacity:
+        return "", ""
+    if fits:
+        return (
+            f'<line class="capacity" x1="0" x2="{width}" y1="{y(capacity):.1f}" '
+            f'y2="{y(capacity):.1f}" stroke="#d62728" stroke-dasharray="4 3"/>'
+            f'<text x="{width - 4}" y="{y(capacity) - 3:.1f}" font-size="11" text-anchor="end" '
+            f'fill="#d62728">capacity {format_bytes(capacity)}</text>'
+        ), ""
+    return "", (
+        f'<p class="capacity-note none">Capacity {format_bytes(capacity)} is off the scale '
+        f"({capacity / max(drawn_max, 1):,.0f}x the highest point drawn).</p>"
+    )
+
+
 def memory_svg(memory: AllocatorMemory, width: int = 900, height: int = 180) -> Markup:
     """Memory in use, scaled to what was used; each step's low point and its fitted growth."""
     points = memory.timeline
     if len(points) < 2:
         return Markup("")
     used = [p.bytes_in_use for p in points] + [p.bytes_in_use for p in memory.step_floors]
-    low, high = min(used), max(used)
-    capacity = memory.capacity_bytes
-    capacity_fits = bool(capacity) and capacity <= high * CAPACITY_FITS_RATIO
-    if capacity_fits:
-        high = max(high, capacity)
-    pad = (high - low) * 0.05 or max(high * 0.05, 1)
-    low, high = max(0, low - pad), high + pad
+    y, capacity_fits = _y_scale(used, memory.capacity_bytes, height, floor_at_zero=True)
+    capacity_line, note = _capacity_marks(memory.capacity_bytes, capacity_fits, y, width, max(used))
     t0 = points[0].time_ms
     span = (points[-1].time_ms - t0) or 1.0
 
     def x(time_ms: float) -> float:
         return (time_ms - t0) / span * width
-
-    def y(value: float) -> float:
-        return _PAD + (high - value) / (high - low) * (height - 2 * _PAD)
 
     coords = " ".join(f"{x(p.time_ms):.1f},{y(p.bytes_in_use):.1f}" for p in points)
     parts = [
@@ -142,25 +178,12 @@ def memory_svg(memory: AllocatorMemory, width: int = 900, height: int = 180) -> 
             f'stroke-dasharray="6 3"><title>growth {format_bytes(growth.bytes_per_s)}/s'
             "</title></line>"
         )
-    if capacity_fits:
-        parts.append(
-            f'<line class="capacity" x1="0" x2="{width}" y1="{y(capacity):.1f}" '
-            f'y2="{y(capacity):.1f}" stroke="#d62728" stroke-dasharray="4 3"/>'
-            f'<text x="{width - 4}" y="{y(capacity) - 3:.1f}" font-size="11" text-anchor="end" '
-            f'fill="#d62728">capacity {format_bytes(capacity)}</text>'
-        )
     parts.append(
-        f'<text x="4" y="11" font-size="11">{format_bytes(high)}</text>'
-        f'<text x="4" y="{height - 3}" font-size="11">{format_bytes(low)}</text>'
+        f'{capacity_line}<text x="4" y="11" font-size="11">{format_bytes(y.high)}</text>'
+        f'<text x="4" y="{height - 3}" font-size="11">{format_bytes(y.low)}</text>'
         f'<text x="{width - 4}" y="{height - 3}" font-size="11" text-anchor="end">'
         f"{span:,.0f} ms</text>"
     )
-    note = ""
-    if capacity and not capacity_fits:
-        note = (
-            f'<p class="capacity-note none">Capacity {format_bytes(capacity)} is off the scale '
-            f"({capacity / max(max(used), 1):,.0f}x the highest point drawn).</p>"
-        )
     return Markup(
         f'<svg class="chart memory-chart" viewBox="0 0 {width} {height}" width="100%" '
         f'height="{height}" role="img" preserveAspectRatio="none" '
@@ -196,20 +219,12 @@ def lead_up_svg(
     span = (t1 - t0) or 1.0
     values = [v for _, v in series.points]
     limit = capacity.points[-1][1] if capacity is not None and capacity.points else None
-    limit_fits = limit is not None and limit <= max(values) * CAPACITY_FITS_RATIO
-    if limit_fits:
-        values.append(limit)
-    low, high = min(values), max(values)
-    pad = (high - low) * 0.05 or abs(high) * 0.05 or 1.0
-    low, high = low - pad, high + pad
-    if series.unit in ("bytes", "ms", "count", "ratio") and min(values) >= 0:
-        low = max(0.0, low)
+    non_negative = series.unit in ("bytes", "ms", "count", "ratio") and min(values) >= 0
+    y, limit_fits = _y_scale(values, limit, height, floor_at_zero=non_negative)
+    capacity_line, note = _capacity_marks(limit, limit_fits, y, width, max(values))
 
     def x(t: float) -> float:
         return min(width, max(0.0, (t - t0) / span * width))
-
-    def y(v: float) -> float:
-        return _PAD + (high - v) / (high - low) * (height - 2 * _PAD)
 
     parts = []
     for name, when in marks.items():
@@ -228,13 +243,7 @@ def lead_up_svg(
                 f'stroke="#d62728" stroke-dasharray="3 2"><title>{escape(name)} '
                 f"{when:%H:%M:%S}</title></line>"
             )
-    if limit_fits:
-        parts.append(
-            f'<line class="capacity" x1="0" x2="{width}" y1="{y(limit):.1f}" y2="{y(limit):.1f}" '
-            f'stroke="#d62728" stroke-dasharray="4 3"/><text x="{width - 4}" '
-            f'y="{y(limit) + 11:.1f}" font-size="11" text-anchor="end" fill="#d62728">'
-            f"capacity {format_bytes(limit)}</text>"
-        )
+    parts.append(capacity_line)
     coords = " ".join(f"{x(t):.1f},{y(v):.1f}" for t, v in series.points)
     colour = LEAD_UP_COLOURS.get(series.source, "#1f77b4")
     parts.append(
@@ -245,17 +254,11 @@ def lead_up_svg(
         t, v = series.points[0]
         parts.append(f'<circle cx="{x(t):.1f}" cy="{y(v):.1f}" r="2.5" fill="{colour}"/>')
     parts.append(
-        f'<text x="4" y="11" font-size="11">{escape(_format_value(high, series.unit))}</text>'
+        f'<text x="4" y="11" font-size="11">{escape(_format_value(y.high, series.unit))}</text>'
         f'<text x="4" y="{height - 3}" font-size="11">'
-        f"{escape(_format_value(low, series.unit))}</text>"
+        f"{escape(_format_value(y.low, series.unit))}</text>"
     )
     title = lead_up_title(series)
-    note = ""
-    if limit is not None and not limit_fits:
-        note = (
-            f'<p class="capacity-note none">Capacity {format_bytes(limit)} is off the scale '
-            f"({limit / max(max(values), 1):,.0f}x the highest point drawn).</p>"
-        )
     return Markup(
         f'<svg class="chart lead-up-chart" data-series="{escape(series.name)}" '
         f'viewBox="0 0 {width} {height}" width="100%" height="{height}" role="img" '

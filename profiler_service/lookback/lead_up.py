@@ -23,12 +23,10 @@ class LeadUpRecorder:
         self.settings = settings
         self.sampler = sampler
 
-    @property
-    def enabled(self) -> bool:
-        return self.sampler is not None or bool(self.settings.prometheus_url)
-
     def __call__(self, snapshot: Snapshot) -> LeadUp | None:
-        if not self.enabled:
+        """None when there is nothing to read: no sampler (PROFILER_LOOKBACK_S=0), no
+        Prometheus."""
+        if self.sampler is None and not self.settings.prometheus_url:
             return None
         s = self.settings
         lookback = timedelta(seconds=s.lookback_s)

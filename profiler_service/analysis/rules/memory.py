@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from profiler_service.analysis.models import AllocatorMemory, Finding, Severity, Summary
+from profiler_service.analysis.models import (
+    AllocatorMemory,
+    Finding,
+    ProcessMemory,
+    Severity,
+    Summary,
+)
 from profiler_service.analysis.rules.registry import rule
 
 PEAK_CRITICAL_SHARE = 0.90
@@ -101,14 +107,18 @@ def memory_temporaries(summary: Summary) -> Finding | None:
     )
 
 
+def _process_limit(m: AllocatorMemory, summary: Summary) -> ProcessMemory | None:
+    """A host allocator lives in the process's RSS, whose cgroup limit (when the sampler read
+    it) is what an OOM kill enforces, not the host's memory that XProf reports as capacity."""
+    return None if m.allocator.upper().startswith("GPU") else summary.process_memory
+
+
 def _to_capacity(m: AllocatorMemory, summary: Summary) -> float | None:
-    """Seconds to capacity at the growth rate. A host allocator lives in the process's RSS,
-    whose cgroup limit (when the sampler read it) is what an OOM kill enforces, not the host's
-    memory that XProf reports as capacity."""
-    g, process = m.growth, summary.process_memory
+    """Seconds to capacity (or to the process's limit) at the growth rate."""
+    g, process = m.growth, _process_limit(m, summary)
     if g is None or g.bytes_per_s <= 0:
         return None
-    if process is not None and not m.allocator.upper().startswith("GPU"):
+    if process is not None:
         return round(max(0, process.limit_bytes - process.rss_bytes) / g.bytes_per_s, 1)
     return g.seconds_to_capacity
 
@@ -152,7 +162,7 @@ def memory_growth(summary: Summary) -> Finding | None:
     g = m.growth
     soon = _to_capacity(m, summary)
     critical = soon is not None and soon <= MEMORY_GROWTH_CRITICAL_S
-    process = summary.process_memory if not m.allocator.upper().startswith("GPU") else None
+    process = _process_limit(m, summary)
     rate = f"{_mib(g.bytes_per_s)}/s"
     if g.bytes_per_step is not None:
         rate += f" ({_mib(g.bytes_per_step)} per step)"
