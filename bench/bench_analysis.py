@@ -26,8 +26,8 @@ from profiler_service.analysis.summary import analyse_run
 from profiler_service.analysis.xprof_tools import tool_data
 from profiler_service.capture.capturer import CaptureJob
 from profiler_service.capture.remote import RemoteCapturer
-from profiler_service.config import Target
 from profiler_service.models import CaptureOptions
+from profiler_service.targets import Target
 
 
 def capture(port: int, seconds: float, logdir: Path) -> list[Path]:

@@ -239,10 +239,11 @@ def main() -> None:
 
 def ring_cost(seconds: float = 300) -> None:
     """The ring full, with this process's own readings (agent sources), and one sample's time."""
-    from profiler_service.config import Settings, in_process_target
+    from profiler_service.config import Settings
     from profiler_service.exporters.gpu_collector import GpuCollector
     from profiler_service.exporters.tf_collector import TFMemoryCollector
     from profiler_service.service import build_sampler
+    from profiler_service.targets import in_process_target
 
     settings = Settings(targets=[in_process_target()], lookback_s=seconds)
     sampler = build_sampler(settings, GpuCollector(), TFMemoryCollector())

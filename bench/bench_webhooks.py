@@ -49,8 +49,9 @@ def serve(store: Path, port: int) -> None:
 
     from profiler_service.api import create_app
     from profiler_service.capture.capturer import CaptureFailed
-    from profiler_service.config import Settings, TargetKind
+    from profiler_service.config import Settings
     from profiler_service.service import build_service
+    from profiler_service.targets import TargetKind
 
     class HeldCapture:
         """Holds the target for the capture's whole deadline; never dials the address."""

@@ -21,8 +21,9 @@ import uvicorn
 
 from profiler_service.api import create_app
 from profiler_service.capture.in_process import InProcessCapturer
-from profiler_service.config import Settings, TargetKind, in_process_target
+from profiler_service.config import Settings
 from profiler_service.service import Service, build_service
+from profiler_service.targets import TargetKind, in_process_target
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from profiler_service.analysis.analyzer import XprofAnalyzer
 from profiler_service.capture.capturer import Capturer
 from profiler_service.capture.controller import CaptureController
 from profiler_service.capture.remote import RemoteCapturer
-from profiler_service.config import Settings, TargetKind
+from profiler_service.config import Settings
 from profiler_service.exporters.gpu_collector import GpuCollector
 from profiler_service.exporters.grafana import GrafanaAnnotator, grafana_annotator
 from profiler_service.exporters.metrics import ServiceMetrics
@@ -30,6 +30,7 @@ from profiler_service.lookback.sources import (
     memory_limit_bytes,
 )
 from profiler_service.store import SnapshotStore
+from profiler_service.targets import TargetKind
 from profiler_service.trigger.alert_log import AlertLog
 from profiler_service.trigger.alerts import AlertTrigger
 from profiler_service.trigger.memory_watch import MemoryWatch

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from profiler_service.config import Settings, Target, TargetKind, in_process_target
+from profiler_service.config import Settings
+from profiler_service.targets import Target, TargetKind, in_process_target
 
 
 @pytest.fixture(autouse=True)

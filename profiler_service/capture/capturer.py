@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from profiler_service.config import Target
 from profiler_service.models import CaptureOptions
+from profiler_service.targets import Target
 
 
 @dataclass(frozen=True)

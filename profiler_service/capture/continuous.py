@@ -31,8 +31,9 @@ from typing import Any
 import grpc
 
 from profiler_service.capture.capturer import CaptureFailed, CaptureJob, collect_xplanes
-from profiler_service.config import Settings, Target
+from profiler_service.config import Settings
 from profiler_service.proto_subset import F, message_classes
+from profiler_service.targets import Target
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from profiler_service.analysis.rules import evaluate
 from profiler_service.capture.capturer import CaptureFailed, CaptureJob, Capturer
 from profiler_service.capture.discovery import resolve_workers
 from profiler_service.capture.remote import connect_error
-from profiler_service.config import Settings, Target, TargetKind
+from profiler_service.config import Settings
 from profiler_service.errors import CaptureBusy, InvalidRequest, UnknownTarget
 from profiler_service.lookback.models import LeadUp
 from profiler_service.models import (
@@ -34,6 +34,7 @@ from profiler_service.models import (
     utcnow,
 )
 from profiler_service.store import SnapshotStore
+from profiler_service.targets import Target, TargetKind
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ import socket
 from pathlib import Path
 
 from profiler_service.capture.capturer import CaptureFailed
-from profiler_service.config import Discovery, Target, profiler_address
+from profiler_service.targets import Discovery, Target, profiler_address
 
 
 def discovery_failed(target: Target, why: str) -> CaptureFailed:

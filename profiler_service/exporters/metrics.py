@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessColl
 from prometheus_client.exposition import choose_encoder
 
 from profiler_service.capture.controller import CaptureController
-from profiler_service.config import Settings, TargetKind
+from profiler_service.config import Settings
 from profiler_service.exporters.gpu_collector import GpuCollector
 from profiler_service.exporters.lookback_collector import LookbackCollector
 from profiler_service.exporters.service_collector import ServiceCollector
@@ -28,6 +28,7 @@ from profiler_service.exporters.webhook_collector import WebhookCollector
 from profiler_service.lookback.sampler import Sampler
 from profiler_service.models import Snapshot, SnapshotStatus, TriggerKind
 from profiler_service.store import SnapshotStore
+from profiler_service.targets import TargetKind
 from profiler_service.trigger.memory_watch import MemoryWatch
 
 __all__ = ["CaptureMetrics", "ServiceMetrics"]

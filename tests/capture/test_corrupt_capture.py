@@ -13,8 +13,9 @@ import pytest
 
 from profiler_service.capture.capturer import CaptureJob, collect_xplanes
 from profiler_service.capture.controller import CaptureRequest
-from profiler_service.config import Settings, TargetKind
+from profiler_service.config import Settings
 from profiler_service.service import build_service
+from profiler_service.targets import TargetKind
 
 
 class WritesBytes:

@@ -11,7 +11,8 @@ from pydantic import ValidationError
 
 from profiler_service.capture.capturer import CaptureFailed
 from profiler_service.capture.discovery import resolve_workers
-from profiler_service.config import Settings, Target
+from profiler_service.config import Settings
+from profiler_service.targets import Target
 
 CLUSTER = {
     "chief": ["chief-0.trainer:2222"],

@@ -11,8 +11,8 @@ from helpers import free_port
 from profiler_service.capture.capturer import CaptureFailed, CaptureJob, collect_xplanes
 from profiler_service.capture.failures import classify_remote_failure
 from profiler_service.capture.remote import workers_gone
-from profiler_service.config import Target
 from profiler_service.models import CaptureOptions
+from profiler_service.targets import Target
 
 ADDRESS = "127.0.0.1:6199"
 NO_TRACE_ERROR = (

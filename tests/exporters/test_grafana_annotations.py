@@ -18,10 +18,11 @@ from grafana_standin import GrafanaStandIn
 
 from profiler_service.capture.capturer import CaptureFailed, CaptureJob
 from profiler_service.capture.controller import CaptureRequest
-from profiler_service.config import Settings, TargetKind
+from profiler_service.config import Settings
 from profiler_service.exporters.grafana import GrafanaAnnotator, annotation_for
 from profiler_service.models import Snapshot
 from profiler_service.service import build_service
+from profiler_service.targets import TargetKind
 from profiler_service.trigger.alerts import WebhookPayload
 
 TOKEN = "glsa_standin_token"

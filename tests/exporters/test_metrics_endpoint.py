@@ -13,9 +13,10 @@ from prometheus_client.openmetrics.parser import (
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
 from profiler_service.api import create_app
-from profiler_service.config import Settings, in_process_target
+from profiler_service.config import Settings
 from profiler_service.models import SnapshotError, SnapshotStatus, TriggerKind, utcnow
 from profiler_service.service import build_service
+from profiler_service.targets import in_process_target
 
 # What Prometheus 2.42 sends when it scrapes.
 PROMETHEUS_ACCEPT = (

@@ -16,8 +16,9 @@ from helpers import no_process_mentions, wait_for_status
 
 from profiler_service.api import create_app
 from profiler_service.capture.capturer import CaptureJob, collect_xplanes
-from profiler_service.config import Settings, TargetKind
+from profiler_service.config import Settings
 from profiler_service.service import build_service
+from profiler_service.targets import TargetKind
 
 
 def test_kill_9_during_analysis_leaves_an_interrupted_snapshot_after_restart(

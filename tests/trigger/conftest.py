@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 from standins import HeldCapturer
 
-from profiler_service.config import Settings, TargetKind
+from profiler_service.config import Settings
 from profiler_service.service import Service, build_service
+from profiler_service.targets import TargetKind
 
 UNUSED = "grpc://127.0.0.1:9"  # discard port: the stand-in capturer never dials it
 

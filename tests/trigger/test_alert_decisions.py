@@ -8,9 +8,9 @@ from concurrent.futures import ThreadPoolExecutor
 from alert_samples import alertmanager, am_alert, grafana
 from standins import FakeClock
 
-from profiler_service.config import TargetRule
 from profiler_service.models import TriggerKind
 from profiler_service.store import SnapshotQuery
+from profiler_service.targets import TargetRule
 from profiler_service.trigger.alert_log import AlertLog
 from profiler_service.trigger.alerts import AlertTrigger, WebhookPayload
 

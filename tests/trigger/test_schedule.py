@@ -7,8 +7,9 @@ import threading
 from pathlib import Path
 
 from profiler_service.capture.capturer import CaptureJob
-from profiler_service.config import Schedule, Settings, Target, TargetKind
+from profiler_service.config import Schedule, Settings
 from profiler_service.service import build_service
+from profiler_service.targets import Target, TargetKind
 from profiler_service.trigger.schedule import CaptureScheduler
 
 

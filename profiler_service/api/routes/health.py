@@ -10,8 +10,8 @@ from profiler_service.api.schemas import HealthPublic
 from profiler_service.capture.capturer import CaptureFailed
 from profiler_service.capture.discovery import resolve_workers
 from profiler_service.capture.remote import connect_error
-from profiler_service.config import Target, TargetKind
 from profiler_service.errors import StoreNotWritable
+from profiler_service.targets import Target, TargetKind
 
 router = APIRouter(tags=["health"])
 
