@@ -40,6 +40,7 @@ class WorkerRun:
     stderr: str  # the C++ log: the only place some failures are explained
     peak_rss_bytes: int = 0  # the most it held at any check (every POLL_S)
     over_memory: bool = False  # stopped by us for passing max_rss_bytes
+    pid: int = 0  # the process that ran it
 
 
 POLL_S = 0.1  # how often a worker's memory is checked
@@ -70,7 +71,7 @@ def run_worker(
             break
         except subprocess.TimeoutExpired:
             pass  # communicate() keeps what it read so far for the next call
-        peak = max(peak, _rss(proc.pid))
+        peak = max(peak, rss_bytes(proc.pid))
         if max_rss_bytes is not None and peak > max_rss_bytes:
             over = True
         if over or time.monotonic() > deadline:
@@ -85,7 +86,7 @@ def run_worker(
     return WorkerRun(proc.returncode, None if over else result, stderr, peak, over)
 
 
-def _rss(pid: int) -> int:
+def rss_bytes(pid: int) -> int:
     try:
         return psutil.Process(pid).memory_info().rss
     except (psutil.NoSuchProcess, psutil.AccessDenied):

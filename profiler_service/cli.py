@@ -119,11 +119,14 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="profiler-analyze-") as tmp:
         for path in xplanes:
             shutil.copy(path, Path(tmp) / path.name)
+        analyzer = XprofAnalyzer(timeout_s=args.timeout)
         try:
-            result = XprofAnalyzer(timeout_s=args.timeout).analyze(Path(tmp))
+            result = analyzer.analyze(Path(tmp))
         except AnalysisFailed as exc:
             print(f"profiler-service: {exc.code}: {exc.detail}", file=sys.stderr)
             return 1
+        finally:
+            analyzer.close()
     if args.json:
         print(result.model_dump_json(indent=2))
     else:

@@ -102,6 +102,13 @@ class Settings(BaseSettings):
     # capture kept), before the kernel's OOM killer could pick the service. Unset: 3/4 of what
     # this process's cgroup limit (else the host's memory) leaves beside this process.
     analysis_max_memory_bytes: int | None = Field(default=None, gt=0)
+    # A worker waits, XProf imported, for the next analysis (started at start-up and as each
+    # capture begins) and exits after this long without one; 0: each analysis starts its own.
+    analysis_worker_idle_s: float = Field(default=900.0, ge=0)
+    # A warm worker is replaced after this many analyses, or once it holds more resident memory
+    # than analysis_worker_recycle_bytes after one: a long life must not mean a growing one.
+    analysis_worker_max_jobs: int = Field(default=20, ge=1)
+    analysis_worker_recycle_bytes: int = Field(default=768 * 2**20, ge=64 * 2**20)
     # On SIGTERM, finish in-flight captures for up to this long (keep it under the pod's
     # terminationGracePeriodSeconds); what is still running then is `interrupted` at next start.
     shutdown_grace_s: float = Field(default=20.0, ge=0)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import psutil
 
 from profiler_service.analysis.analyzer import XprofAnalyzer
+from profiler_service.analysis.warm_workers import WarmWorkers
 from profiler_service.capture.capturer import Capturer
 from profiler_service.capture.controller import CaptureController
 from profiler_service.capture.remote import RemoteCapturer
@@ -54,7 +55,9 @@ class Service:
     continuous: ContinuousCapturer | None = None  # the look-back trace, when configured
 
     def start(self) -> None:
-        """Background work that runs while the service serves: schedules, the look-back."""
+        """Background work that runs while the service serves: schedules, the look-back, a
+        warm analysis worker."""
+        self.controller.analyzer.warm()
         if self.scheduler is not None:
             self.scheduler.start()
         if self.sampler is not None:
@@ -73,6 +76,7 @@ class Service:
             self.annotator.close()
         if self.alerts is not None:
             self.alerts.close()
+        self.controller.analyzer.close()
         self.store.close()
 
 
@@ -111,6 +115,12 @@ def build_service(
             timeout_s=settings.analysis_timeout_s,
             python=settings.analysis_python,
             max_memory_bytes=lambda: analysis_memory_limit(settings),
+            workers=WarmWorkers(
+                str(settings.analysis_python) if settings.analysis_python else None,
+                max_jobs=settings.analysis_worker_max_jobs,
+                recycle_bytes=settings.analysis_worker_recycle_bytes,
+                idle_s=settings.analysis_worker_idle_s,
+            ),
         ),
     )
     alerts = AlertTrigger(

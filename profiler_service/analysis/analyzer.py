@@ -1,4 +1,4 @@
-"""Runs the analysis worker for a run directory, bounded by a timeout."""
+"""Runs the analysis of a run directory on a worker process, bounded by a timeout and memory."""
 
 from __future__ import annotations
 
@@ -7,10 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from profiler_service.analysis.summary import AnalysisResult
-from profiler_service.analysis.worker import RESULT_MARKER
-from profiler_service.child_process import run_worker
-
-WORKER = "profiler_service.analysis.worker"
+from profiler_service.analysis.warm_workers import WarmWorkers
 
 
 class AnalysisFailed(Exception):
@@ -26,35 +23,42 @@ class XprofAnalyzer:
         timeout_s: float,
         python: Path | None = None,
         max_memory_bytes: Callable[[], int | None] = lambda: None,
+        workers: WarmWorkers | None = None,
     ):
         self.timeout_s = timeout_s
         self.python = python  # another environment's interpreter, with XProf
         self.max_memory_bytes = max_memory_bytes  # asked at each analysis: headroom changes
+        self.workers = workers or WarmWorkers(str(python) if python else None)
 
-    def analyze(self, run_dir: Path) -> AnalysisResult:
+    def warm(self) -> None:
+        """Start a worker ahead of the next analysis, when one can run here at all."""
+        if self._unavailable() is None:
+            self.workers.warm()
+
+    def close(self) -> None:
+        self.workers.close()
+
+    def _unavailable(self) -> str | None:
         if self.python is None and importlib.util.find_spec("xprof") is None:
-            raise AnalysisFailed(
-                "analysis_unavailable",
+            return (
                 "XProf is not installed in this environment (the agent's install leaves it out "
                 "so the job keeps its own pins); the capture is kept. Set PROFILER_ANALYSIS_PYTHON "
                 "to the Python of an environment with `profiler-service[analysis]`, or analyse it "
-                "elsewhere: `profiler-service analyze PATH` from a sidecar's environment",
+                "elsewhere: `profiler-service analyze PATH` from a sidecar's environment"
             )
         if self.python is not None and not self.python.exists():
-            raise AnalysisFailed(
-                "analysis_unavailable",
+            return (
                 f"PROFILER_ANALYSIS_PYTHON names {self.python}, which does not exist; the "
-                "capture is kept",
+                "capture is kept"
             )
+        return None
+
+    def analyze(self, run_dir: Path) -> AnalysisResult:
+        unavailable = self._unavailable()
+        if unavailable is not None:
+            raise AnalysisFailed("analysis_unavailable", unavailable)
         limit = self.max_memory_bytes()
-        run = run_worker(
-            WORKER,
-            [str(run_dir)],
-            RESULT_MARKER,
-            self.timeout_s,
-            str(self.python) if self.python else None,
-            limit,
-        )
+        run = self.workers.run(run_dir, self.timeout_s, limit)
         if run is None:
             raise AnalysisFailed(
                 "analysis_timeout", f"XProf's analysis did not finish within {self.timeout_s:g} s"

@@ -12,6 +12,11 @@ class ToolFailed(Exception):
     pass
 
 
+def load_xprof() -> None:
+    """Import XProf's converters now: a warm worker pays for it before a capture needs it."""
+    from xprof.convert import _pywrap_profiler_plugin, raw_to_tool_data  # noqa: F401
+
+
 def tool_names(xplane_paths: Sequence[Path]) -> list[str]:
     from xprof.convert import raw_to_tool_data
 

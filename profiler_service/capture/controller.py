@@ -180,6 +180,7 @@ class CaptureController:
             snapshot.workers = target.workers
             snapshot.capture_started_at = utcnow()
             self.store.update(snapshot)
+            self.analyzer.warm()  # imports XProf while the capture runs
             paths = _with_deadline(capturer, job)
             snapshot.capture_finished_at = utcnow()
             began = getattr(capturer, "trace_began", lambda _: None)(snapshot.id)
