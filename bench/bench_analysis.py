@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_common import free_port, start_job
+from bench_common import free_port, record, start_job
 
 from profiler_service.analysis.analyzer import XprofAnalyzer
 from profiler_service.analysis.summary import analyse_run
@@ -115,6 +115,18 @@ def main() -> None:
                 f"{seconds:>7g}s {size_mb:>8.1f} {b:>11.3f} {f:>11.3f} {f / b:>6.2f} "
                 f"{c:>7.3f} {c / b:>6.2f} {w:>7.3f} {w / b:>6.2f}",
                 flush=True,
+            )
+            record(
+                f"analysis, warm worker / XProf overview_page alone, {seconds:g} s capture",
+                w / b,
+                "<= 1.15",
+                w / b <= 1.15,
+                "x",
+            )
+            record(
+                f"analysis, cold worker (before) / overview_page, {seconds:g} s capture",
+                c / b,
+                unit="x",
             )
     finally:
         cold.close()

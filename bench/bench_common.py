@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -31,3 +32,15 @@ def start_job(port: int, workload: str, seconds: float = 1200) -> subprocess.Pop
         if line.startswith("READY"):
             return job
     raise RuntimeError("job did not start")
+
+
+def record(
+    figure: str, value: float, aim: str = "", met: bool | None = None, unit: str = ""
+) -> None:
+    """A headline figure for `bench/run`'s table, appended to $BENCH_FIGURES when it is set."""
+    path = os.environ.get("BENCH_FIGURES")
+    if not path:
+        return
+    line = {"figure": figure, "value": value, "unit": unit, "aim": aim, "met": met}
+    with open(path, "a", encoding="utf-8") as out:
+        out.write(json.dumps(line) + "\n")

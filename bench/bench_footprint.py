@@ -29,7 +29,7 @@ from pathlib import Path
 
 import httpx
 import psutil
-from bench_common import free_port, start_job
+from bench_common import free_port, record, start_job
 
 ROOT = Path(__file__).resolve().parent.parent
 MB = 1024 * 1024
@@ -89,6 +89,7 @@ def bench_service(durations: list[float], workload: str) -> None:
                 client.get("/metrics")  # collectors loaded, as after the first Prometheus scrape
             time.sleep(2)
             idle = rss(sidecar)
+            record("sidecar RSS, idle", idle / MB, unit="MB")
             print(f"sidecar idle: RSS {idle / MB:.0f} MB (one process; no TensorFlow imported)")
             print(
                 f"\n{'capture':>8} {'xplane MB':>10} {'latency s':>10} {'x duration':>11} "

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import httpx
 import psutil
-from bench_common import free_port, start_job
+from bench_common import free_port, record, start_job
 from bench_footprint import role, rss, seconds_between, start_service
 
 from profiler_service.analysis.fit import fit_line
@@ -103,6 +103,13 @@ HEADER = (
 
 def print_row(r: dict) -> None:
     aim = r["seconds"] + 1.2 * r["xprof"]
+    record(
+        f"capture to findings, {r['workload']}, {r['seconds']:g} s capture",
+        r["latency"],
+        f"<= {aim:.1f} (duration + 1.2 x XProf)",
+        r["latency"] <= aim,
+        "s",
+    )
     print(
         f"{r['workload']:<14} {r['seconds']:>6g}s {r['bytes'] / MB:>9.1f} {r['latency']:>9.1f} "
         f"{r['trace']:>7.1f} {r['analysis']:>10.1f} {r['xprof']:>7.1f} {aim:>6.1f} "
@@ -121,6 +128,9 @@ def print_growth(rows: list[dict]) -> None:
         xprof, r2x = fit_line([(r["seconds"], r["xprof"]) for r in mine])
         base = min(mine, key=lambda r: r["seconds"])
         at60 = base["worker_peak"] + peak * (60 - base["seconds"])
+        record(f"analysis time per captured second, {workload}", analysis, unit="s/s")
+        record(f"worker peak RSS per captured second, {workload}", peak / MB, unit="MB/s")
+        record(f"worker peak RSS at 60 s, {workload} (fitted)", at60 / MB, unit="MB")
         print(
             f"  {workload:<14} analysis {analysis:.3f} s/s ({r2a:.2f}), XProf alone "
             f"{xprof:.3f} s/s ({r2x:.2f}); xplane {size / MB:.2f} MB/s ({r2s:.2f}); "

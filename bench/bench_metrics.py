@@ -25,6 +25,8 @@ from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from bench_common import record
+
 from profiler_service.config import Settings
 from profiler_service.models import (
     CaptureOptions,
@@ -100,6 +102,10 @@ def bench_scrape(n_snapshots: int, n_scrapes: int) -> None:
                 t = time.perf_counter()
                 body, _ = metrics.render(accept)
                 times_ms.append((time.perf_counter() - t) * 1000)
+            p99 = percentile(times_ms, 99)
+            record(
+                f"GET /metrics p99, {n_snapshots} snapshots ({label})", p99, "< 10", p99 < 10, "ms"
+            )
             print(
                 f"scrape ({label}, {len(body)} bytes): median {statistics.median(times_ms):.2f} ms,"
                 f" p99 {percentile(times_ms, 99):.2f} ms over {n_scrapes} scrapes"
@@ -154,6 +160,9 @@ def bench_step_callback(rounds: int, steps: int) -> None:
             f"callback has them); ProfilerStepCallback / empty {marked / empty:.4f}"
         )
     base = min(arms["none"])
+
+    ratio = statistics.median(arms["step"]) / statistics.median(arms["none"])
+    record("step time, ProfilerStepCallback / none (medians)", ratio, "< 1.01", ratio < 1.01, "x")
 
     callback = ProfilerStepCallback()
     n = 20_000

@@ -37,6 +37,7 @@ from collections import Counter
 from pathlib import Path
 
 import httpx
+from bench_common import record
 
 TARGETS = [f"t{i}" for i in range(8)]
 
@@ -246,6 +247,9 @@ def main() -> int:
         f"  latency per request: p50 {percentile(latencies, 0.5) * 1000:.1f} ms, "
         f"p99 {percentile(latencies, 0.99) * 1000:.1f} ms, max {max(latencies) * 1000:.1f} ms"
     )
+    p99 = percentile(latencies, 0.99) * 1000
+    record(f"webhook storm p99 latency, {args.clients} clients", p99, unit="ms")
+    record("webhook storm throughput", args.alerts / wall_s, unit="alerts/s")
     print(f"  throughput: {requests / wall_s:.0f} requests/s, {args.alerts / wall_s:.0f} alerts/s")
     checks = {
         "every request answered 202": not errors,

@@ -13,6 +13,7 @@ The sidecar imports no TensorFlow, so the XSpace fields read are declared here
 
 from __future__ import annotations
 
+import mmap
 from collections import defaultdict
 from functools import cache
 from pathlib import Path
@@ -61,6 +62,17 @@ XPLANE_MAPS = {
     "XPlane.StatMetadataEntry": (F.TYPE_INT64, "XStatMetadata"),
 }
 MIN_KEPT = 3  # allocations of one op and shape, kept: fewer is one step's own work
+
+
+def has_memory_events(xplane: Path) -> bool:
+    """Whether the capture holds any allocator event. XProf's memory profile is built from these
+    events alone, so a capture whose bytes never name them has none, and the conversion (a parse
+    of the whole file) can be skipped. A scan of a 30 MB file takes milliseconds."""
+    try:
+        with xplane.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            return data.find(b"MemoryAllocation") != -1
+    except (OSError, ValueError):  # unreadable or empty: let XProf say what is wrong
+        return True
 
 
 @cache

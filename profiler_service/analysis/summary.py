@@ -16,7 +16,7 @@ from google.protobuf.message import DecodeError
 from pydantic import BaseModel, Field
 
 from profiler_service.analysis.input_pipeline import summarise_input_pipeline
-from profiler_service.analysis.kept_memory import kept_allocations_in_capture
+from profiler_service.analysis.kept_memory import has_memory_events, kept_allocations_in_capture
 from profiler_service.analysis.kernels import summarise_kernels
 from profiler_service.analysis.memory import may_be_growing, summarise_memory
 from profiler_service.analysis.models import Finding, HostSummary, Summary
@@ -47,24 +47,32 @@ def summarise_run(run_dir: Path) -> Summary:
         raise ToolFailed(f"no .xplane.pb in {run_dir}")
     summary = Summary(hosts=[p.name.removesuffix(".xplane.pb") for p in paths])
     # XProf's converters release the GIL. The memory profile and the tool list each parse the
-    # capture again, so they run beside the overview instead of after it.
+    # capture again, so they run beside the overview instead of after it; the memory profile only
+    # where there are allocator events to read.
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="xprof") as pool:
         names = pool.submit(tool_names, paths)
         memory = [
-            pool.submit(_read_or_note, lambda p=p: tool_data([p], "memory_profile")) for p in paths
+            pool.submit(_read_or_note, lambda p=p: tool_data([p], "memory_profile"))
+            if has_memory_events(p)
+            else None
+            for p in paths
         ]  # XProf's memory profile reads one host at a time
         overview = tool_data(paths, "overview_page")  # required: a failure fails the analysis
         summary.tools = names.result()
-        memory_profiles = [m.result() for m in memory]
+        # These reuse the op stats the overview cached beside the capture: read side by side.
+        fetched = {
+            tool: pool.submit(_read_or_note, lambda t=tool: tool_data(paths, t))
+            for tool, _ in _OPTIONAL_TOOLS
+            if tool in summary.tools or tool == "kernel_stats"  # kernel_stats is not listed on CPU
+        }
+        memory_profiles = [m.result() if m else None for m in memory]
     summarise_overview(overview, summary)
-    # These reuse the op stats the overview cached beside the capture; failures become notes.
-    for tool, read in (
-        ("framework_op_stats", summarise_op_stats),
-        ("input_pipeline_analyzer", summarise_input_pipeline),
-        ("kernel_stats", summarise_kernels),
-    ):
-        _optional(summary, tool, lambda t=tool, r=read: r(tool_data(paths, t), summary))
+    for tool, read in _OPTIONAL_TOOLS:
+        if tool in fetched:
+            _optional(summary, tool, fetched[tool].result(), read)
     for path, profile in zip(paths, memory_profiles, strict=True):
+        if profile is None:
+            continue
         if isinstance(profile, str):
             summary.notes.append(f"memory_profile: {profile}")
             continue
@@ -90,12 +98,21 @@ def _read_or_note(read: Callable[[], Any]) -> Any:
         return str(exc)
 
 
-def _optional(summary: Summary, tool: str, read: Callable[[], None]) -> None:
-    if tool not in summary.tools and tool != "kernel_stats":  # kernel_stats is not listed on CPU
+_OPTIONAL_TOOLS: tuple[tuple[str, Callable[[Any, Summary], None]], ...] = (
+    ("framework_op_stats", summarise_op_stats),
+    ("input_pipeline_analyzer", summarise_input_pipeline),
+    ("kernel_stats", summarise_kernels),
+)
+
+
+def _optional(summary: Summary, tool: str, data: Any, read: Callable[[Any, Summary], None]) -> None:
+    """A tool whose failure is a note, not a failed analysis."""
+    if isinstance(data, str):
+        summary.notes.append(f"{tool}: {data}")
         return
     try:
-        read()
-    except (ToolFailed, ValueError, KeyError, TypeError) as exc:
+        read(data, summary)
+    except (ValueError, KeyError, TypeError) as exc:
         summary.notes.append(f"{tool}: {exc}")
 
 
