@@ -7,8 +7,10 @@ For each workload (the demo job's own dataset and model), a real Keras job train
 process with TF's profiler server started, as in a job a sidecar captures. Each round runs one
 window per configuration, in an order that rotates round by round:
   - bare:           no capture at all;
-  - in-process:     tf.profiler.experimental.start/stop in this process, as the agent captures
-                    (TF 2.21 applies its defaults whatever the options: host 2, device 1, python 0);
+  - in-process:     tf.profiler.experimental.start/stop in this process (TF 2.21 applies its
+                    defaults whatever the options: host 2, device 1, python 0);
+  - agent:          the same through the agent's InProcessCapturer, whose thread collects the
+                    trace at stop at a lower priority than the job's threads;
   - h1 / h2 / h3:   the sidecar's capture through gRPC (XProf's client in a child process) at host
                     tracer level 1, 2 (the service's default) and 3, tf.data op tracing on;
   - h2 no-tf.data:  host level 2 with include_dataset_ops off;
@@ -42,6 +44,7 @@ from bench_common import free_port, record
 
 from profiler_service.analysis.summary import analyse_run
 from profiler_service.capture.capturer import CaptureJob
+from profiler_service.capture.in_process import InProcessCapturer
 from profiler_service.capture.remote import RemoteCapturer
 from profiler_service.demo.job import build_model, compute_bound_dataset, input_bound_dataset
 from profiler_service.models import CaptureOptions
@@ -52,6 +55,7 @@ from profiler_service.targets import Target
 CONFIGS: dict[str, tuple[int, int, bool] | str | None] = {
     "bare": None,
     "in-process": "in-process",
+    "agent": "agent",
     "h1": (1, 0, True),
     "h2": (2, 0, True),
     "h3": (3, 0, True),
@@ -92,7 +96,6 @@ def capture(config, seconds: float, server: str, logdir: Path) -> list[Path]:
         time.sleep(seconds)
         tf.profiler.experimental.stop()
         return sorted(logdir.glob("plugins/profile/*/*.xplane.pb"))
-    host, python, dataset_ops = config
     job = CaptureJob(
         snapshot_id=logdir.name,
         target=Target(name="bench", workers=[server]),
@@ -101,12 +104,18 @@ def capture(config, seconds: float, server: str, logdir: Path) -> list[Path]:
         timeout_s=seconds + 60,
         options=CaptureOptions(
             duration_ms=int(seconds * 1000),
-            host_tracer_level=host,
-            python_tracer_level=python,
+            host_tracer_level=2 if config == "agent" else config[0],
+            python_tracer_level=0 if config == "agent" else config[1],
             device_tracer_level=1,
-            include_dataset_ops=dataset_ops,
+            include_dataset_ops=True if config == "agent" else config[2],
         ),
     )
+    if config == "agent":  # on a thread of its own, as the service's controller runs it
+        done: dict[str, list[Path]] = {}
+        thread = threading.Thread(target=lambda: done.update(p=InProcessCapturer().capture(job)))
+        thread.start()
+        thread.join()
+        return done["p"]
     return RemoteCapturer().capture(job)
 
 

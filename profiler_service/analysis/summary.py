@@ -24,6 +24,7 @@ from profiler_service.analysis.op_stats import host_communication_ms, read_ops, 
 from profiler_service.analysis.overview import read_step_time, summarise_overview
 from profiler_service.analysis.rules import evaluate
 from profiler_service.analysis.xprof_tools import ToolFailed, tool_data, tool_names
+from profiler_service.child_process import return_freed_memory
 
 
 class AnalysisResult(BaseModel):
@@ -47,16 +48,13 @@ def summarise_run(run_dir: Path) -> Summary:
         raise ToolFailed(f"no .xplane.pb in {run_dir}")
     summary = Summary(hosts=[p.name.removesuffix(".xplane.pb") for p in paths])
     # XProf's converters release the GIL. The memory profile and the tool list each parse the
-    # capture again, so they run beside the overview instead of after it; the memory profile only
-    # where there are allocator events to read.
+    # capture again, so they run beside the overview instead of after it, unless the capture is
+    # large enough for their peaks to add up to too much; the memory profile only where there are
+    # allocator events to read.
+    side_by_side = sum(p.stat().st_size for p in paths) <= SIDE_BY_SIDE_MAX_BYTES
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="xprof") as pool:
         names = pool.submit(tool_names, paths)
-        memory = [
-            pool.submit(_read_or_note, lambda p=p: tool_data([p], "memory_profile"))
-            if has_memory_events(p)
-            else None
-            for p in paths
-        ]  # XProf's memory profile reads one host at a time
+        memory = pool.submit(_memory_profiles, paths) if side_by_side else None
         overview = tool_data(paths, "overview_page")  # required: a failure fails the analysis
         summary.tools = names.result()
         # These reuse the op stats the overview cached beside the capture: read side by side.
@@ -65,7 +63,11 @@ def summarise_run(run_dir: Path) -> Summary:
             for tool, _ in _OPTIONAL_TOOLS
             if tool in summary.tools or tool == "kernel_stats"  # kernel_stats is not listed on CPU
         }
-        memory_profiles = [m.result() if m else None for m in memory]
+        if memory is None:
+            return_freed_memory()  # the overview's peak, before the memory profile's
+            memory_profiles = _memory_profiles(paths)
+        else:
+            memory_profiles = memory.result()
     summarise_overview(overview, summary)
     for tool, read in _OPTIONAL_TOOLS:
         if tool in fetched:
@@ -89,6 +91,23 @@ def summarise_run(run_dir: Path) -> Summary:
     if len(paths) > 1:
         summary.per_host = [_host_summary(path) for path in paths]
     return summary
+
+
+# Above this much `.xplane.pb`, the memory profile waits for the overview: XProf's overview holds
+# about 50x the file at its peak and the memory profile about 25x (a 15 MB capture: 735 MB and
+# 350 MB), and side by side those add up.
+SIDE_BY_SIDE_MAX_BYTES = 8 * 2**20
+
+
+def _memory_profiles(paths: list[Path]) -> list[Any]:
+    """XProf's memory profile of each host (it reads one at a time), None where it has no
+    allocator events, the error text where it failed."""
+    return [
+        _read_or_note(lambda p=p: tool_data([p], "memory_profile"))
+        if has_memory_events(p)
+        else None
+        for p in paths
+    ]
 
 
 def _read_or_note(read: Callable[[], Any]) -> Any:

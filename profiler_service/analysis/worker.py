@@ -13,7 +13,12 @@ import select
 import sys
 from pathlib import Path
 
-from profiler_service.child_process import die_with_parent, lower_priority, report
+from profiler_service.child_process import (
+    die_with_parent,
+    lower_priority,
+    report,
+    return_freed_memory,
+)
 
 READY = "PROFILER_SERVICE_ANALYSIS_READY"
 RESULT_MARKER = "PROFILER_SERVICE_ANALYSIS "
@@ -39,6 +44,7 @@ def main() -> None:
             report(ERROR_MARKER, f"{type(exc).__name__}: {exc}".replace("\n", " ")[:2000])
             continue
         report(RESULT_MARKER, result.model_dump_json())
+        return_freed_memory()
 
 
 if __name__ == "__main__":

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
 from pathlib import Path
 
@@ -42,6 +44,7 @@ class InProcessCapturer:
         try:
             self._cancel.wait(job.options.duration_ms / 1000)
         finally:
+            _lower_this_thread()
             try:
                 tf.profiler.experimental.stop()
             except Exception as exc:
@@ -49,3 +52,16 @@ class InProcessCapturer:
                     "capture_failed", f"TensorFlow's profiler could not save the capture: {exc}"
                 ) from exc
         return collect_xplanes(job)
+
+
+COLLECTION_NICE = 10
+
+
+def _lower_this_thread() -> None:
+    """TensorFlow collects and writes the trace on the thread that stops it, beside the job's own
+    threads. Linux gives each thread its own nice value, so this one (a thread per capture, see
+    controller._with_deadline; it cannot be raised back without privileges) yields the CPU to
+    the training steps and collects when they leave it some."""
+    with contextlib.suppress(OSError, AttributeError):
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + COLLECTION_NICE)
