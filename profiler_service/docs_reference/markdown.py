@@ -6,8 +6,10 @@ from collections.abc import Iterable, Sequence
 
 
 def cell(text: object) -> str:
-    """One table cell: pipes escaped, lines joined."""
-    return " ".join(str(text).split()).replace("|", "\\|")
+    """One table cell, lines joined; pipes escaped outside code spans (Python-Markdown's tables
+    leave a pipe inside backticks alone, and would show the backslash there)."""
+    parts = " ".join(str(text).split()).split("`")
+    return "`".join(p if i % 2 else p.replace("|", "\\|") for i, p in enumerate(parts))
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
