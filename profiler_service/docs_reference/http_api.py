@@ -85,11 +85,20 @@ def _operation(doc: dict[str, Any], method: str, path: str, op: dict[str, Any]) 
     if body:
         lines.append("Body: " + ", ".join(code(kind) for kind in body) + ".\n")
     responses = [
-        f"{code(status)} {cell(answer.get('description', ''))}"
+        f"{code(status)} {cell(answer.get('description', ''))}{_model(answer)}"
         for status, answer in op.get("responses", {}).items()
     ]
     lines.append("Answers: " + "; ".join(responses) + ".\n")
     return "\n".join(lines)
+
+
+def _model(answer: dict[str, Any]) -> str:
+    """` (SnapshotPublic)`: the JSON schema a response carries, when it names one."""
+    for content in answer.get("content", {}).values():
+        ref = content.get("schema", {}).get("$ref")
+        if ref:
+            return f" ({code(ref.rsplit('/', 1)[-1])})"
+    return ""
 
 
 def _schema_type(schema: dict[str, Any]) -> str:

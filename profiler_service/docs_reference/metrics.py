@@ -2,8 +2,8 @@
 
 `render()` runs `scrape()` in a child process (`python -m profiler_service.docs_reference.metrics`):
 a real service over a temporary store, with an in-process target (the agent's collectors) and a
-remote one, a bucket mirror (the upload series) and one ready snapshot (the latest-analysis
-series), so every family has a reason to appear. The child puts in two stand-ins that only it
+remote one, a bucket mirror (the upload series), Grafana annotations, one marked step and one
+ready snapshot (the latest-analysis series), so every family has a reason to appear. The child puts in two stand-ins that only it
 sees: tests/deploy/nvml_standin's `pynvml` with one GPU, and a `tensorflow` module whose one GPU
 answers get_memory_info. The families' names, types, help and labels are the real ones.
 """
@@ -106,6 +106,7 @@ def scrape() -> list[dict[str, Any]]:
 
     from profiler_service.api.app import create_app
     from profiler_service.config import Settings
+    from profiler_service.exporters.step_collector import STEP_STATS
     from profiler_service.models import CaptureOptions, Snapshot, Trigger
     from profiler_service.service import build_service
     from profiler_service.targets import Target, in_process_target
@@ -135,6 +136,7 @@ def scrape() -> list[dict[str, Any]]:
             (Path(logdir) / "host.xplane.pb").write_bytes(b"x")
             service.store.adopt_capture(snapshot, [Path(logdir) / "host.xplane.pb"])
             service.store.publish(snapshot)
+            STEP_STATS.observe(0.1)  # one marked step: the step histogram's series
             declared = _declared_labels(service.metrics.registry)
             text = TestClient(create_app(service)).get("/metrics").text
         finally:
@@ -151,9 +153,13 @@ def scrape() -> list[dict[str, Any]]:
         labels = list(declared.get(family.name, []))
         for sample in family.samples:
             labels += [k for k in sample.labels if k not in labels and k not in _LABELS_IGNORED]
-        families.append(
-            {"name": name, "type": family.type, "help": family.documentation, "labels": labels}
+        bounds = sorted(
+            {float(x.labels["le"]) for x in family.samples if x.labels.get("le", "+Inf") != "+Inf"}
         )
+        help_text = family.documentation
+        if bounds:
+            help_text += f" Buckets: {', '.join(f'{b:g}' for b in bounds)}."
+        families.append({"name": name, "type": family.type, "help": help_text, "labels": labels})
     return families
 
 
