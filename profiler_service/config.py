@@ -69,12 +69,12 @@ class Settings(BaseSettings):
 
     host: str = Field(
         default="127.0.0.1",
-        description="Bind address (`--host`); a non-loopback one needs an API token or `insecure`.",
+        description="Bind address; a non-loopback one needs an API token or `insecure`.",
     )
-    port: int = Field(default=8080, ge=0, le=65535, description="HTTP port (`--port`).")
+    port: int = Field(default=8080, ge=0, le=65535, description="HTTP port.")
     insecure: bool = Field(
         default=False,
-        description="Allow a non-loopback bind without an API token (`--insecure`).",
+        description="Allow a non-loopback bind without an API token.",
     )
     api_token: SecretStr | None = Field(
         default=None,
@@ -83,7 +83,7 @@ class Settings(BaseSettings):
 
     store: Path = Field(
         default=Path("./profiles"),
-        description="Snapshot store directory (`--store`): the volume shared with the job.",
+        description="Snapshot store directory: the volume shared with the job.",
     )
     store_url: str | None = Field(
         default=None,
@@ -109,7 +109,7 @@ class Settings(BaseSettings):
     )
     targets: Annotated[list[Target], NoDecode] = Field(
         default_factory=list,
-        description="What may be captured (`--target`): `[NAME=]grpc://HOST:PORT[,...]`, "
+        description="What may be captured: `[NAME=]grpc://HOST:PORT[,...]`, "
         "`[NAME=]tf-config://[PATH][?tasks=...&port=N]` or `[NAME=]dns://NAME:PORT`, several "
         "separated by spaces or `;`, or a JSON list of `{name, workers}` / `{name, discover}`.",
     )
@@ -182,7 +182,7 @@ class Settings(BaseSettings):
     tensorboard_url: str | None = Field(
         default=None,
         description="Where XProf/TensorBoard serves the store (`http://xprof:8791`), for "
-        "`links.tensorboard` (`--tensorboard-url`).",
+        "`links.tensorboard`.",
     )
     tensorboard_flavour: str = Field(
         default="xprof",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import types
 import typing
@@ -12,15 +13,16 @@ import annotated_types
 from pydantic import BaseModel, SecretStr
 from pydantic.fields import FieldInfo
 
+from profiler_service.cli import build_parser
 from profiler_service.config import Settings
 from profiler_service.docs_reference.markdown import code, table
 
 INTRO = """# Configuration
 
-Every setting is an environment variable prefixed `PROFILER_` (or the `serve`/`capture` flag
-named in its description; flags win). In the Helm chart, any setting goes in `sidecar.settings`
-by its name (`{duration_max_s: 10}` becomes `PROFILER_DURATION_MAX_S=10`). Lists and objects
-are JSON. Bad values fail at start-up, naming the setting.
+Every setting is an environment variable prefixed `PROFILER_`; some are also a flag of
+`profiler-service` commands (flags win). In the Helm chart, any setting goes in
+`sidecar.settings` by its name (`{duration_max_s: 10}` becomes `PROFILER_DURATION_MAX_S=10`).
+Lists and objects are JSON. Bad values fail at start-up, naming the setting.
 
 """
 
@@ -33,9 +35,13 @@ _BOUNDS = {
 
 
 def render() -> str:
+    flags = cli_flags()
     rows = [
         (
-            code(f"PROFILER_{name.upper()}"),
+            code(f"PROFILER_{name.upper()}")
+            + "".join(
+                f"<br>{code(flag)} ({', '.join(cmds)})" for flag, cmds in flags[name].items()
+            ),
             type_name(field.annotation),
             default_of(field),
             allowed(field),
@@ -44,6 +50,19 @@ def render() -> str:
         for name, field in Settings.model_fields.items()
     ]
     return INTRO + table(["variable", "type", "default", "allowed", "description"], rows)
+
+
+def cli_flags() -> dict[str, dict[str, list[str]]]:
+    """{setting: {flag: [commands]}} for the command-line options that set a setting."""
+    found: dict[str, dict[str, list[str]]] = {name: {} for name in Settings.model_fields}
+    for action in build_parser()._actions:
+        if not isinstance(action, argparse._SubParsersAction):
+            continue
+        for command, parser in action.choices.items():
+            for option in parser._actions:
+                if option.dest in found and option.option_strings:
+                    found[option.dest].setdefault(option.option_strings[-1], []).append(command)
+    return found
 
 
 def description_of(name: str, field: FieldInfo) -> str:

@@ -3,9 +3,10 @@
 `render()` runs `scrape()` in a child process (`python -m profiler_service.docs_reference.metrics`):
 a real service over a temporary store, with an in-process target (the agent's collectors) and a
 remote one, a bucket mirror (the upload series), Grafana annotations, one marked step and one
-ready snapshot (the latest-analysis series), so every family has a reason to appear. The child puts in two stand-ins that only it
-sees: tests/deploy/nvml_standin's `pynvml` with one GPU, and a `tensorflow` module whose one GPU
-answers get_memory_info. The families' names, types, help and labels are the real ones.
+ready snapshot (the latest-analysis series), so every family has a reason to appear. The child
+puts in two stand-ins that only it sees: tests/deploy/nvml_standin's `pynvml` with one GPU, and
+a `tensorflow` module whose one GPU answers get_memory_info. The families' names, types, help and
+labels are the real ones.
 """
 
 from __future__ import annotations
