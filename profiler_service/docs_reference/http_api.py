@@ -5,6 +5,7 @@ A running service also serves the document at `/openapi.json` and an interactive
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from profiler_service.api.app import create_app
@@ -50,7 +51,9 @@ def _summary_rows(doc: dict[str, Any]):
 
 
 def _anchor(method: str, path: str) -> str:
-    return f"{method}-" + "".join(c if c.isalnum() else "-" for c in path.strip("/")).strip("-")
+    """The heading's own slug, as MkDocs (Python-Markdown's toc) and GitHub both make it."""
+    text = re.sub(r"[^\w\s-]", "", f"{method} {path}").strip().lower()
+    return re.sub(r"[-\s]+", "-", text)
 
 
 def _resolve(doc: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
@@ -64,7 +67,7 @@ def _resolve(doc: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def _operation(doc: dict[str, Any], method: str, path: str, op: dict[str, Any]) -> str:
-    lines = [f"## {method.upper()} {path} {{#{_anchor(method, path)}}}\n"]
+    lines = [f"## {method.upper()} {path}\n"]
     description = op.get("description") or op.get("summary") or ""
     if description:
         lines.append(description.strip() + "\n")
