@@ -42,6 +42,7 @@ SECTIONS = {
     "profiler_tf_": "In the training process (agent or job metrics server)",
     "profiler_memory_": "The look-back sampler and the memory watch",
     "process_": "This process (prometheus_client's process collector)",
+    "profiler_fleet_": "Fleet hub (`profiler-service hub`)",
 }
 _LABELS_IGNORED = {"le", "quantile"}
 
