@@ -22,7 +22,8 @@ INTRO = """# Configuration
 Every setting is an environment variable prefixed `PROFILER_`; some are also a flag of
 `profiler-service` commands (flags win). In the Helm chart, any setting goes in
 `sidecar.settings` by its name (`{duration_max_s: 10}` becomes `PROFILER_DURATION_MAX_S=10`).
-Lists and objects are JSON. Bad values fail at start-up, naming the setting.
+Lists and objects are JSON. Bad values fail at start-up, naming the setting. Descriptions name
+other settings by their field name (`api_token` is `PROFILER_API_TOKEN`).
 
 """
 
