@@ -56,7 +56,11 @@ def render() -> str:
 def _meanings(enum: type, meanings: dict) -> list[tuple[str, str]]:
     missing = [m.value for m in enum if m not in meanings]
     if missing:
-        raise ValueError(f"{enum.__name__} members without a meaning: {missing}")
+        raise ValueError(
+            f"{enum.__module__}.{enum.__name__} members without a meaning: {missing}; add them "
+            "to the meanings beside it (STATUS_MEANINGS, TRIGGER_MEANINGS, OUTCOME_MEANINGS), "
+            "then run scripts/gen-docs"
+        )
     return [(code(m.value), meanings[m]) for m in enum]
 
 
