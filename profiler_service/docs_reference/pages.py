@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from profiler_service.docs_reference import codes, configuration, findings, http_api, metrics
+from profiler_service.docs_reference import cli, codes, configuration, findings, http_api, metrics
 
 REFERENCE_DIR = Path(__file__).resolve().parents[2] / "docs" / "reference"
 COMMAND = "scripts/gen-docs"
@@ -16,6 +16,7 @@ PAGES: dict[str, Callable[[], str]] = {
     "metrics.md": metrics.render,
     "errors-and-outcomes.md": codes.render,
     "http-api.md": http_api.render,
+    "cli.md": cli.render,
 }
 
 
