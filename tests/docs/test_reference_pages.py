@@ -148,3 +148,29 @@ def test_the_hand_written_pages_name_only_metrics_the_service_exports():
                 continue
             unknown.setdefault(name, path.relative_to(ROOT).as_posix())
     assert not unknown, f"pages name metrics the service does not export: {unknown}"
+
+
+_UNIT_S = {"": 1, "ms": 0.001, "s": 1, "min": 60, "h": 3600}
+
+
+def test_defaults_quoted_beside_a_setting_are_its_defaults():
+    """`PROFILER_LOOKBACK_S` (300 s), `PROFILER_MEMORY_WATCH_WINDOW_S`, 30 s: the number is the
+    setting's default."""
+    quoted = re.compile(
+        r"`(PROFILER_[A-Z0-9_]+)`(?: \(|, )(\d+(?:\.\d+)?)(?: ?(ms|s|min|h))?(?=[;),])"
+    )
+    wrong = []
+    seen = 0
+    for path in _hand_written():
+        for name, number, unit in quoted.findall(path.read_text()):
+            field = Settings.model_fields.get(name.removeprefix("PROFILER_").lower())
+            if field is None:
+                continue  # test_the_hand_written_pages_name_only_settings_the_code_has says so
+            seen += 1
+            default = field.get_default(call_default_factory=True)
+            if not isinstance(default, int | float) or abs(
+                float(number) * _UNIT_S[unit or ""] - default
+            ) > 1e-9 * max(1.0, abs(default)):
+                wrong.append(f"{path.relative_to(ROOT)}: {name} ({number} {unit}) but {default}")
+    assert seen, "no quoted default found: the pattern no longer matches the pages"
+    assert not wrong, "pages quote defaults the code does not have:\n" + "\n".join(wrong)
