@@ -20,7 +20,7 @@ from profiler_service.docs_reference.markdown import code, table
 INTRO = """# Findings
 
 Every snapshot's summary goes through every rule below; each rule is one function in
-`profiler_service/analysis/rules/` that returns a finding or nothing. A finding is
+`profiler_service/analysis/rules/` ("defined in") that returns a finding or nothing. A finding is
 `{rule, severity, title, evidence{numbers}, recommendation, docs, impact_share}`; a snapshot's
 findings are ordered most severe first, then by `impact_share` (the share of step time at stake).
 How the rules read XProf's tools, and what CPU-only captures can and cannot show:
@@ -41,7 +41,10 @@ def render() -> str:
                 fires_when(name, func, constants),
                 " / ".join(severities(func)),
                 "<br>".join(f"{code(k)} = {fmt(k, v)}" for k, v in constants.items()),
-                code(func.__module__.replace(".", "/") + ".py"),
+                code(
+                    func.__module__.removeprefix("profiler_service.analysis.").replace(".", "/")
+                    + ".py"
+                ),
             )
         )
     return INTRO + table(["rule", "fires when", "severity", "thresholds", "defined in"], rows)
