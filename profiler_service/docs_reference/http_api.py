@@ -5,6 +5,7 @@ A running service also serves the document at `/openapi.json` and an interactive
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from typing import Any
 
@@ -29,30 +30,62 @@ def openapi() -> dict[str, Any]:
     return create_app(None).openapi()  # type: ignore[arg-type]
 
 
+def hub_openapi() -> dict[str, Any] | None:
+    """The fleet hub's document, where the package has a hub (`profiler-service hub`)."""
+    if importlib.util.find_spec("profiler_service.hub") is None:
+        return None
+    from profiler_service.hub.app import create_hub_app
+
+    return create_hub_app(None).openapi()  # type: ignore[arg-type]
+
+
 def render() -> str:
     doc = openapi()
-    parts = [INTRO, table(["method and path", "does"], list(_summary_rows(doc)))]
-    for path, item in doc["paths"].items():
-        for method in _METHODS:
-            if method in item:
-                parts.append(_operation(doc, method, path, item[method]))
+    parts = [INTRO, table(["method and path", "does"], list(_summary_rows(doc, "")))]
+    parts += _operations(doc, "")
+    hub = hub_openapi()
+    if hub is not None:
+        # The hub serves the sidecar's read routes too; only its own are described here.
+        for path, item in hub["paths"].items():
+            for method in list(item):
+                same = doc["paths"].get(path, {}).get(method, {})
+                if same.get("operationId") == item[method].get("operationId"):
+                    del item[method]
+        hub["paths"] = {path: item for path, item in hub["paths"].items() if item}
+        parts += [
+            "# Fleet hub\n\n`profiler-service hub` serves the sidecar's read routes "
+            "(`GET /profiles`, reports, files, `/metrics`, health) over the fleet's bucket, and "
+            "these of its own (the same path as the sidecar's where it routes to the sidecars):\n",
+            table(["method and path", "does"], list(_summary_rows(hub, "Hub: "))),
+            *_operations(hub, "Hub: "),
+        ]
     return "\n".join(parts)
 
 
-def _summary_rows(doc: dict[str, Any]):
+def _operations(doc: dict[str, Any], prefix: str) -> list[str]:
+    return [
+        _operation(doc, f"{prefix}{method.upper()} {path}", item[method])
+        for path, item in doc["paths"].items()
+        for method in _METHODS
+        if method in item
+    ]
+
+
+def _summary_rows(doc: dict[str, Any], prefix: str):
     for path, item in doc["paths"].items():
         for method in _METHODS:
             if method in item:
                 op = item[method]
                 yield (
-                    f"[{code(f'{method.upper()} {path}')}](#{_anchor(method, path)})",
+                    f"[{code(f'{method.upper()} {path}')}]"
+                    f"(#{_anchor(f'{prefix}{method.upper()} {path}')})",
                     (op.get("description") or op.get("summary", "")).strip().split("\n")[0],
                 )
 
 
-def _anchor(method: str, path: str) -> str:
+def _anchor(heading: str) -> str:
     """The heading's own slug, as MkDocs (Python-Markdown's toc) and GitHub both make it."""
-    text = re.sub(r"[^\w\s-]", "", f"{method} {path}").strip().lower()
+    text = re.sub(r"[^\w\s-]", "", heading).strip().lower()
     return re.sub(r"[-\s]+", "-", text)
 
 
@@ -66,8 +99,8 @@ def _resolve(doc: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
     return schema
 
 
-def _operation(doc: dict[str, Any], method: str, path: str, op: dict[str, Any]) -> str:
-    lines = [f"## {method.upper()} {path}\n"]
+def _operation(doc: dict[str, Any], heading: str, op: dict[str, Any]) -> str:
+    lines = [f"## {heading}\n"]
     description = op.get("description") or op.get("summary") or ""
     if description:
         lines.append(description.strip() + "\n")

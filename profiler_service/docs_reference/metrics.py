@@ -1,4 +1,5 @@
-"""docs/reference/metrics.md: every metric family of a real scrape of the service's `/metrics`.
+"""docs/reference/metrics.md: every metric family of a real scrape of the service's `/metrics`
+(and of the fleet hub's, where the package has one).
 
 `render()` runs `scrape()` in a child process (`python -m profiler_service.docs_reference.metrics`):
 a real service over a temporary store, with an in-process target (the agent's collectors) and a
@@ -11,6 +12,7 @@ labels are the real ones.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -100,11 +102,46 @@ def _fake_tensorflow() -> types.ModuleType:
 
 
 def scrape() -> list[dict[str, Any]]:
-    """[{name, type, help, labels}] of every family the service exports, in exposition order."""
+    """[{name, type, help, labels}] of every family the service (and the fleet hub, where the
+    package has one) exports, in exposition order."""
     sys.path.insert(0, str(NVML_STANDIN))
     sys.modules["tensorflow"] = _fake_tensorflow()
-    from fastapi.testclient import TestClient
     from prometheus_client.parser import text_string_to_metric_families
+
+    with tempfile.TemporaryDirectory() as tmp:
+        scrapes = [_scrape_service(Path(tmp) / "service")]
+        if importlib.util.find_spec("profiler_service.hub") is not None:
+            scrapes.append(_scrape_hub(Path(tmp) / "hub"))
+    families: dict[str, dict[str, Any]] = {}
+    for text, declared in scrapes:
+        parsed = list(text_string_to_metric_families(text))
+        instrumented = {f.name for f in parsed if f.type in ("counter", "histogram")}
+        for family in parsed:
+            if family.name.endswith("_created") and (
+                family.name.removesuffix("_created") in instrumented
+            ):
+                continue  # prometheus_client's creation time of a counter or histogram
+            name = family.name + ("_total" if family.type == "counter" else "")
+            if name not in families:
+                families[name] = _describe(name, family, declared)
+    return list(families.values())
+
+
+def _describe(name: str, family: Any, declared: dict[str, list[str]]) -> dict[str, Any]:
+    labels = list(declared.get(family.name, []))
+    for sample in family.samples:
+        labels += [k for k in sample.labels if k not in labels and k not in _LABELS_IGNORED]
+    bounds = sorted(
+        {float(x.labels["le"]) for x in family.samples if x.labels.get("le", "+Inf") != "+Inf"}
+    )
+    help_text = family.documentation
+    if bounds:
+        help_text += f" Buckets: {', '.join(f'{b:g}' for b in bounds)}."
+    return {"name": name, "type": family.type, "help": help_text, "labels": labels}
+
+
+def _scrape_service(tmp: Path) -> tuple[str, dict[str, list[str]]]:
+    from fastapi.testclient import TestClient
 
     from profiler_service.api.app import create_app
     from profiler_service.config import Settings
@@ -113,56 +150,48 @@ def scrape() -> list[dict[str, Any]]:
     from profiler_service.service import build_service
     from profiler_service.targets import Target, in_process_target
 
-    with tempfile.TemporaryDirectory() as tmp:
-        settings = Settings(
-            store=Path(tmp) / "store",
-            store_url=(Path(tmp) / "bucket").as_uri(),
-            targets=[in_process_target(), Target.parse("trainer=grpc://127.0.0.1:9")],
-            grafana_url="http://127.0.0.1:9",  # the annotation counter; nothing is ever sent
-            grafana_token="unused",
+    settings = Settings(
+        store=tmp / "store",
+        store_url=(tmp / "bucket").as_uri(),
+        targets=[in_process_target(), Target.parse("trainer=grpc://127.0.0.1:9")],
+        grafana_url="http://127.0.0.1:9",  # the annotation counter; nothing is ever sent
+        grafana_token="unused",
+    )
+    service = build_service(settings)
+    try:
+        snapshot = Snapshot(
+            id="20260105-120000-trainer-000000000000",
+            target="trainer",
+            trigger=Trigger(),
+            capture=CaptureOptions(
+                duration_ms=1000, host_tracer_level=2, python_tracer_level=0, device_tracer_level=1
+            ),
         )
-        service = build_service(settings)
-        try:
-            snapshot = Snapshot(
-                id="20260105-120000-trainer-000000000000",
-                target="trainer",
-                trigger=Trigger(),
-                capture=CaptureOptions(
-                    duration_ms=1000,
-                    host_tracer_level=2,
-                    python_tracer_level=0,
-                    device_tracer_level=1,
-                ),
-            )
-            logdir = service.store.begin(snapshot)
-            (Path(logdir) / "host.xplane.pb").write_bytes(b"x")
-            service.store.adopt_capture(snapshot, [Path(logdir) / "host.xplane.pb"])
-            service.store.publish(snapshot)
-            STEP_STATS.observe(0.1)  # one marked step: the step histogram's series
-            declared = _declared_labels(service.metrics.registry)
-            text = TestClient(create_app(service)).get("/metrics").text
-        finally:
-            service.close()
-    families = []
-    parsed = list(text_string_to_metric_families(text))
-    instrumented = {f.name for f in parsed if f.type in ("counter", "histogram")}
-    for family in parsed:
-        if family.name.removesuffix("_created") in instrumented and family.name.endswith(
-            "_created"
-        ):
-            continue  # prometheus_client's creation time of a counter or histogram
-        name = family.name + ("_total" if family.type == "counter" else "")
-        labels = list(declared.get(family.name, []))
-        for sample in family.samples:
-            labels += [k for k in sample.labels if k not in labels and k not in _LABELS_IGNORED]
-        bounds = sorted(
-            {float(x.labels["le"]) for x in family.samples if x.labels.get("le", "+Inf") != "+Inf"}
-        )
-        help_text = family.documentation
-        if bounds:
-            help_text += f" Buckets: {', '.join(f'{b:g}' for b in bounds)}."
-        families.append({"name": name, "type": family.type, "help": help_text, "labels": labels})
-    return families
+        logdir = service.store.begin(snapshot)
+        (Path(logdir) / "host.xplane.pb").write_bytes(b"x")
+        service.store.adopt_capture(snapshot, [Path(logdir) / "host.xplane.pb"])
+        service.store.publish(snapshot)
+        STEP_STATS.observe(0.1)  # one marked step: the step histogram's series
+        declared = _declared_labels(service.metrics.registry)
+        return TestClient(create_app(service)).get("/metrics").text, declared
+    finally:
+        service.close()
+
+
+def _scrape_hub(tmp: Path) -> tuple[str, dict[str, list[str]]]:
+    """The fleet hub (`profiler-service hub`) over an empty bucket."""
+    from fastapi.testclient import TestClient
+
+    from profiler_service.config import HubSettings
+    from profiler_service.hub.app import create_hub_app
+    from profiler_service.hub.fleet import build_hub
+
+    hub = build_hub(HubSettings(store=tmp / "index", store_url=(tmp / "bucket").as_uri()))
+    try:
+        declared = _declared_labels(hub.metrics.registry)
+        return TestClient(create_hub_app(hub)).get("/metrics").text, declared
+    finally:
+        hub.close()
 
 
 def _declared_labels(registry: Any) -> dict[str, list[str]]:
