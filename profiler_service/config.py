@@ -62,136 +62,338 @@ class Schedule(BaseModel):
 
 
 class Settings(BaseSettings):
-    """Every setting has a safe default; README lists each one."""
+    """Every setting has a safe default and a description; docs/reference/configuration.md is
+    generated from them (`scripts/gen-docs`)."""
 
     model_config = SettingsConfigDict(env_prefix="PROFILER_", extra="ignore")
 
-    host: str = "127.0.0.1"
-    port: int = Field(default=8080, ge=0, le=65535)
-    insecure: bool = False  # allow a non-loopback bind without an API token
-    api_token: SecretStr | None = None
+    host: str = Field(
+        default="127.0.0.1",
+        description="Bind address; a non-loopback one needs an API token or `insecure`.",
+    )
+    port: int = Field(default=8080, ge=0, le=65535, description="HTTP port.")
+    insecure: bool = Field(
+        default=False,
+        description="Allow a non-loopback bind without an API token.",
+    )
+    api_token: SecretStr | None = Field(
+        default=None,
+        description="When set, `POST`/`PUT`/`DELETE` need `Authorization: Bearer <token>`.",
+    )
 
-    store: Path = Path("./profiles")
-    # Optional object store every finished snapshot is mirrored to (fsspec URL: s3://bucket/prefix,
-    # gs://..., file:///...), shared by many sidecars; options are fsspec storage options (JSON),
-    # secret because they may hold credentials.
-    store_url: str | None = None
-    store_options: SecretStr | None = None
-    store_refresh_s: float = Field(default=10.0, ge=0)  # how stale a listing of the bucket may be
-    store_retry_max_s: float = Field(default=300.0, gt=0)  # longest wait between upload retries
-    # Where the job's profiler writes captures when it shares no volume with the service (a URL
-    # the job's TensorFlow writes, e.g. gs://bucket/incoming; fsspec reads it back here).
-    capture_url: str | None = None
-    targets: Annotated[list[Target], NoDecode] = Field(default_factory=list)
+    store: Path = Field(
+        default=Path("./profiles"),
+        description="Snapshot store directory: the volume shared with the job.",
+    )
+    store_url: str | None = Field(
+        default=None,
+        description="fsspec URL every finished snapshot is mirrored to and other sidecars' "
+        "snapshots are listed from (`s3://bucket/prefix`, `gs://...`, `file:///...`).",
+    )
+    store_options: SecretStr | None = Field(
+        default=None,
+        description="fsspec storage options for `store_url`, a JSON object "
+        '(`{"endpoint_url": ..., "key": ..., "secret": ...}`); a secret, never logged.',
+    )
+    store_refresh_s: float = Field(
+        default=10.0, ge=0, description="`GET /profiles` lists the bucket at most this often."
+    )
+    store_retry_max_s: float = Field(
+        default=300.0, gt=0, description="Longest wait between retries of a failed upload."
+    )
+    capture_url: str | None = Field(
+        default=None,
+        description="URL the job's profiler writes captures to when it shares no volume with "
+        "the service (`gs://bucket/incoming`); read back with fsspec. Must lie outside "
+        "`store_url`.",
+    )
+    targets: Annotated[list[Target], NoDecode] = Field(
+        default_factory=list,
+        description="What may be captured: `[NAME=]grpc://HOST:PORT[,...]`, "
+        "`[NAME=]tf-config://[PATH][?tasks=...&port=N]` or `[NAME=]dns://NAME:PORT`, several "
+        "separated by spaces or `;`, or a JSON list of `{name, workers}` / `{name, discover}`.",
+    )
 
-    duration_default_s: float = Field(default=5.0, gt=0)
-    duration_min_s: float = Field(default=0.1, gt=0)
-    # TF traces beyond ~10 s can exhaust memory (tensorflow#61526): raise with care.
-    duration_max_s: float = Field(default=60.0, gt=0)
-    capture_grace_s: float = Field(default=30.0, gt=0)
-    capture_attempts: int = Field(default=2, ge=1, le=10)
-    # A discovered target (tf-config://, dns://) is captured on at most this many workers, the
-    # first ones (the chief first): each worker's capture is tens of MB and analysed in turn.
-    capture_max_workers: int = Field(default=32, ge=1, le=1024)
-    analysis_timeout_s: float = Field(default=300.0, gt=0)
-    # The Python that runs the analysis worker: one with `profiler-service[analysis]` (XProf). The
-    # agent's own install leaves XProf out so the job keeps its pins; point this at another
-    # environment's interpreter. Unset: this process's own Python.
-    analysis_python: Path | None = None
-    # The analysis worker is stopped past this much resident memory (`analysis_too_large`, the
-    # capture kept), before the kernel's OOM killer could pick the service. Unset: 3/4 of what
-    # this process's cgroup limit (else the host's memory) leaves beside this process.
-    analysis_max_memory_bytes: int | None = Field(default=None, gt=0)
-    # A worker waits, XProf imported, for the next analysis (started at start-up and as each
-    # capture begins) and exits after this long without one; 0: each analysis starts its own.
-    analysis_worker_idle_s: float = Field(default=900.0, ge=0)
-    # A warm worker is replaced after this many analyses, or once it holds more resident memory
-    # than analysis_worker_recycle_bytes after one: a long life must not mean a growing one.
-    analysis_worker_max_jobs: int = Field(default=20, ge=1)
-    analysis_worker_recycle_bytes: int = Field(default=768 * 2**20, ge=64 * 2**20)
-    # On SIGTERM, finish in-flight captures for up to this long (keep it under the pod's
-    # terminationGracePeriodSeconds); what is still running then is `interrupted` at next start.
-    shutdown_grace_s: float = Field(default=20.0, ge=0)
+    duration_default_s: float = Field(
+        default=5.0, gt=0, description="Capture length when none is given."
+    )
+    duration_min_s: float = Field(default=0.1, gt=0, description="Shortest capture allowed.")
+    duration_max_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="Longest capture allowed. TF traces beyond ~10 s can exhaust the job's "
+        "memory and end in DEADLINE_EXCEEDED (tensorflow#61526): raise with care.",
+    )
+    capture_grace_s: float = Field(
+        default=30.0, gt=0, description="A capture is stopped and failed after duration + this."
+    )
+    capture_attempts: int = Field(
+        default=2, ge=1, le=10, description="The capture client's tracing attempts."
+    )
+    capture_max_workers: int = Field(
+        default=32,
+        ge=1,
+        le=1024,
+        description="Most workers of a discovered target (`tf-config://`, `dns://`) captured at "
+        "once: the first ones, the chief first.",
+    )
+    analysis_timeout_s: float = Field(
+        default=300.0, gt=0, description="Analysis is stopped and failed after this."
+    )
+    analysis_python: Path | None = Field(
+        default=None,
+        description="The Python of an environment with `profiler-service[analysis]` (XProf) "
+        "that runs the analysis worker: how an agent in a pinned job analyses. "
+        "Unset: this process's own Python.",
+    )
+    analysis_max_memory_bytes: int | None = Field(
+        default=None,
+        gt=0,
+        description="The analysis worker is stopped past this resident memory "
+        "(`analysis_too_large`, the capture kept). Unset: 3/4 of what the cgroup limit "
+        "(else the host's memory) leaves beside this process.",
+    )
+    analysis_worker_idle_s: float = Field(
+        default=900.0,
+        ge=0,
+        description="A warm analysis worker (XProf imported; started at start-up and as each "
+        "capture begins) exits after this long without an analysis. 0: each analysis starts "
+        "its own worker.",
+    )
+    analysis_worker_max_jobs: int = Field(
+        default=20,
+        ge=1,
+        description="A warm analysis worker is replaced after this many analyses.",
+    )
+    analysis_worker_recycle_bytes: int = Field(
+        default=768 * 2**20,
+        ge=64 * 2**20,
+        description="A warm analysis worker holding more resident memory than this after an "
+        "analysis is replaced: a long life must not mean a growing one.",
+    )
+    shutdown_grace_s: float = Field(
+        default=20.0,
+        ge=0,
+        description="On SIGTERM, captures in flight may finish for this long (keep it under the "
+        "pod's `terminationGracePeriodSeconds`); the rest are `interrupted` at the next start.",
+    )
 
-    host_tracer_level: int = Field(default=2, ge=0, le=3)
-    python_tracer_level: int = Field(default=0, ge=0, le=1)
-    device_tracer_level: int = Field(default=1, ge=0, le=1)
-    include_dataset_ops: bool = True
+    host_tracer_level: int = Field(default=2, ge=0, le=3, description="Default host tracer level.")
+    python_tracer_level: int = Field(
+        default=0, ge=0, le=1, description="Default Python tracer level."
+    )
+    device_tracer_level: int = Field(
+        default=1, ge=0, le=1, description="Default device tracer level."
+    )
+    include_dataset_ops: bool = Field(
+        default=True,
+        description="Trace tf.data ops (the input pipeline analysis needs them).",
+    )
 
-    retention_max_count: int = Field(default=200, ge=1)
-    retention_max_bytes: int = Field(default=20 * 1024**3, ge=1)
+    retention_max_count: int = Field(
+        default=200, ge=1, description="Most snapshots kept (pinned ones are never evicted)."
+    )
+    retention_max_bytes: int = Field(
+        default=20 * 1024**3, ge=1, description="Most bytes of snapshots kept (20 GiB)."
+    )
 
-    # Where TensorBoard/XProf serves this store, for deep links (e.g. http://xprof:8791).
-    tensorboard_url: str | None = None
-    tensorboard_flavour: str = Field(default="xprof", pattern="^(xprof|tensorboard)$")
-    # Where people reach this service (e.g. https://profiler.example), for links in annotations.
-    public_url: str | None = None
+    tensorboard_url: str | None = Field(
+        default=None,
+        description="Where XProf/TensorBoard serves the store (`http://xprof:8791`), for "
+        "`links.tensorboard`.",
+    )
+    tensorboard_flavour: str = Field(
+        default="xprof",
+        pattern="^(xprof|tensorboard)$",
+        description="`xprof` or `tensorboard` (TensorBoard's links end in `#profile`).",
+    )
+    public_url: str | None = Field(
+        default=None,
+        description="Where people reach this service (`https://profiler.example`), for the "
+        "report links in Grafana annotations; unset, they are relative.",
+    )
 
     # Alert webhooks (POST /webhooks/grafana, /webhooks/alertmanager).
-    webhook_token: SecretStr | None = None  # Bearer; falls back to api_token when unset
-    webhook_username: str | None = None  # HTTP basic auth, with webhook_password
-    webhook_password: SecretStr | None = None
-    webhook_hmac_secret: SecretStr | None = None  # Grafana's signed webhooks
-    webhook_hmac_header: str = Field(default="X-Grafana-Alerting-Signature", min_length=1)
-    webhook_hmac_timestamp_header: str | None = None
-    webhook_hmac_max_age_s: float = Field(default=300.0, gt=0)
-    webhook_max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
-    webhook_cooldown_s: float = Field(default=600.0, ge=0)  # per alert fingerprint
-    webhook_min_interval_s: float = Field(default=60.0, ge=0)  # between alert captures
-    webhook_target_rules: list[TargetRule] = Field(default_factory=list)
-    webhook_target_labels: Annotated[list[str], NoDecode] = Field(
-        default_factory=lambda: ["profile_target", "pod", "job", "instance"]
+    webhook_token: SecretStr | None = Field(
+        default=None,
+        description="Webhooks accept `Authorization: Bearer <token>`; with neither this nor "
+        "basic auth set, they take `api_token`.",
     )
-    webhook_default_target: str | None = None
+    webhook_username: str | None = Field(
+        default=None,
+        description="Webhooks accept HTTP basic auth with this and `webhook_password` (set both).",
+    )
+    webhook_password: SecretStr | None = Field(
+        default=None, description="The basic-auth password, with `webhook_username`."
+    )
+    webhook_hmac_secret: SecretStr | None = Field(
+        default=None,
+        description="`/webhooks/grafana` requires Grafana's HMAC-SHA256 signature with this "
+        "secret (it then replaces `api_token` there, not the webhook token or basic auth).",
+    )
+    webhook_hmac_header: str = Field(
+        default="X-Grafana-Alerting-Signature",
+        min_length=1,
+        description="The signature's header (Grafana's UI suggests this name; set what your "
+        "contact point sends).",
+    )
+    webhook_hmac_timestamp_header: str | None = Field(
+        default=None,
+        description="When set, the signature covers `timestamp:body` and the timestamp (Unix "
+        "seconds) must be in this header.",
+    )
+    webhook_hmac_max_age_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="A signed timestamp older (or further in the future) than this is refused.",
+    )
+    webhook_max_body_bytes: int = Field(
+        default=1024 * 1024, ge=1024, description="Larger webhook bodies get 413."
+    )
+    webhook_cooldown_s: float = Field(
+        default=600.0,
+        ge=0,
+        description="An alert (fingerprint) captured within this is `deduplicated`.",
+    )
+    webhook_min_interval_s: float = Field(
+        default=60.0,
+        ge=0,
+        description="At most one alert-triggered capture this often, over all alerts "
+        "(`throttled`).",
+    )
+    webhook_target_rules: list[TargetRule] = Field(
+        default_factory=list,
+        description='JSON list of `{"label", "pattern", "target"}`: an alert whose label fully '
+        "matches the regex captures that target; checked first.",
+    )
+    webhook_target_labels: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["profile_target", "pod", "job", "instance"],
+        description="Then: the first of these labels whose value is a configured target's name "
+        "(comma-separated or a JSON list).",
+    )
+    webhook_default_target: str | None = Field(
+        default=None,
+        description="Then: this target; unset, an unmatched alert is `rejected`.",
+    )
 
-    # Grafana annotations for every finished capture (a service-account token with
-    # annotations:create).
-    grafana_url: str | None = None
-    grafana_token: SecretStr | None = None
-    grafana_annotation_attempts: int = Field(default=3, ge=1, le=10)
-    grafana_timeout_s: float = Field(default=5.0, gt=0)
+    grafana_url: str | None = Field(
+        default=None,
+        description="With `grafana_token`, every finished capture is annotated in Grafana.",
+    )
+    grafana_token: SecretStr | None = Field(
+        default=None,
+        description="A Grafana service-account token with `annotations:create`.",
+    )
+    grafana_annotation_attempts: int = Field(
+        default=3,
+        ge=1,
+        le=10,
+        description="Tries per annotation (5xx, 429 and network errors are retried, after "
+        "0.5 s, 1 s, ...).",
+    )
+    grafana_timeout_s: float = Field(default=5.0, gt=0, description="Per request to Grafana.")
 
-    # History: labels on every capture (e.g. {"model_version": "v7"}), scheduled captures,
-    # and the step-time growth that counts as a regression against a baseline.
-    capture_labels: dict[str, str] = Field(default_factory=dict)
-    schedules: list[Schedule] = Field(default_factory=list)
-    regression_max_share: float = Field(default=0.10, ge=0)
+    capture_labels: dict[str, str] = Field(
+        default_factory=dict,
+        description='Labels (JSON object) added to every capture, e.g. `{"model_version": "v7"}`.',
+    )
+    schedules: list[Schedule] = Field(
+        default_factory=list,
+        description="Scheduled captures: JSON list of `{target, interval_s (>= 10), jitter_s, "
+        "duration_s, labels}`; a schedule that finds its target busy is skipped.",
+    )
+    regression_max_share: float = Field(
+        default=0.10,
+        ge=0,
+        description="Step-time growth over the baseline that counts as a regression.",
+    )
 
-    # The lead-up: a ring of per-second samples (step time, memory, RSS, GPU) kept for this long
-    # and stored in every snapshot; 0 turns the sampler (and the memory watch) off.
-    lookback_s: float = Field(default=300.0, ge=0, le=86400)
-    lookback_interval_s: float = Field(default=1.0, ge=0.1, le=60)
-    # The sidecar's job process, when the two share a PID namespace: a pid, or a regular
-    # expression searched in each process's command line (the first match, lowest pid).
-    watch_process: str | None = None
-    # Prometheus's HTTP API: each snapshot stores these PromQL queries over its look-back window
-    # ($target, $pod, $namespace and the trigger's labels are substituted, quoted for PromQL).
-    prometheus_url: str | None = None
-    prometheus_queries: list[PromQuery] = Field(default_factory=lambda: list(DEFAULT_PROM_QUERIES))
-    prometheus_timeout_s: float = Field(default=5.0, gt=0)
-    pod_name: str | None = None  # $pod in queries (the Helm chart sets it from the downward API)
-    pod_namespace: str | None = None  # $namespace in queries
-    # The look-back trace (TF 2.21+ jobs, sidecar, single-worker targets): the job's profiler
-    # traces continuously and the sidecar drops the trace every this many seconds, so a capture
-    # starts up to this long before its trigger. 0: off. It costs the job a capture's overhead
-    # all the time; see README.
-    lookback_trace_s: float = Field(default=0.0, ge=0, le=60)
+    lookback_s: float = Field(
+        default=300.0,
+        ge=0,
+        le=86400,
+        description="The look-back ring holds this many seconds of samples, stored with every "
+        "snapshot; 0 turns the sampler and the memory watch off.",
+    )
+    lookback_interval_s: float = Field(
+        default=1.0, ge=0.1, le=60, description="One look-back sample this often."
+    )
+    watch_process: str | None = Field(
+        default=None,
+        description="Sidecar: the job's process, a pid or a regex searched in command lines "
+        "(lowest matching pid), read through `/proc` (needs a shared PID namespace).",
+    )
+    prometheus_url: str | None = Field(
+        default=None,
+        description="Prometheus's HTTP API: every snapshot stores `prometheus_queries` over its "
+        "look-back window.",
+    )
+    prometheus_queries: list[PromQuery] = Field(
+        default_factory=lambda: list(DEFAULT_PROM_QUERIES),
+        description="JSON list of `{name, expr, unit}`; `$target`, `$pod`, `$namespace` and the "
+        "trigger's labels are substituted as quoted PromQL strings. Default: step time, GPU "
+        "engine activity, working set of `$pod`.",
+    )
+    prometheus_timeout_s: float = Field(default=5.0, gt=0, description="Per Prometheus query.")
+    pod_name: str | None = Field(
+        default=None,
+        description="`$pod` in the queries (the Helm chart sets it from the downward API).",
+    )
+    pod_namespace: str | None = Field(default=None, description="`$namespace` in the queries.")
+    lookback_trace_s: float = Field(
+        default=0.0,
+        ge=0,
+        le=60,
+        description="The look-back trace (sidecar, TF 2.21+, single-worker targets): keep the "
+        "job's profiler tracing and drop the trace every this many seconds, so captures begin "
+        "up to this long before their trigger; costs the job a capture's overhead all the "
+        "time. 0: off.",
+    )
 
-    # The memory watch: capture before an out-of-memory kill. Fires when memory in use crosses
-    # this share of capacity, or grows fast enough (over the window) to reach it within horizon.
-    memory_watch: bool = True
-    memory_watch_share: float = Field(default=0.90, gt=0, le=1)
-    memory_watch_horizon_s: float = Field(default=600.0, ge=0)
-    # Growth counts from this share of capacity on: a job filling its buffers at start-up, far
-    # from its limit, is not captured (its first 30 s look like a leak).
-    memory_watch_growth_min_share: float = Field(default=0.5, ge=0, le=1)
-    memory_watch_window_s: float = Field(default=30.0, ge=3)
-    memory_watch_cooldown_s: float = Field(default=1800.0, ge=0)
-    memory_watch_duration_s: float | None = Field(default=None, gt=0)  # default: duration_default_s
-    # The job's host memory limit, when its cgroup limit (else the host's memory) is not what
-    # kills it; also the limit the memory rules project host growth against.
-    memory_watch_capacity_bytes: int | None = Field(default=None, gt=0)
-    memory_watch_target: str | None = None  # default: the first target
+    memory_watch: bool = Field(
+        default=True,
+        description="Capture when memory nears capacity (needs the look-back sampler).",
+    )
+    memory_watch_share: float = Field(
+        default=0.90,
+        gt=0,
+        le=1,
+        description="Capture when memory in use crosses this share of capacity (not for NVML's "
+        "reserved GPU memory).",
+    )
+    memory_watch_horizon_s: float = Field(
+        default=600.0,
+        ge=0,
+        description="Capture when the growth over the window reaches capacity within this.",
+    )
+    memory_watch_growth_min_share: float = Field(
+        default=0.5,
+        ge=0,
+        le=1,
+        description="Growth counts only once this share of capacity is in use (a job filling "
+        "its buffers at start-up, far from its limit, is not captured).",
+    )
+    memory_watch_window_s: float = Field(
+        default=30.0,
+        ge=3,
+        description="The growth is fitted over this many seconds of samples (at least half of "
+        "them present).",
+    )
+    memory_watch_cooldown_s: float = Field(
+        default=1800.0, ge=0, description="After a watch capture, the next no sooner than this."
+    )
+    memory_watch_duration_s: float | None = Field(
+        default=None, gt=0, description="A watch capture's length. Unset: `duration_default_s`."
+    )
+    memory_watch_capacity_bytes: int | None = Field(
+        default=None,
+        gt=0,
+        description="The job's host memory limit when its cgroup's (else the host's memory) is "
+        "not what kills it; the memory rules project host growth to it too.",
+    )
+    memory_watch_target: str | None = Field(
+        default=None, description="Which target the watch captures. Unset: the first target."
+    )
 
     @field_validator("store_url", "capture_url", "prometheus_url")
     @classmethod

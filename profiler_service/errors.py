@@ -17,70 +17,137 @@ class ServiceError(Exception):
 
 
 class InvalidDuration(ServiceError):
+    """A duration outside the allowed range or not understood; the detail names the range."""
+
     code = "invalid_duration"
     status_code = 422
 
 
 class InvalidRequest(ServiceError):
+    """A request parameter is missing or malformed."""
+
     code = "invalid_request"
     status_code = 422
 
 
 class UnknownTarget(ServiceError):
+    """The request names a target that is not configured."""
+
     code = "unknown_target"
     status_code = 422
 
 
 class CaptureBusy(ServiceError):
+    """The target is being captured; `Retry-After` says when to try again."""
+
     code = "capture_in_progress"
     status_code = 409
 
 
 class SnapshotBusy(ServiceError):
+    """The snapshot is still capturing or analysing (delete it when it has finished)."""
+
     code = "snapshot_in_progress"
     status_code = 409
 
 
 class SnapshotNotFound(ServiceError):
+    """No snapshot with that id."""
+
     code = "snapshot_not_found"
     status_code = 404
 
 
 class NoBaseline(ServiceError):
+    """A comparison without `baseline`, and the snapshot's target has no baseline."""
+
     code = "no_baseline"
     status_code = 404
 
 
 class FileNotFound(ServiceError):
+    """The snapshot has no file of that name."""
+
     code = "file_not_found"
     status_code = 404
 
 
 class StoreNotWritable(ServiceError):
+    """The store refused a write (read-only, full, permissions); reads still work."""
+
     code = "store_not_writable"
     status_code = 503
 
 
 class Unauthorized(ServiceError):
+    """No valid credentials (API token, webhook token or basic auth)."""
+
     code = "unauthorized"
     status_code = 401
 
 
 class Forbidden(ServiceError):
+    """Credentials were given but are wrong."""
+
     code = "forbidden"
     status_code = 403
 
 
 class InvalidSignature(ServiceError):
+    """A Grafana webhook's HMAC signature or timestamp does not check out."""
+
     code = "invalid_signature"
     status_code = 401
 
 
 class InvalidPayload(ServiceError):
+    """A webhook body that is not JSON or not a webhook payload."""
+
     code = "invalid_payload"
     status_code = 400
 
 
 class PayloadTooLarge(ServiceError):
+    """A webhook body larger than `webhook_max_body_bytes`."""
+
     code = "payload_too_large"
     status_code = 413
+
+
+# A failed snapshot's `error.code` (raised as CaptureFailed / AnalysisFailed, or set by the store)
+# and what it means. tests/docs/test_reference_pages.py checks that every code the package sets
+# is here, and docs/reference/errors-and-outcomes.md is generated from it.
+SNAPSHOT_ERRORS = {
+    "target_unreachable": "Nothing listens at the target's address, or its name does not resolve.",
+    "target_lost": "The job's profiler server closed the connection mid-capture, or a worker no "
+    "longer answers once a capture came back empty: the job exited, crashed or restarted.",
+    "target_timeout": "The profiler server did not answer in time.",
+    "target_discovery_failed": "A `tf-config://` or `dns://` target gave no workers: the detail "
+    "says why (file missing, not JSON, no such tasks, name does not resolve).",
+    "invalid_target_address": "The configured address is not a host:port.",
+    "profiler_busy": "The job is already being profiled (TensorFlow allows one session per "
+    "process).",
+    "no_trace_events": "The profiler answered but collected nothing (was the job running TF "
+    "ops?), or, with `capture_url`, wrote nothing there (the job's log says why).",
+    "capture_timeout": "The capture ran past duration + `capture_grace_s` and was stopped.",
+    "capture_file_missing": "The profiler reported success but no file appeared: the store "
+    "volume is not shared at the same absolute path.",
+    "capture_empty": "A 0-byte `.xplane.pb` (XSpaces over 2 GB are written as 0 bytes): capture "
+    "less.",
+    "capture_fetch_failed": "With `capture_url`: the job wrote the capture but the service could "
+    "not read it back (credentials, the bucket down).",
+    "capture_failed": "Any other capture failure; the detail quotes the profiler's message.",
+    "store_not_writable": "The profiler could not write into the store (read-only, full: the "
+    "detail quotes the profiler's line).",
+    "analysis_failed": "XProf could not read the capture (corrupt or truncated); the files are "
+    "kept.",
+    "analysis_timeout": "The analysis took longer than `analysis_timeout_s`; the files are kept.",
+    "analysis_too_large": "The analysis worker passed `analysis_max_memory_bytes` and was stopped "
+    "(or the kernel killed it); the capture is kept: capture shorter, at lower tracer levels, or "
+    "give the analysis more memory.",
+    "analysis_unavailable": "An agent without XProf in its environment and no (or a missing) "
+    "`analysis_python`; the capture is kept (`profiler-service analyze PATH` reads it).",
+    "interrupted": "The service stopped (crash, kill) while the snapshot was in flight; found at "
+    "the next start, partial files removed.",
+    "internal_error": "A bug in the service; the detail names the exception.",
+}

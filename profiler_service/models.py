@@ -48,12 +48,31 @@ class SnapshotStatus(StrEnum):
         return self in (SnapshotStatus.CAPTURING, SnapshotStatus.ANALYZING)
 
 
+STATUS_MEANINGS = {
+    SnapshotStatus.CAPTURING: "The profiler is tracing the job.",
+    SnapshotStatus.ANALYZING: "The capture is on disk; XProf's converters are reading it.",
+    SnapshotStatus.READY: "Analysed and published: listed, and a run for XProf/TensorBoard.",
+    SnapshotStatus.FAILED: "Ended with `error.code` and `error.detail`; kept files under "
+    "`STORE/failed/<id>/run/`.",
+    SnapshotStatus.INTERRUPTED: "The service stopped mid-way; marked at the next start.",
+}
+
+
 class TriggerKind(StrEnum):
     API = "api"
     CLI = "cli"
     WEBHOOK = "webhook"
     SCHEDULE = "schedule"
     MEMORY_WATCH = "memory_watch"
+
+
+TRIGGER_MEANINGS = {
+    TriggerKind.API: "`POST /profile`.",
+    TriggerKind.CLI: "`profiler-service capture`.",
+    TriggerKind.WEBHOOK: "A Grafana or Alertmanager alert (`trigger.labels`, `annotations`, ...).",
+    TriggerKind.SCHEDULE: "A scheduled capture (`schedules`).",
+    TriggerKind.MEMORY_WATCH: "The memory watch, before an out-of-memory kill (`trigger.memory`).",
+}
 
 
 class MemoryReading(BaseModel):

@@ -13,6 +13,13 @@ from profiler_service.errors import ServiceError
 
 _STORE_ERRNOS = {errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM}
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
+# The codes only these handlers give (the others are ServiceError's subclasses), for the docs.
+HANDLER_ERRORS = {
+    "not_found": (404, "No such route."),
+    "method_not_allowed": (405, "The route does not take that method."),
+    "internal_error": (500, "A bug in the service; the detail names the exception."),
+    "http_error": (0, "Any other HTTP error the framework raises, with its status."),
+}
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -87,7 +87,8 @@ def workers_gone(workers: list[str]) -> CaptureFailed | None:
     return CaptureFailed(
         "target_lost",
         f"{', '.join(gone)} stopped answering during the capture: the job exited, crashed or "
-        "restarted (on TF 2.21 a traced MultiWorkerMirroredStrategy worker can abort; see README)",
+        "restarted (on TF 2.21 a traced MultiWorkerMirroredStrategy worker can abort; see "
+        "docs/sidecar-and-agent.md)",
     )
 
 

@@ -4,7 +4,7 @@ NVML is initialised at the first scrape. Without a GPU, a driver or the library,
 exports `profiler_gpu_metrics_available 0`, logs why once, and the service carries on. A reading a
 device does not support (MIG slices have no utilisation) leaves that one sample out.
 
-How the names translate from NVIDIA's DCGM exporter (README, "Metrics", has the table):
+How the names translate from NVIDIA's DCGM exporter (docs/metrics.md has the table):
 `DCGM_FI_DEV_GPU_UTIL` (%) = 100 x `profiler_gpu_utilization_ratio`;
 `DCGM_FI_DEV_FB_USED` (MiB) = `profiler_gpu_memory_used_bytes` / 2**20;
 `DCGM_FI_DEV_POWER_USAGE` (W) = `profiler_gpu_power_watts`;

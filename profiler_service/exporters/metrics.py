@@ -51,7 +51,7 @@ class CaptureMetrics:
         )
         self.errors = Counter(
             "profiler_capture_errors",
-            "Failed captures by target and error code (README, failure codes).",
+            "Failed captures by target and error code (docs/reference/errors-and-outcomes.md).",
             ["target", "error"],
             registry=registry,
         )

@@ -42,6 +42,20 @@ class Outcome(StrEnum):
     RESOLVED = "resolved"
 
 
+# What each outcome means; docs/reference/errors-and-outcomes.md is generated from it.
+OUTCOME_MEANINGS = {
+    Outcome.CAPTURED: "A capture started; `snapshot_id` names it.",
+    Outcome.DEDUPLICATED: "The same alert (fingerprint) was captured within "
+    "`webhook_cooldown_s`; `snapshot_id` names that capture.",
+    Outcome.THROTTLED: "Another alert started a capture within `webhook_min_interval_s`.",
+    Outcome.SKIPPED_BUSY: "The target is being captured.",
+    Outcome.REJECTED: "Not captured; `reason`: `no_matching_target` (the detail lists the labels "
+    "tried, the targets and the rules), `invalid_duration`, `unknown_status`, or an API error "
+    "code.",
+    Outcome.RESOLVED: "A resolved alert: recorded, never captured.",
+}
+
+
 class AlertOutcome(BaseModel):
     """What was done with one alert; kept in the alert log and answered to the sender."""
 

@@ -29,7 +29,8 @@ def test_every_rules_file_passes_promtool_and_its_unit_tests():
 
 
 def test_prometheus_config_with_every_rules_file_passes_promtool(tmp_path):
-    """The shipped prometheus.yml, and the same with the training rules added as the README says."""
+    """The shipped prometheus.yml, and the same with the training rules added as
+    docs/deployment.md says."""
     assert "valid prometheus config" in run_tool(
         "promtool", "check", "config", str(PROMETHEUS / "prometheus.yml")
     )

@@ -4,7 +4,7 @@ Two `profiler-service serve` processes with their own local stores capture the s
 mirror to one bucket (moto's standalone S3 server); a third with no targets lists both snapshots,
 reads their summaries and downloads a capture file from the bucket. A fourth captures while the
 bucket is down and uploads once it is back. XProf reads a `file://` mirror (XProf 2.24 reads only
-local paths and gs://, see README "Many sidecars, one bucket").
+local paths and gs://, see docs/deployment.md, "Many sidecars, one bucket").
 """
 
 from __future__ import annotations
@@ -155,7 +155,7 @@ def test_xprof_discovers_the_runs_of_a_mirror(input_bound_job, service_factory, 
 
 
 def test_tf_2_21_cannot_write_s3_itself_so_the_capture_goes_through_the_shared_volume():
-    """The README's "where the capture is written": TF's own filesystems have gs://, not s3://."""
+    """docs/deployment.md, "where the capture is written": TF's own filesystems have gs://, not s3://."""
     probe = (
         "import tensorflow as tf\n"
         "try:\n"

@@ -19,6 +19,9 @@ def _has_device(summary: Summary) -> bool:
 
 @rule("device_idle")
 def device_idle(summary: Summary) -> Finding | None:
+    """The accelerator is idle at least `DEVICE_IDLE_WARNING_PCT` % of the time (warning),
+    `DEVICE_IDLE_CRITICAL_PCT` % (critical); silent on CPU-only captures.
+    """
     idle = summary.utilisation.device_idle_pct
     if not _has_device(summary) or idle is None or idle < DEVICE_IDLE_WARNING_PCT:
         return None
@@ -41,6 +44,9 @@ def device_idle(summary: Summary) -> Finding | None:
 
 @rule("op_dominates")
 def op_dominates(summary: Summary) -> Finding | None:
+    """One op (not an input op) takes at least `OP_DOMINATES_SHARE` of op time on its side
+    (the device, else the host).
+    """
     side = "Device" if _has_device(summary) else "Host"
     ops = [
         op
@@ -71,6 +77,9 @@ def op_dominates(summary: Summary) -> Finding | None:
 
 @rule("communication_bound")
 def communication_bound(summary: Summary) -> Finding | None:
+    """Collectives and device-to-device copies take at least `COMMUNICATION_WARNING_SHARE`
+    of the step.
+    """
     st = summary.step_time
     part = st.breakdown_avg.collectives_ms + st.breakdown_avg.device_to_device_ms
     comm = share(part, st.avg_ms)
@@ -95,6 +104,7 @@ def communication_bound(summary: Summary) -> Finding | None:
 
 @rule("host_device_transfer")
 def host_device_transfer(summary: Summary) -> Finding | None:
+    """Memcpy ops take at least `TRANSFER_WARNING_SHARE` of device time."""
     if not _has_device(summary):
         return None
     transfer = sum(
@@ -117,6 +127,9 @@ def host_device_transfer(summary: Summary) -> Finding | None:
 
 @rule("tensor_cores_unused")
 def tensor_cores_unused(summary: Summary) -> Finding | None:
+    """At least `TENSOR_CORE_UNUSED_SHARE` of kernel time is in Tensor-Core-eligible ops
+    whose kernels do not use them.
+    """
     k = summary.kernels
     unused = share(k.eligible_unused_us, k.total_us)
     if unused < TENSOR_CORE_UNUSED_SHARE:

@@ -23,6 +23,11 @@ _COMPUTE_ADVICE = (
 
 @rule("straggler")
 def straggler(summary: Summary) -> Finding | None:
+    """In a multi-worker capture, the busiest worker's busy time is at least
+    `STRAGGLER_RATIO` times the least busy one's and the excess is at least
+    `STRAGGLER_MIN_STEP_SHARE` of the step; names the worker and whether its input or its
+    compute slows it.
+    """
     hosts = [h for h in summary.per_host if h.busy_ms_avg is not None and h.step_time_ms_avg]
     if len(hosts) < 2:
         return None

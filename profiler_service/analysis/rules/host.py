@@ -16,6 +16,10 @@ MIN_STEPS = 3
 
 @rule("host_overhead")
 def host_overhead(summary: Summary) -> Finding | None:
+    """XProf's "All Others" time (Python, I/O between TF ops) is at least
+    `ALL_OTHER_HIGH_SHARE` of the step (warning), or at least `ALL_OTHER_MODERATE_SHARE`
+    when XProf says POTENTIALLY input-bound (info).
+    """
     st = summary.step_time
     other = share(st.breakdown_avg.other_ms, st.avg_ms)
     if other >= ALL_OTHER_HIGH_SHARE:
@@ -45,6 +49,9 @@ def host_overhead(summary: Summary) -> Finding | None:
 
 @rule("eager_execution")
 def eager_execution(summary: Summary) -> Finding | None:
+    """At least `EAGER_WARNING_PCT` % of host op time runs eagerly (XProf reports it on GPU
+    captures).
+    """
     pct = summary.utilisation.host_eager_pct or 0.0
     if pct < EAGER_WARNING_PCT or summary.step_time.count == 0:
         return None
@@ -63,6 +70,7 @@ def eager_execution(summary: Summary) -> Finding | None:
 
 @rule("kernel_launch_bound")
 def kernel_launch_bound(summary: Summary) -> Finding | None:
+    """Kernel launch takes at least `KERNEL_LAUNCH_HIGH_SHARE` of the step."""
     st = summary.step_time
     launch = share(st.breakdown_avg.kernel_launch_ms, st.avg_ms)
     if launch < KERNEL_LAUNCH_HIGH_SHARE:
@@ -84,6 +92,7 @@ def kernel_launch_bound(summary: Summary) -> Finding | None:
 
 @rule("compile_time")
 def compile_time(summary: Summary) -> Finding | None:
+    """Compilation takes at least `COMPILE_WARNING_SHARE` of the step (a retraced tf.function)."""
     st = summary.step_time
     compile_share = share(st.breakdown_avg.compile_ms, st.avg_ms)
     if compile_share < COMPILE_WARNING_SHARE:
@@ -106,6 +115,7 @@ def compile_time(summary: Summary) -> Finding | None:
 
 @rule("no_step_markers")
 def no_step_markers(summary: Summary) -> Finding | None:
+    """The capture has XProf data but no marked step (add `ProfilerStepCallback`)."""
     if summary.step_time.count > 0 or not summary.tools:
         return None
     return Finding(
@@ -122,6 +132,7 @@ def no_step_markers(summary: Summary) -> Finding | None:
 
 @rule("short_capture")
 def short_capture(summary: Summary) -> Finding | None:
+    """Fewer than `MIN_STEPS` steps were captured."""
     if not 0 < summary.step_time.count < MIN_STEPS:
         return None
     return Finding(

@@ -12,6 +12,10 @@ SEVERITY_OF = {InputBound.HIGHLY: Severity.CRITICAL, InputBound.MODERATELY: Seve
 
 @rule("input_bound")
 def input_bound(summary: Summary) -> Finding | None:
+    """XProf classifies the job HIGHLY (input > 20 % of step time: critical) or MODERATELY
+    (> 5 %: warning) input-bound; names the slowest tf.data stage and whether Python runs in
+    the pipeline.
+    """
     pipeline = summary.input_pipeline
     severity = SEVERITY_OF.get(pipeline.classification)
     if severity is None:

@@ -33,6 +33,9 @@ def _worst(summary: Summary, key) -> AllocatorMemory | None:
 
 @rule("memory_pressure")
 def memory_pressure(summary: Summary) -> Finding | None:
+    """An allocator's peak reaches `PEAK_WARNING_SHARE` (warning) or `PEAK_CRITICAL_SHARE`
+    (critical) of its capacity.
+    """
     m = _worst(summary, lambda a: a.peak_share_of_capacity)
     if m is None or m.peak_share_of_capacity < PEAK_WARNING_SHARE:
         return None
@@ -58,6 +61,9 @@ def memory_pressure(summary: Summary) -> Finding | None:
 
 @rule("memory_fragmentation")
 def memory_fragmentation(summary: Summary) -> Finding | None:
+    """At least `FRAGMENTATION_WARNING_SHARE` of memory is fragmented at the peak while at
+    least `FRAGMENTATION_MIN_PEAK_SHARE` of capacity is used.
+    """
     m = _worst(summary, lambda a: a.fragmentation_share)
     if (
         m is None
@@ -81,6 +87,9 @@ def memory_fragmentation(summary: Summary) -> Finding | None:
 
 @rule("memory_temporaries")
 def memory_temporaries(summary: Summary) -> Finding | None:
+    """At least `TEMPORARIES_WARNING_SHARE` of the peak is held by concat/stack-style
+    temporaries.
+    """
     m = _worst(
         summary,
         lambda a: a.peak_temporaries_bytes / a.peak_bytes_in_use if a.peak_bytes_in_use else None,
@@ -155,6 +164,12 @@ def _duration(seconds: float) -> str:
 
 @rule("memory_growth")
 def memory_growth(summary: Summary) -> Finding | None:
+    """Memory in use at each step's low point rises along a line (R² and share of rising
+    steps at least `MEMORY_GROWTH_MIN_R2` and `MEMORY_GROWTH_MIN_RISING_SHARE`, rising in
+    both halves of the capture, by at least `MEMORY_GROWTH_MIN_BYTES`) and reaches capacity
+    within `MEMORY_GROWTH_WARNING_S` or grew `MEMORY_GROWTH_MIN_SHARE_OF_PEAK` of the peak;
+    critical when capacity is `MEMORY_GROWTH_CRITICAL_S` or less away. Names what is kept.
+    """
     growing = [m for m in summary.memory if _growing(m, summary)]
     if not growing:
         return None

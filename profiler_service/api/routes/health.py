@@ -24,7 +24,10 @@ def read_health() -> HealthPublic:
 
 @router.get("/readyz", response_model=HealthPublic, responses={503: {"model": HealthPublic}})
 def read_readiness(settings: SettingsDep, store: StoreDep):
-    """Ready when the store is writable and every target's profiler port accepts connections."""
+    """Ready when the store is writable and every target's profiler port accepts connections.
+
+    503 with `checks` naming what is not ready.
+    """
     checks: dict[str, str] = {}
     try:
         store.check_writable()

@@ -51,7 +51,12 @@ def create_profile(
         list[str] | None, Query(description="name=value, e.g. model_version=v7; repeatable")
     ] = None,
 ) -> SnapshotPublic:
-    """Start a bounded capture; 202 at once, or 200 when finished with `wait=true`."""
+    """Start a bounded capture; 202 at once, or 200 when finished with `wait=true`.
+
+    409 `capture_in_progress` with `Retry-After` while the target is being captured; 422
+    `invalid_duration` naming the allowed range, or `unknown_target`; 503 `store_not_writable`.
+    Durations: `500ms`, `5s`, `2m` or bare seconds.
+    """
     labels = _parse_labels(label or [])
     seconds = parse_duration(
         duration,
@@ -156,7 +161,7 @@ def read_profile_file(snapshot_id: SnapshotId, name: str, store: StoreDep) -> Re
 
 @router.delete("/profiles/{snapshot_id}", status_code=204, dependencies=[TokenRequired])
 def delete_profile(snapshot_id: SnapshotId, store: StoreDep) -> Response:
-    """Remove a finished snapshot and its files."""
+    """Remove a finished snapshot and its files (409 `snapshot_in_progress` while in flight)."""
     store.delete(checked_id(snapshot_id))
     return Response(status_code=204)
 

@@ -1,0 +1,85 @@
+"""docs/reference/errors-and-outcomes.md: statuses, failure codes, API errors, alert outcomes.
+
+Each table comes from where the codes are defined: `SnapshotStatus` and `TriggerKind` with their
+meanings (models.py), `SNAPSHOT_ERRORS` and `ServiceError`'s subclasses (errors.py), the API's
+own handlers (api/errors.py), and the webhook outcomes (trigger/alert_log.py).
+"""
+
+from __future__ import annotations
+
+import inspect
+
+from profiler_service.api.errors import HANDLER_ERRORS
+from profiler_service.docs_reference.markdown import code, table
+from profiler_service.errors import SNAPSHOT_ERRORS, ServiceError
+from profiler_service.models import STATUS_MEANINGS, TRIGGER_MEANINGS, SnapshotStatus, TriggerKind
+from profiler_service.trigger.alert_log import OUTCOME_MEANINGS, Outcome
+
+INTRO = """# Errors and outcomes
+
+The codes clients and alerts can match on. What the service does around each fault (and what
+it was tested against) is in [Operations](../operations.md).
+
+"""
+
+
+def render() -> str:
+    return "\n".join(
+        [
+            INTRO.rstrip("\n") + "\n",
+            "## Snapshot status\n",
+            "A snapshot's `status` goes `capturing → analyzing → ready`, or ends `failed` "
+            "(with `error`) or `interrupted`.\n",
+            table(["status", "meaning"], _meanings(SnapshotStatus, STATUS_MEANINGS)),
+            "## Failure codes\n",
+            "A failed snapshot's `error.code`; `error.detail` is a sentence naming the address, "
+            "path or limit involved. `profiler_capture_errors_total{error}` counts them.\n",
+            table(["code", "meaning"], [(code(k), v) for k, v in SNAPSHOT_ERRORS.items()]),
+            "## HTTP errors\n",
+            'Every error answer is JSON `{"error": CODE, "detail": SENTENCE}` (some add fields, '
+            "such as `checks` on `/readyz`).\n",
+            table(["error", "HTTP status", "meaning"], _http_errors()),
+            "## Webhook alert outcomes\n",
+            "Each alert of a Grafana or Alertmanager payload gets one outcome, answered at once "
+            "(202), kept in `GET /webhooks/alerts` and `STORE/webhooks/alerts.jsonl`, and "
+            "counted in `profiler_webhook_alerts_total{source,outcome}` (whose `truncated` counts "
+            "alerts a sender left out of its payload).\n",
+            table(["outcome", "meaning"], _meanings(Outcome, OUTCOME_MEANINGS)),
+            "## Trigger kinds\n",
+            "What started a capture: a snapshot's `trigger.kind`, the `trigger` label of "
+            "`profiler_captures_total`.\n",
+            table(["trigger", "meaning"], _meanings(TriggerKind, TRIGGER_MEANINGS)),
+        ]
+    )
+
+
+def _meanings(enum: type, meanings: dict) -> list[tuple[str, str]]:
+    missing = [m.value for m in enum if m not in meanings]
+    if missing:
+        raise ValueError(
+            f"{enum.__module__}.{enum.__name__} members without a meaning: {missing}; add them "
+            "to the meanings beside it (STATUS_MEANINGS, TRIGGER_MEANINGS, OUTCOME_MEANINGS), "
+            "then run scripts/gen-docs"
+        )
+    return [(code(m.value), meanings[m]) for m in enum]
+
+
+def _subclasses(cls: type) -> list[type]:
+    found = []
+    for sub in cls.__subclasses__():
+        found += [sub, *_subclasses(sub)]
+    return found
+
+
+def _http_errors() -> list[tuple[str, str, str]]:
+    rows = {}
+    for cls in _subclasses(ServiceError):
+        doc = inspect.getdoc(cls)
+        if not doc or doc == inspect.getdoc(ServiceError):
+            raise ValueError(
+                f"{cls.__module__}.{cls.__name__} has no docstring saying what it means"
+            )
+        rows.setdefault(cls.code, (code(cls.code), str(cls.status_code), doc))
+    for name, (status, meaning) in HANDLER_ERRORS.items():
+        rows.setdefault(name, (code(name), str(status) if status else "its own", meaning))
+    return sorted(rows.values(), key=lambda r: (r[1], r[0]))

@@ -1,0 +1,124 @@
+"""docs/reference/configuration.md: every field of `Settings`, from its `Field(description=...)`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+import annotated_types
+from pydantic import BaseModel, SecretStr
+from pydantic.fields import FieldInfo
+
+from profiler_service.cli import build_parser
+from profiler_service.config import Settings
+from profiler_service.docs_reference.markdown import code, table
+
+INTRO = """# Configuration
+
+Every setting is an environment variable prefixed `PROFILER_`; some are also a flag of
+`profiler-service` commands (flags win). In the Helm chart, any setting goes in
+`sidecar.settings` by its name (`{duration_max_s: 10}` becomes `PROFILER_DURATION_MAX_S=10`).
+Lists and objects are JSON. Bad values fail at start-up, naming the setting. Descriptions name
+other settings by their field name (`api_token` is `PROFILER_API_TOKEN`).
+
+"""
+
+_BOUNDS = {
+    annotated_types.Ge: ("ge", "≥ {}"),
+    annotated_types.Gt: ("gt", "> {}"),
+    annotated_types.Le: ("le", "≤ {}"),
+    annotated_types.Lt: ("lt", "< {}"),
+}
+
+
+def render() -> str:
+    flags = cli_flags()
+    rows = [
+        (
+            code(f"PROFILER_{name.upper()}")
+            + "".join(
+                f"<br>{code(flag)} ({', '.join(cmds)})" for flag, cmds in flags[name].items()
+            ),
+            type_name(field.annotation),
+            default_of(field),
+            allowed(field),
+            description_of(name, field),
+        )
+        for name, field in Settings.model_fields.items()
+    ]
+    return INTRO + table(["variable", "type", "default", "allowed", "description"], rows)
+
+
+def cli_flags() -> dict[str, dict[str, list[str]]]:
+    """{setting: {flag: [commands]}} for the command-line options that set a setting."""
+    found: dict[str, dict[str, list[str]]] = {name: {} for name in Settings.model_fields}
+    for action in build_parser()._actions:
+        if not isinstance(action, argparse._SubParsersAction):
+            continue
+        for command, parser in action.choices.items():
+            for option in parser._actions:
+                if option.dest in found and option.option_strings:
+                    found[option.dest].setdefault(option.option_strings[-1], []).append(command)
+    return found
+
+
+def description_of(name: str, field: FieldInfo) -> str:
+    if not field.description:
+        raise ValueError(
+            f"Settings.{name} has no description: give it Field(description=...) in "
+            "profiler_service/config.py"
+        )
+    return field.description
+
+
+def type_name(annotation: Any) -> str:
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(type_name(a) for a in args)
+    if origin is list:
+        return f"list of {type_name(args[0])}"
+    if origin is dict:
+        return f"object of {type_name(args[1])}"
+    if annotation is SecretStr:
+        return "secret"
+    if annotation is Path:
+        return "path"
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation.__name__
+    return getattr(annotation, "__name__", str(annotation))
+
+
+def default_of(field: FieldInfo) -> str:
+    value = field.get_default(call_default_factory=True)
+    if value is None:
+        return "unset"
+    if isinstance(value, bool):
+        return code(str(value).lower())
+    if isinstance(value, float) and value.is_integer():
+        return code(int(value))
+    if isinstance(value, Path):
+        return code(value if value.is_absolute() else f"./{value}")
+    if isinstance(value, list | dict):
+        plain = [v.model_dump() if isinstance(v, BaseModel) else v for v in value]
+        text = json.dumps(plain if isinstance(value, list) else value)
+        return code(text) if len(text) <= 60 else f"{len(value)} entries (see description)"
+    return code(value)
+
+
+def allowed(field: FieldInfo) -> str:
+    parts = []
+    for meta in field.metadata:
+        for kind, (attr, form) in _BOUNDS.items():
+            if isinstance(meta, kind):
+                parts.append(form.format(getattr(meta, attr)))
+        if isinstance(meta, annotated_types.MinLen) and meta.min_length:
+            parts.append(f"at least {meta.min_length} characters")
+        pattern = getattr(meta, "pattern", None)
+        if pattern:
+            parts.append(f"matches {code(pattern)}")
+    return ", ".join(parts)

@@ -1,0 +1,125 @@
+"""docs/reference/findings.md: the rules' registry, each rule's docstring, thresholds, severity.
+
+A rule's docstring says when it fires, naming its thresholds by their constants
+(`ALL_OTHER_HIGH_SHARE`); the page puts each constant's value in its place and lists the
+constants the rule reads, through the module's helper functions too.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import types
+from collections.abc import Callable
+from typing import Any
+
+from profiler_service.analysis.models import Severity
+from profiler_service.analysis.rules import RULES
+from profiler_service.docs_reference.markdown import code, table
+
+INTRO = """# Findings
+
+Every snapshot's summary goes through every rule below; each rule is one function in
+`profiler_service/analysis/rules/` ("defined in") that returns a finding or nothing. A finding is
+`{rule, severity, title, evidence{numbers}, recommendation, docs, impact_share}`; a snapshot's
+findings are ordered most severe first, then by `impact_share` (the share of step time at stake).
+How the rules read XProf's tools, and what CPU-only captures can and cannot show:
+[Findings](../findings.md).
+
+"""
+
+_CONSTANT = re.compile(r"`([A-Z][A-Z0-9_]+)`")
+
+
+def render() -> str:
+    rows = []
+    for name, func in RULES.items():
+        constants = thresholds(func)
+        rows.append(
+            (
+                code(name),
+                fires_when(name, func, constants),
+                " / ".join(severities(func)),
+                "<br>".join(f"{code(k)} = {fmt(k, v)}" for k, v in constants.items()),
+                code(
+                    func.__module__.removeprefix("profiler_service.analysis.").replace(".", "/")
+                    + ".py"
+                ),
+            )
+        )
+    return INTRO + table(["rule", "fires when", "severity", "thresholds", "defined in"], rows)
+
+
+def fires_when(name: str, func: Callable[..., Any], constants: dict[str, Any]) -> str:
+    doc = inspect.getdoc(func)
+    if not doc:
+        raise ValueError(
+            f"rule {name!r} ({func.__module__}) has no docstring: say when it fires, naming its "
+            "thresholds by their constants"
+        )
+    module = vars(inspect.getmodule(func))
+
+    def value(match: re.Match[str]) -> str:
+        key = match[1]
+        if key not in module:
+            raise ValueError(f"rule {name!r}'s docstring names {key}, which its module lacks")
+        return fmt(key, module[key])
+
+    return _CONSTANT.sub(value, doc)
+
+
+def _names_read(func: Callable[..., Any]) -> list[str]:
+    """Global names the function's code reads, nested code (lambdas, comprehensions) and the
+    same module's helper functions included, in order of first use."""
+    module = inspect.getmodule(func)
+    seen: list[str] = []
+    todo = [func.__code__]
+    done: set[types.CodeType] = set()
+    while todo:
+        co = todo.pop(0)
+        if co in done:
+            continue
+        done.add(co)
+        for name in co.co_names:
+            if name not in seen:
+                seen.append(name)
+            helper = getattr(module, name, None)
+            if inspect.isfunction(helper) and helper.__module__ == module.__name__:
+                todo.append(helper.__code__)
+        todo += [c for c in co.co_consts if isinstance(c, types.CodeType)]
+    return seen
+
+
+def thresholds(func: Callable[..., Any]) -> dict[str, Any]:
+    module = vars(inspect.getmodule(func))
+    return {
+        name: module[name]
+        for name in _names_read(func)
+        if name.isupper()
+        and isinstance(module.get(name), int | float)
+        and not isinstance(module.get(name), bool)
+    }
+
+
+def severities(func: Callable[..., Any]) -> list[str]:
+    module = vars(inspect.getmodule(func))
+    found: set[Severity] = set()
+    names = _names_read(func)
+    for name in names:
+        value = module.get(name)
+        if isinstance(value, dict):
+            found |= {v for v in value.values() if isinstance(v, Severity)}
+        if name in Severity.__members__ and "Severity" in names:
+            found.add(Severity[name])
+    return [s.value for s in Severity if s in found]
+
+
+def fmt(name: str, value: float) -> str:
+    """A threshold in its unit, from the constant's name."""
+    if "_SHARE" in name:
+        return f"{value * 100:g} %"
+    if name.endswith("_S"):
+        return f"{value / 3600:g} h" if value >= 3600 else f"{value:g} s"
+    if name.endswith("_BYTES"):
+        return f"{value / 2**20:g} MiB"
+    return f"{value:g}"
