@@ -91,15 +91,14 @@ class WarmWorkers:
         # started from this one long-lived thread, so a finished request thread takes none along.
         self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="analysis-spawn")
         self.started = 0  # workers started, for tests and benchmarks
+        self._closed = False
 
     def warm(self) -> None:
         """Have one worker idle and importing XProf: called at start-up and as a capture begins,
         so it is ready by the time the capture ends."""
-        if self.idle_s <= 0:
-            return
         with self._lock:
             self._idle = [w for w in self._idle if w.alive()]
-            if self._idle:
+            if self._idle or self.idle_s <= 0 or self._closed:
                 return
         worker = self._start()
         with self._lock:
@@ -150,7 +149,9 @@ class WarmWorkers:
                 return None
 
     def close(self) -> None:
+        """Stop the idle workers; an analysis under way finishes, and its worker is not kept."""
         with self._lock:
+            self._closed = True
             idle, self._idle = self._idle, []
         for worker in idle:
             worker.stop()
@@ -158,7 +159,10 @@ class WarmWorkers:
 
     def _start(self) -> _Worker:
         self.started += 1
-        return self._spawner.submit(_Worker, self.python, self.idle_s).result()
+        try:
+            return self._spawner.submit(_Worker, self.python, self.idle_s).result()
+        except RuntimeError:  # closed: an analysis that starts during shutdown gets its own
+            return _Worker(self.python, self.idle_s)
 
     def _take(self) -> _Worker | None:
         with self._lock:
@@ -172,7 +176,7 @@ class WarmWorkers:
         """Keep the worker for the next analysis, unless it is due for retirement."""
         retire = worker.jobs >= self.max_jobs or rss_bytes(worker.proc.pid) > self.recycle_bytes
         with self._lock:
-            if not retire and not self._idle:
+            if not retire and not self._idle and not self._closed:
                 self._idle.append(worker)
                 return
         worker.stop()
