@@ -7,9 +7,9 @@ For each workload, a real `profiler-service serve` beside a real Keras job; for 
 `POST /profile` and, through to findings: the latency, the trace and the analysis apart, the
 `.xplane.pb` size, and the analysis worker's peak RSS (sampled every 50 ms). Then, on a fresh copy
 of the same capture, XProf's own `overview_page` conversion alone, in a process at the worker's
-priority beside the same running job: the aim is latency <= duration + 1.2 x that conversion. Last, per workload, least-squares lines over the
-durations: analysis seconds, file bytes and worker peak bytes per captured second (with R²), and
-what a 60 s capture at the default limit would hold.
+priority beside the same running job: the aim is latency <= duration + 1.2 x that conversion.
+Last, per workload, least-squares lines over the durations: analysis seconds, file bytes and
+worker peak bytes per captured second (with R²), and the worker's peak at 60 s.
 """
 
 from __future__ import annotations

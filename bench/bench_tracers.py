@@ -196,16 +196,19 @@ def report(workload: str, arms: dict[str, Arm]) -> None:
             shutil.rmtree(run, ignore_errors=True)
         s = result.summary
         in_trace = (s.step_time.avg_ms or 0) / 1000 / base_med
-        aims = {"median": 1.10, "min": 1.05} if name == "h2" else {}
-        for stat, ratio in (("median", med / base_med), ("min", low / base_min)):
-            aim = aims.get(stat)
-            record(
-                f"step time during a capture, {workload}, {name} / bare ({stat})",
-                ratio,
-                f"<= {aim}" if aim else "",
-                ratio <= aim if aim else None,
-                "x",
-            )
+        if name == "h2":  # the default; the others are in the benchmark's own output
+            for stat, ratio, aim in (
+                ("median", med / base_med, 1.10),
+                ("min", low / base_min, 1.05),
+            ):
+                record(
+                    f"step time during a remote capture (default levels), {workload} / bare "
+                    f"({stat}; bare's own spread {(max(bare) - min(bare)) / base_med * 100:.0f} %)",
+                    ratio,
+                    f"<= {aim}",
+                    ratio <= aim,
+                    "x",
+                )
         share = s.input_pipeline.input_share_pct
         verdict = f"{s.input_pipeline.classification.value} {share or 0:.0f}%"
         fired = ", ".join(f.rule for f in result.findings) or "none"
