@@ -6,7 +6,7 @@ import ipaddress
 import json
 import re
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 from pydantic import (
     BaseModel,
@@ -170,6 +170,25 @@ class Settings(BaseSettings):
     # all the time; see README.
     lookback_trace_s: float = Field(default=0.0, ge=0, le=60)
 
+    # The fleet hub (`profiler-service hub`, docs/fleet.md). A sidecar with hub_url registers
+    # there (its pod, namespace, targets, hub_advertise_url) every hub_heartbeat_s; one that
+    # stops for hub_sidecar_ttl_s drops out. hub_token: the fleet's shared secret, sent by
+    # sidecars to register and by the hub to sidecars (which accept it like their API token).
+    hub_url: str | None = None
+    hub_token: SecretStr | None = None
+    # The URL the hub dials this sidecar at (the Helm chart: http://$(POD_IP):8080); unset:
+    # public_url, else http://127.0.0.1:<port> on a loopback bind.
+    hub_advertise_url: str | None = None
+    hub_heartbeat_s: float = Field(default=15.0, gt=0)
+    # Also (or, without hub_url, only) register by writing the record into the shared bucket
+    # (PROFILER_STORE_URL/sidecars/), where the hub reads it at each sync.
+    hub_register_in_bucket: bool = False
+    hub_sidecar_ttl_s: float = Field(default=60.0, gt=0)
+    # The hub: how often it syncs the bucket (PROFILER_STORE_URL) into its fleet index, and how
+    # long it waits for a sidecar it forwards an alert or a capture to.
+    hub_sync_interval_s: float = Field(default=30.0, gt=0)
+    hub_forward_timeout_s: float = Field(default=10.0, gt=0)
+
     # The memory watch: capture before an out-of-memory kill. Fires when memory in use crosses
     # this share of capacity, or grows fast enough (over the window) to reach it within horizon.
     memory_watch: bool = True
@@ -186,7 +205,7 @@ class Settings(BaseSettings):
     memory_watch_capacity_bytes: int | None = Field(default=None, gt=0)
     memory_watch_target: str | None = None  # default: the first target
 
-    @field_validator("store_url", "capture_url", "prometheus_url")
+    @field_validator("store_url", "capture_url", "prometheus_url", "hub_url", "hub_advertise_url")
     @classmethod
     def _check_url(cls, value: str | None, info: ValidationInfo) -> str | None:
         if value is not None and not re.match(r"^[a-z][a-z0-9+.-]*://.", value.strip()):
@@ -275,6 +294,10 @@ class Settings(BaseSettings):
         return value
 
     def _check_webhooks(self, names: list[str]) -> None:
+        if (self.webhook_username is None) != (self.webhook_password is None):
+            raise ValueError("webhook_username and webhook_password go together: set both")
+        if not self.checks_target_names:
+            return
         wanted = [
             (f"webhook_target_rules ({r.label}~{r.pattern})", r.target)
             for r in self.webhook_target_rules
@@ -287,8 +310,9 @@ class Settings(BaseSettings):
                     f"{where} names target {target!r}, which is not configured "
                     f"(configured: {', '.join(names) or 'none'})"
                 )
-        if (self.webhook_username is None) != (self.webhook_password is None):
-            raise ValueError("webhook_username and webhook_password go together: set both")
+
+    # The hub's rules name the targets sidecars register, which no setting lists (HubSettings).
+    checks_target_names: ClassVar[bool] = True
 
     def target(self, name: str | None) -> Target | None:
         """The named target, or the only/first one when no name is given."""
@@ -312,3 +336,9 @@ class Settings(BaseSettings):
                 f"refusing to listen on {self.host} without PROFILER_API_TOKEN; "
                 "set a token, bind 127.0.0.1, or pass --insecure"
             )
+
+
+class HubSettings(Settings):
+    """The hub's: the same variables; its alert rules name the targets the sidecars register."""
+
+    checks_target_names: ClassVar[bool] = False

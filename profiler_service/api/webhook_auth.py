@@ -9,7 +9,8 @@ Which credentials a webhook needs:
 - `webhook_token` and/or `webhook_username` + `webhook_password` set: one of them;
 - neither set: `Bearer <api_token>` when an API token is set, except on a Grafana webhook with
   signing configured, where the signature is the credential;
-- on `/webhooks/grafana`, with `webhook_hmac_secret` set: a valid signature as well.
+- on `/webhooks/grafana`, with `webhook_hmac_secret` set: a valid signature as well;
+- wherever a token is accepted, `Bearer <hub_token>` too (the fleet hub forwarding an alert).
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ def check_authorization(
         tokens = [settings.api_token]
     if not tokens and not basic:
         return
+    if settings.hub_token is not None:  # the fleet hub forwarding an alert (hub/routing.py)
+        tokens.append(settings.hub_token)
     challenges = ", ".join(([] if not tokens else ["Bearer"]) + ([_REALM] if basic else []))
     scheme, _, value = (authorization or "").strip().partition(" ")
     scheme, value = scheme.lower(), value.strip()

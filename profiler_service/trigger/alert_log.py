@@ -40,6 +40,10 @@ class Outcome(StrEnum):
     THROTTLED = "throttled"
     REJECTED = "rejected"
     RESOLVED = "resolved"
+    # The fleet hub's own (hub/routing.py): no registered sidecar captures what the alert names,
+    # or the one that does did not answer.
+    NO_SIDECAR = "no_sidecar"
+    SIDECAR_UNREACHABLE = "sidecar_unreachable"
 
 
 class AlertOutcome(BaseModel):
@@ -55,6 +59,7 @@ class AlertOutcome(BaseModel):
     detail: str
     target: str | None = None
     snapshot_id: str | None = None
+    sidecar: str | None = None  # the sidecar the fleet hub routed the alert to
     labels: dict[str, str] = Field(default_factory=dict)
 
 

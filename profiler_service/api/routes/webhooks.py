@@ -57,9 +57,9 @@ async def receive_grafana_alerts(
     settings = alerts.settings
     signing = settings.webhook_hmac_secret is not None
     check_authorization(settings, authorization, signing_required=signing)
-    body = await _read_body(request, settings)
+    body = await read_body(request, settings)
     verify_signature(settings, request.headers, body, time.time())
-    return _answer(alerts.handle(Source.GRAFANA, _parse(body)))
+    return _answer(alerts.handle(Source.GRAFANA, parse_payload(body)))
 
 
 @router.post(
@@ -73,8 +73,8 @@ async def receive_alertmanager_alerts(
     """Take an Alertmanager webhook (version 4); capture for firing alerts, answer per alert."""
     settings = alerts.settings
     check_authorization(settings, authorization, signing_required=False)
-    body = await _read_body(request, settings)
-    return _answer(alerts.handle(Source.ALERTMANAGER, _parse(body)))
+    body = await read_body(request, settings)
+    return _answer(alerts.handle(Source.ALERTMANAGER, parse_payload(body)))
 
 
 @router.get("/alerts", response_model=AlertLogPublic)
@@ -94,7 +94,7 @@ def _answer(result: WebhookResult) -> Response:
     return Response(result.model_dump_json(), status_code=202, media_type="application/json")
 
 
-async def _read_body(request: Request, settings: Settings) -> bytes:
+async def read_body(request: Request, settings: Settings) -> bytes:
     limit = settings.webhook_max_body_bytes
     too_large = f"the body is over the {limit}-byte limit (PROFILER_WEBHOOK_MAX_BODY_BYTES)"
     length = request.headers.get("content-length", "")
@@ -109,7 +109,12 @@ async def _read_body(request: Request, settings: Settings) -> bytes:
     return b"".join(chunks)
 
 
-def _parse(body: bytes) -> WebhookPayload:
+def parse_payload(body: bytes) -> WebhookPayload:
+    return validate_payload(load_object(body))
+
+
+def load_object(body: bytes) -> dict:
+    """The body as a JSON object (the fleet hub forwards it, so it keeps the raw form too)."""
     try:
         data = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -118,6 +123,10 @@ def _parse(body: bytes) -> WebhookPayload:
         raise InvalidPayload(
             f"the body must be a JSON object with an 'alerts' list, not a {type(data).__name__}"
         )
+    return data
+
+
+def validate_payload(data: dict) -> WebhookPayload:
     try:
         return WebhookPayload.model_validate(data)
     except ValidationError as exc:
