@@ -17,7 +17,7 @@ from profiler_service.models import SnapshotStatus
 from profiler_service.store.object_store import ObjectStoreMirror
 
 BUCKET = "fleet-index"
-W, C, I = Severity.WARNING, Severity.CRITICAL, Severity.INFO
+W, C, INFO = Severity.WARNING, Severity.CRITICAL, Severity.INFO
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +44,9 @@ def fleet_snapshots():
                         target=target,
                         minutes_ago=60 * (5 - k) + i,
                         step_ms=(100 + 15 * k) if ranker else 100,
-                        rules=((("input_bound", W),) if k % 2 else (("host_bound", C), ("x", I))),
+                        rules=(
+                            (("input_bound", W),) if k % 2 else (("host_bound", C), ("x", INFO))
+                        ),
                         status=SnapshotStatus.FAILED if failed else SnapshotStatus.READY,
                         pinned=ranker and k == 0,
                         with_file=i == 1,

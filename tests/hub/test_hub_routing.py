@@ -80,7 +80,7 @@ def fleet(tmp_path_factory):
 
 
 def test_the_hub_lists_the_sidecars_that_registered(fleet):
-    hub, sidecars, client = fleet
+    _hub, sidecars, client = fleet
     listing = client.get("/sidecars").json()
     by_name = {s["name"]: s for s in listing["data"]}
     assert by_name["trainer-a-0"]["namespace"] == "team-a"
@@ -109,7 +109,7 @@ def test_registration_needs_the_hub_token(fleet):
 
 
 def test_each_alert_goes_to_the_sidecar_its_labels_name(fleet):
-    hub, sidecars, client = fleet
+    _hub, sidecars, client = fleet
     body = payload(
         alert(pod="trainer-a-0", namespace="team-a"),  # by pod
         alert(profile_target="ranker"),  # by target
@@ -150,7 +150,7 @@ def test_each_alert_goes_to_the_sidecar_its_labels_name(fleet):
 
 
 def test_the_same_alert_again_is_deduplicated_by_the_sidecar(fleet):
-    hub, sidecars, client = fleet
+    _hub, _sidecars, client = fleet
     body = payload(alert(pod="trainer-a-0", namespace="team-a"))
     again = client.post("/webhooks/alertmanager", json=body).json()["alerts"][0]
     assert again["outcome"] == "deduplicated" and again["reason"] == "cooldown"
@@ -168,7 +168,7 @@ def test_the_hub_checks_its_own_webhook_credentials(fleet):
 
 
 def test_an_operator_capture_goes_to_the_sidecar_of_the_target(fleet):
-    hub, sidecars, client = fleet
+    _hub, _sidecars, client = fleet
     started = client.post("/profile", params={"target": "ranker", "duration": "200ms"})
     assert started.status_code in (202, 409), started.text
     assert started.headers["x-profiler-sidecar"] == "team-b/ranker-0"
@@ -226,7 +226,7 @@ def test_a_sidecar_keeps_serving_while_the_hub_is_down(tmp_path):
 
 
 def test_a_payload_for_many_sidecars_is_answered_in_order(fleet):
-    hub, _, client = fleet
+    _hub, _, client = fleet
     alerts = [alert(pod=p, namespace=n) for p, n in [("ranker-0", "team-b")] * 3]
     answer = client.post("/webhooks/alertmanager", json=payload(*alerts)).json()
     assert [a["sidecar"] for a in answer["alerts"]] == ["team-b/ranker-0"] * 3
