@@ -176,7 +176,7 @@ class TargetMatcher:
     def no_match(self, labels: dict[str, str], known: Collection[str]) -> str:
         names = {r.label for r, _ in self.rules} | set(self.labels)
         tried = ", ".join(f"{k}={labels[k]!r}" for k in sorted(names) if k in labels)
-        configured = ", ".join(sorted(known)[:20]) or "none"
+        configured = ", ".join(list(known)[:20]) or "none"  # in the order configured
         if len(known) > 20:
             configured += f", ... ({len(known)} in all)"
         rules = ", ".join(f"{r.label}~{r.pattern}->{r.target}" for r, _ in self.rules) or "none"

@@ -101,7 +101,7 @@ class FleetRouter:
                 if found is None or not sidecar.captures(found):
                     found, how = (sidecar.targets or [None])[0], "the pod's first target"
                 return Match(sidecar, found, f"label pod={pod!r} is {sidecar.key}; {how}", "")
-        known = {t for s in candidates for t in s.targets}
+        known = sorted({t for s in candidates for t in s.targets})
         if target is None:
             target, how = self.matcher.match(labels, known)
         else:

@@ -197,7 +197,7 @@ class AlertTrigger:
             settings.webhook_target_labels,
             settings.webhook_default_target,
         )
-        self._target_names = {t.name for t in settings.targets}
+        self._target_names = [t.name for t in settings.targets]
         # fingerprint -> (epoch seconds, snapshot id) of its last capture; survives restarts.
         self._captured = alert_log.recent_captures(clock() - settings.webhook_cooldown_s)
         self._last_capture_s = max((t for t, _ in self._captured.values()), default=None)
