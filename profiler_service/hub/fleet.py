@@ -14,10 +14,10 @@ import logging
 import math
 import threading
 import time
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass
 
 from profiler_service.config import HubSettings
+from profiler_service.hub.metrics import FleetCollector, FleetMetrics
 from profiler_service.hub.registration import RECORDS_PREFIX
 from profiler_service.hub.registry import SidecarRecord, SidecarRegistry
 from profiler_service.hub.routing import FleetRouter
@@ -106,8 +106,7 @@ class HubService:
     registry: SidecarRegistry
     router: FleetRouter
     fleet_sync: FleetSync
-    metrics: object = None  # hub/metrics.py FleetMetrics
-    started_at: datetime = field(default_factory=datetime.now)
+    metrics: FleetMetrics
 
     @property
     def alerts(self) -> FleetRouter:
@@ -134,8 +133,5 @@ def build_hub(settings: HubSettings) -> HubService:
     alert_log = AlertLog(store.root / "webhooks" / "alerts.jsonl").open()
     router = FleetRouter(settings, registry, alert_log)
     fleet_sync = FleetSync(store.sync, registry, settings.hub_sync_interval_s)  # type: ignore[arg-type]
-    hub = HubService(settings, store, registry, router, fleet_sync)
-    from profiler_service.hub.metrics import FleetMetrics
-
-    hub.metrics = FleetMetrics(hub)
-    return hub
+    collector = FleetCollector(settings, store.index, registry, alert_log, fleet_sync)
+    return HubService(settings, store, registry, router, fleet_sync, FleetMetrics(collector))

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import (
@@ -31,25 +31,43 @@ from prometheus_client.core import (
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.samples import Exemplar
 
+from profiler_service.config import Settings
+from profiler_service.hub.registry import SidecarRegistry
 from profiler_service.hub.views import fleet_view
+from profiler_service.store.index import SnapshotIndex
+from profiler_service.store.mirror_sync import RefreshStats
+from profiler_service.trigger.alert_log import AlertLog
 
-if TYPE_CHECKING:
-    from profiler_service.hub.fleet import HubService
+__all__ = ["FleetCollector", "FleetMetrics", "SyncState"]
 
-__all__ = ["FleetCollector", "FleetMetrics"]
+
+class SyncState(Protocol):
+    """What the collector reads of the bucket's sync (fleet.FleetSync)."""
+
+    syncs_total: int
+    failures_total: int
+    last: RefreshStats | None
+    last_success_s: float | None
 
 
 class FleetCollector:
-    def __init__(self, hub: HubService):
-        self.hub = hub
+    def __init__(
+        self,
+        settings: Settings,
+        index: SnapshotIndex,
+        registry: SidecarRegistry,
+        alert_log: AlertLog,
+        fleet_sync: SyncState,
+    ):
+        self.settings, self.index, self.registry = settings, index, registry
+        self.alert_log, self.fleet_sync = alert_log, fleet_sync
 
     def collect(self) -> Iterator[Metric]:
-        hub = self.hub
         sidecars = GaugeMetricFamily(
             "profiler_fleet_sidecars", "Live registered sidecars.", labels=["namespace"]
         )
         per_ns: dict[str, int] = {}
-        for s in hub.registry.live():
+        for s in self.registry.live():
             per_ns[s.namespace or ""] = per_ns.get(s.namespace or "", 0) + 1
         for ns, n in sorted(per_ns.items()):
             sidecars.add_metric([ns], n)
@@ -60,11 +78,11 @@ class FleetCollector:
             "Snapshots in the fleet's bucket, by namespace and status.",
             labels=["namespace", "status"],
         )
-        for ns, status, n in hub.store.index.count_by_status():
+        for ns, status, n in self.index.count_by_status():
             snapshots.add_metric([ns or "", status], n)
         yield snapshots
 
-        view = fleet_view(hub.store.index, hub.settings)
+        view = fleet_view(self.index, self.settings)
         step = GaugeMetricFamily(
             "profiler_fleet_step_time_seconds",
             "Mean step time of each job's latest ready snapshot.",
@@ -102,7 +120,7 @@ class FleetCollector:
             for rule, severity in _pairs(job.latest.findings):
                 latest.add_metric([*key, rule, severity, job.latest.id], 1)
         newest: dict[tuple[str, ...], tuple[int, str, str]] = {}
-        for row in hub.store.index.fleet_rows(view.start):
+        for row in self.index.fleet_rows(view.start):
             for rule, severity in _pairs(row.findings):
                 k = (row.namespace or "", row.target, rule, severity)
                 n, _, _ = newest.get(k, (0, "", ""))
@@ -120,11 +138,11 @@ class FleetCollector:
             "sidecar_unreachable are the hub's own).",
             labels=["source", "outcome"],
         )
-        for (source, outcome), n in sorted(hub.router.log.counts().items()):
+        for (source, outcome), n in sorted(self.alert_log.counts().items()):
             alerts.add_metric([source, outcome], n)
         yield alerts
 
-        sync = hub.fleet_sync
+        sync = self.fleet_sync
         yield CounterMetricFamily(
             "profiler_fleet_syncs",
             "Syncs of the bucket into the fleet index.",
@@ -154,9 +172,9 @@ def _pairs(findings: str) -> list[tuple[str, str]]:
 
 
 class FleetMetrics:
-    def __init__(self, hub: HubService, registry: CollectorRegistry | None = None):
+    def __init__(self, collector: FleetCollector, registry: CollectorRegistry | None = None):
         self.registry = registry or CollectorRegistry()
-        self.registry.register(FleetCollector(hub))
+        self.registry.register(collector)
 
     def render(self, accept: str | None) -> tuple[bytes, str]:
         encoder, content_type = choose_encoder(accept or "")
