@@ -33,9 +33,10 @@ CREATE TABLE IF NOT EXISTS snapshots (
     created_at TEXT NOT NULL,
     size_bytes INTEGER NOT NULL,
     pinned INTEGER NOT NULL,
-    doc_mtime_ns INTEGER NOT NULL,
-    doc TEXT NOT NULL
+    doc_mtime_ns INTEGER NOT NULL
 );
+-- The snapshot.json texts apart: filters and counts scan the narrow rows above only.
+CREATE TABLE IF NOT EXISTS docs (id TEXT PRIMARY KEY, doc TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS snapshots_created ON snapshots (created_at DESC);
 -- Covering indexes for the metrics scrape: totals by status, newest ready snapshot per target.
 CREATE INDEX IF NOT EXISTS snapshots_status_totals ON snapshots (status, size_bytes, pinned);
@@ -124,6 +125,7 @@ class SnapshotIndex:
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             if version not in (0, _SCHEMA_VERSION):
                 conn.execute("DROP TABLE IF EXISTS snapshots")
+                conn.execute("DROP TABLE IF EXISTS docs")
             conn.executescript(_SCHEMA)
             conn.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
             conn.execute("PRAGMA journal_mode = WAL")
@@ -144,6 +146,7 @@ class SnapshotIndex:
 
     def upsert_many(self, items: Iterable[tuple[Snapshot, str, int, int]]) -> None:
         """(snapshot, location, size_bytes, doc_mtime_ns) each, in one transaction."""
+        items = list(items)
         rows = [
             (
                 snapshot.id,
@@ -161,17 +164,17 @@ class SnapshotIndex:
                 size_bytes,
                 int(snapshot.pinned),
                 doc_mtime_ns,
-                snapshot.model_dump_json(),
             )
             for snapshot, location, size_bytes, doc_mtime_ns in items
         ]
+        docs = [(snapshot.id, snapshot.model_dump_json()) for snapshot, *_ in items]
         with self._lock:
             self._conn.execute("BEGIN")
             try:
                 self._conn.executemany(
-                    "INSERT OR REPLACE INTO snapshots VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                    rows,
+                    "INSERT OR REPLACE INTO snapshots VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows
                 )
+                self._conn.executemany("INSERT OR REPLACE INTO docs VALUES (?,?)", docs)
             except BaseException:
                 self._conn.execute("ROLLBACK")
                 raise
@@ -180,12 +183,11 @@ class SnapshotIndex:
     def remove(self, snapshot_id: str) -> None:
         with self._lock:
             self._conn.execute("DELETE FROM snapshots WHERE id = ?", (snapshot_id,))
+            self._conn.execute("DELETE FROM docs WHERE id = ?", (snapshot_id,))
 
     def get(self, snapshot_id: str) -> Snapshot | None:
         with self._lock:
-            row = self._conn.execute(
-                "SELECT doc FROM snapshots WHERE id = ?", (snapshot_id,)
-            ).fetchone()
+            row = self._conn.execute("SELECT doc FROM docs WHERE id = ?", (snapshot_id,)).fetchone()
         return Snapshot.model_validate_json(row[0]) if row else None
 
     def entries(self) -> dict[str, IndexEntry]:
@@ -226,8 +228,9 @@ class SnapshotIndex:
                 0
             ]
             rows = self._conn.execute(
-                f"SELECT doc FROM snapshots {clause} "
-                "ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?",
+                f"SELECT docs.doc FROM (SELECT id, created_at FROM snapshots {clause} "
+                "ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?) AS page "
+                "JOIN docs ON docs.id = page.id ORDER BY page.created_at DESC, page.id DESC",
                 [*args, q.limit, q.offset],
             ).fetchall()
         return [Snapshot.model_validate_json(r[0]) for r in rows], total
@@ -274,7 +277,5 @@ class SnapshotIndex:
     def doc(self, snapshot_id: str) -> str | None:
         """The stored snapshot.json text, unparsed."""
         with self._lock:
-            row = self._conn.execute(
-                "SELECT doc FROM snapshots WHERE id = ?", (snapshot_id,)
-            ).fetchone()
+            row = self._conn.execute("SELECT doc FROM docs WHERE id = ?", (snapshot_id,)).fetchone()
         return row[0] if row else None

@@ -100,7 +100,7 @@ def list_profiles(
     until: Annotated[datetime | None, Query(description="created before (ISO 8601)")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: Annotated[int, Query(ge=0, le=2**63 - 1)] = 0,  # SQLite's INTEGER; fuzzing found it
-) -> SnapshotsPublic:
+) -> Response:
     """List snapshots, newest first."""
     snapshots, total = store.list(
         SnapshotQuery(
@@ -117,12 +117,14 @@ def list_profiles(
             offset=offset,
         )
     )
-    return SnapshotsPublic(
+    page = SnapshotsPublic(
         data=[SnapshotPublic.of(s, settings) for s in snapshots],
         count=total,
         limit=limit,
         offset=offset,
     )
+    # Serialised once here: FastAPI would validate a page of 50 snapshots again (~30 ms).
+    return Response(page.model_dump_json(), media_type="application/json")
 
 
 @read_router.get("/profiles/{snapshot_id}", response_model=SnapshotPublic)
