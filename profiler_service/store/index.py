@@ -199,6 +199,11 @@ class SnapshotIndex:
 
     def query(self, q: SnapshotQuery) -> tuple[list[Snapshot], int]:
         """Newest first, filtered; returns one page and the total that matched."""
+        docs, total = self.query_docs(q)
+        return [Snapshot.model_validate_json(doc) for doc in docs], total
+
+    def query_docs(self, q: SnapshotQuery) -> tuple[list[str], int]:
+        """`query` as the stored snapshot.json texts, unparsed (the listing's fast path)."""
         where, args = [], []
         for column, value in (
             ("status", q.status),
@@ -233,7 +238,7 @@ class SnapshotIndex:
                 "JOIN docs ON docs.id = page.id ORDER BY page.created_at DESC, page.id DESC",
                 [*args, q.limit, q.offset],
             ).fetchall()
-        return [Snapshot.model_validate_json(r[0]) for r in rows], total
+        return [r[0] for r in rows], total
 
     def totals_by_status(self) -> list[tuple[str, int, int, int]]:
         """(status, snapshots, bytes, pinned) per status: one aggregate query, no JSON read.

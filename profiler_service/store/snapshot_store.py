@@ -223,6 +223,12 @@ class SnapshotStore:
             self.sync.refresh()
         return self.index.query(query)
 
+    def list_docs(self, query: SnapshotQuery) -> tuple[list[str], int]:
+        """`list` as snapshot.json texts, unparsed (GET /profiles splices them)."""
+        if self.sync is not None:
+            self.sync.refresh()
+        return self.index.query_docs(query)
+
     def file_path(self, snapshot_id: str, name: str) -> Path:
         """A file of a finished snapshot; anything that would leave its directory is not found."""
         snapshot = self.get(snapshot_id)
