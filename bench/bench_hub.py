@@ -200,6 +200,12 @@ def main() -> None:
     parser.add_argument("--sidecars", type=int, default=500)
     parser.add_argument("--seed", type=Path, help="a real snapshot.json (default: capture one)")
     parser.add_argument("--requests", type=int, default=200, help="per listing query")
+    parser.add_argument(
+        "--bucket",
+        choices=["s3", "file"],
+        default="s3",
+        help="s3: moto's S3 server on loopback; file: a file:// bucket (no S3 server in the way)",
+    )
     args = parser.parse_args()
     rng = random.Random(15)
     procs: list[subprocess.Popen] = []
@@ -219,31 +225,46 @@ def run(args, work: Path, rng: random.Random, procs: list) -> None:
     template = json.loads(seed.read_text())
     print(f"seed snapshot {template['id']}: {seed.stat().st_size / 1024:.1f} KiB of JSON")
 
-    s3_port = free_port()
-    moto = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(s3_port)],
-        stdout=(work / "moto.log").open("w"), stderr=subprocess.STDOUT, env=env(),
-    )  # fmt: skip
-    procs.append(moto)
-    endpoint = f"http://127.0.0.1:{s3_port}"
-    wait_http(f"{endpoint}/moto-api/", moto)
-    options = {"endpoint_url": endpoint, "key": KEY, "secret": SECRET}
-    fs = s3fs.S3FileSystem(skip_instance_cache=True, use_listings_cache=False, **options)
-    fs.mkdir(BUCKET)
     now = datetime.now(UTC)
     docs = [fleet_doc(template, i, args.sidecars, now, rng) for i in range(args.snapshots)]
+    if args.bucket == "s3":
+        s3_port = free_port()
+        moto = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(s3_port)],
+            stdout=(work / "moto.log").open("w"), stderr=subprocess.STDOUT, env=env(),
+        )  # fmt: skip
+        procs.append(moto)
+        endpoint = f"http://127.0.0.1:{s3_port}"
+        wait_http(f"{endpoint}/moto-api/", moto)
+        options = {"endpoint_url": endpoint, "key": KEY, "secret": SECRET}
+        fs = s3fs.S3FileSystem(skip_instance_cache=True, use_listings_cache=False, **options)
+        fs.mkdir(BUCKET)
+        prefix, store_url = f"{BUCKET}/fleet", f"s3://{BUCKET}/fleet"
+    else:
+        import fsspec
+
+        options = {}
+        fs = fsspec.filesystem("file")
+        prefix = str(work / "bucket")
+        store_url = f"file://{prefix}"
+        for d in docs:
+            where = "plugins/profile" if d["status"] == "ready" else "failed"
+            fs.makedirs(f"{prefix}/{where}/{d['id']}", exist_ok=True)
     started = time.perf_counter()
-    fill(fs, f"{BUCKET}/fleet", docs)
-    print(f"bucket: {len(docs)} snapshot.json written in {time.perf_counter() - started:.1f} s")
+    fill(fs, prefix, docs)
+    print(
+        f"bucket ({args.bucket}): {len(docs)} snapshot.json written in "
+        f"{time.perf_counter() - started:.1f} s"
+    )
 
     # The hub.
     hub_port = free_port()
     hub_log = work / "hub.log"
     hub_env = {
         **env(),
-        "PROFILER_STORE_URL": f"s3://{BUCKET}/fleet",
+        "PROFILER_STORE_URL": store_url,
         "PROFILER_STORE_OPTIONS": json.dumps(options),
-        "PROFILER_HUB_SYNC_INTERVAL_S": "5",
+        "PROFILER_HUB_SYNC_INTERVAL_S": "30",  # the default
         "PROFILER_HUB_SIDECAR_TTL_S": "3600",
         "PROFILER_HUB_TOKEN": "bench-hub",
     }
@@ -257,23 +278,27 @@ def run(args, work: Path, rng: random.Random, procs: list) -> None:
     wait_http(f"{hub_url}/healthz", hub)
     first = wait_sync(
         hub_log, rf"fleet sync: {args.snapshots} snapshots listed, (\d+) indexed, 0 dropped in "
-        r"([\d.]+) s", 600,
+        r"([\d.]+) s \(listing ([\d.]+) s, reading ([\d.]+) s\)", 600,
     )  # fmt: skip
     rss, hwm = rss_mb(hub.pid)
     print(
-        f"first sync: {first[1]} snapshots indexed in {float(first[2]):.1f} s; hub RSS "
-        f"{rss:.0f} MiB after it, peak {hwm:.0f} MiB"
+        f"first sync: {first[1]} snapshots indexed in {float(first[2]):.1f} s (listing the "
+        f"bucket {float(first[3]):.1f} s, reading the files {float(first[4]):.1f} s, parsing and "
+        f"indexing the rest); hub RSS {rss:.0f} MiB after it, peak {hwm:.0f} MiB"
     )
     index = work / "hub" / "index.sqlite"
     print(f"fleet index: {index.stat().st_size / 2**20:.0f} MiB on disk")
 
     # An incremental sync: 100 new, 10 deleted.
     new = [fleet_doc(template, args.snapshots + i, args.sidecars, now, rng) for i in range(100)]
-    fill(fs, f"{BUCKET}/fleet", new)
-    gone = [d for d in docs[:10]]
-    for d in gone:
+    if args.bucket == "file":
+        for d in new:
+            where = "plugins/profile" if d["status"] == "ready" else "failed"
+            fs.makedirs(f"{prefix}/{where}/{d['id']}", exist_ok=True)
+    fill(fs, prefix, new)
+    for d in docs[:10]:
         where = "plugins/profile" if d["status"] == "ready" else "failed"
-        fs.rm(f"{BUCKET}/fleet/{where}/{d['id']}", recursive=True)
+        fs.rm(f"{prefix}/{where}/{d['id']}", recursive=True)
     total = args.snapshots + 100 - 10
     incremental = wait_sync(
         hub_log, rf"fleet sync: {total} snapshots listed, 100 indexed, 10 dropped in ([\d.]+) s",

@@ -54,8 +54,10 @@ class FleetSync:
         else:
             self.last, self.last_success_s = stats, time.time()
             log.info(
-                "fleet sync: %d snapshots listed, %d indexed, %d dropped in %.2f s",
+                "fleet sync: %d snapshots listed, %d indexed, %d dropped in %.2f s "
+                "(listing %.2f s, reading %.2f s)",
                 stats.listed, stats.indexed, stats.removed, stats.duration_s,
+                stats.listed_s, stats.read_s,
             )  # fmt: skip
         self.read_registrations()
         self.first_done.set()

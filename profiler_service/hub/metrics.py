@@ -33,7 +33,7 @@ from prometheus_client.samples import Exemplar
 
 from profiler_service.config import Settings
 from profiler_service.hub.registry import SidecarRegistry
-from profiler_service.hub.views import fleet_view
+from profiler_service.hub.views import FleetView, FleetViewCache
 from profiler_service.store.index import SnapshotIndex
 from profiler_service.store.mirror_sync import RefreshStats
 from profiler_service.trigger.alert_log import AlertLog
@@ -61,6 +61,11 @@ class FleetCollector:
     ):
         self.settings, self.index, self.registry = settings, index, registry
         self.alert_log, self.fleet_sync = alert_log, fleet_sync
+        self.views = FleetViewCache(index, settings)
+
+    def view(self) -> FleetView:
+        """The fleet view as of the last sync (what the page and each scrape read)."""
+        return self.views.get(self.fleet_sync.syncs_total)
 
     def collect(self) -> Iterator[Metric]:
         sidecars = GaugeMetricFamily(
@@ -82,7 +87,7 @@ class FleetCollector:
             snapshots.add_metric([ns or "", status], n)
         yield snapshots
 
-        view = fleet_view(self.index, self.settings)
+        view = self.view()
         step = GaugeMetricFamily(
             "profiler_fleet_step_time_seconds",
             "Mean step time of each job's latest ready snapshot.",
@@ -120,7 +125,7 @@ class FleetCollector:
             for rule, severity in _pairs(job.latest.findings):
                 latest.add_metric([*key, rule, severity, job.latest.id], 1)
         newest: dict[tuple[str, ...], tuple[int, str, str]] = {}
-        for row in self.index.fleet_rows(view.start):
+        for row in view.rows:
             for rule, severity in _pairs(row.findings):
                 k = (row.namespace or "", row.target, rule, severity)
                 n, _, _ = newest.get(k, (0, "", ""))
@@ -173,6 +178,7 @@ def _pairs(findings: str) -> list[tuple[str, str]]:
 
 class FleetMetrics:
     def __init__(self, collector: FleetCollector, registry: CollectorRegistry | None = None):
+        self.collector = collector
         self.registry = registry or CollectorRegistry()
         self.registry.register(collector)
 

@@ -140,5 +140,8 @@ async def route_profile(
 @router.get("/fleet", response_class=HTMLResponse, tags=["fleet"])
 def read_fleet_page(hub: HubDep, days: Annotated[float, Query(gt=0, le=90)] = DEFAULT_DAYS) -> str:
     """Every job's latest verdict, step time over the window, regressions, findings by rule."""
-    view = fleet_view(hub.store.index, hub.settings, days)
+    if days == DEFAULT_DAYS:
+        view = hub.metrics.collector.view()  # as of the last sync, shared with /metrics
+    else:
+        view = fleet_view(hub.store.index, hub.settings, days)
     return render_fleet(view, hub.registry.live(), hub.settings)

@@ -10,6 +10,8 @@ window; it regressed when its latest step time exceeds the baseline's by more th
 
 from __future__ import annotations
 
+import threading
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -19,7 +21,7 @@ from profiler_service.exporters.report import SEVERITY_COLOURS, _environment
 from profiler_service.hub.registry import SidecarRecord
 from profiler_service.store.index import FleetRow, SnapshotIndex
 
-__all__ = ["FleetView", "JobView", "fleet_view", "render_fleet"]
+__all__ = ["FleetView", "FleetViewCache", "JobView", "fleet_view", "render_fleet"]
 
 DEFAULT_DAYS = 7
 
@@ -47,6 +49,28 @@ class FleetView:
     jobs: list[JobView]
     findings_by_rule: dict[str, int]
     snapshots: int
+    rows: list[FleetRow] = field(default_factory=list, repr=False)  # oldest first
+
+
+class FleetViewCache:
+    """The default window's view, rebuilt only when the index changed (a sync) or after
+    `max_age_s`: over 10,000 snapshots one view costs ~150 ms, and the page and every scrape
+    read it."""
+
+    def __init__(self, index: SnapshotIndex, settings: Settings, max_age_s: float = 60.0):
+        self.index, self.settings, self.max_age_s = index, settings, max_age_s
+        self._lock = threading.Lock()
+        self._key: object = None
+        self._view: FleetView | None = None
+        self._built_s = 0.0
+
+    def get(self, version: object) -> FleetView:
+        with self._lock:
+            fresh = time.monotonic() - self._built_s < self.max_age_s
+            if self._view is None or self._key != version or not fresh:
+                self._view = fleet_view(self.index, self.settings)
+                self._key, self._built_s = version, time.monotonic()
+            return self._view
 
 
 def fleet_view(index: SnapshotIndex, settings: Settings, days: float = DEFAULT_DAYS) -> FleetView:
@@ -78,7 +102,7 @@ def fleet_view(index: SnapshotIndex, settings: Settings, days: float = DEFAULT_D
                 by_rule[rule] = by_rule.get(rule, 0) + 1
         jobs.append(job)
     by_rule = dict(sorted(by_rule.items(), key=lambda kv: (-kv[1], kv[0])))
-    return FleetView(start, end, jobs, by_rule, len(rows))
+    return FleetView(start, end, jobs, by_rule, len(rows), rows)
 
 
 def render_fleet(view: FleetView, sidecars: list[SidecarRecord], settings: Settings) -> str:

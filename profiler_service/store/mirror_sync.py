@@ -45,7 +45,8 @@ class RefreshStats:
     listed: int = 0
     indexed: int = 0
     removed: int = 0
-    listed_s: float = 0.0
+    listed_s: float = 0.0  # listing the bucket
+    read_s: float = 0.0  # reading the new snapshot.json files
     duration_s: float = 0.0
 
 
@@ -287,7 +288,9 @@ class MirrorSync:
             stats = RefreshStats(listed=len(remote), listed_s=listed_s)
             for first in range(0, len(wanted), REFRESH_BATCH):
                 batch = wanted[first : first + REFRESH_BATCH]
+                read_from = time.monotonic()
                 docs = self.mirror.read_docs(batch)
+                stats.read_s += time.monotonic() - read_from
                 with self.store._lock:
                     indexed = self.store.index.entries()
                     rows = [
