@@ -124,13 +124,7 @@ class FleetCollector:
                 regression.add_metric(key, float(job.regressed))
             for rule, severity in _pairs(job.latest.findings):
                 latest.add_metric([*key, rule, severity, job.latest.id], 1)
-        newest: dict[tuple[str, ...], tuple[int, str, str]] = {}
-        for row in view.rows:
-            for rule, severity in _pairs(row.findings):
-                k = (row.namespace or "", row.target, rule, severity)
-                n, _, _ = newest.get(k, (0, "", ""))
-                newest[k] = (n + 1, row.id, row.created_at)
-        for k, (n, snapshot_id, created_at) in sorted(newest.items()):
+        for k, (n, snapshot_id, created_at) in sorted(view.findings.items()):
             when = datetime.fromisoformat(created_at).timestamp()
             findings.add_metric(
                 list(k), n, exemplar=Exemplar({"snapshot_id": snapshot_id}, 1, when)

@@ -50,6 +50,8 @@ class FleetView:
     findings_by_rule: dict[str, int]
     snapshots: int
     rows: list[FleetRow] = field(default_factory=list, repr=False)  # oldest first
+    # (namespace, target, rule, severity) -> (snapshots, the newest's id, its created_at)
+    findings: dict[tuple[str, str, str, str], tuple[int, str, str]] = field(default_factory=dict)
 
 
 class FleetViewCache:
@@ -80,7 +82,7 @@ def fleet_view(index: SnapshotIndex, settings: Settings, days: float = DEFAULT_D
     grouped: dict[tuple[str | None, str], list[FleetRow]] = {}
     for row in rows:
         grouped.setdefault((row.namespace, row.target), []).append(row)
-    jobs, by_rule = [], {}
+    jobs, by_rule, findings = [], {}, {}
     for (namespace, target), its in sorted(
         grouped.items(), key=lambda kv: (kv[0][0] or "", kv[0][1])
     ):
@@ -100,9 +102,13 @@ def fleet_view(index: SnapshotIndex, settings: Settings, days: float = DEFAULT_D
             for rule in r.rules.split():
                 job.findings_by_rule[rule] = job.findings_by_rule.get(rule, 0) + 1
                 by_rule[rule] = by_rule.get(rule, 0) + 1
+            for token in r.findings.split():
+                rule, _, severity = token.rpartition(":")
+                k = (namespace or "", target, rule, severity)
+                findings[k] = (findings.get(k, (0,))[0] + 1, r.id, r.created_at)
         jobs.append(job)
     by_rule = dict(sorted(by_rule.items(), key=lambda kv: (-kv[1], kv[0])))
-    return FleetView(start, end, jobs, by_rule, len(rows), rows)
+    return FleetView(start, end, jobs, by_rule, len(rows), rows, findings)
 
 
 def render_fleet(view: FleetView, sidecars: list[SidecarRecord], settings: Settings) -> str:
