@@ -67,8 +67,7 @@ class FleetSync:
         """Registration records sidecars wrote into the bucket (hub_register_in_bucket)."""
         mirror = self.sync.mirror
         try:
-            found = mirror.fs.find(f"{mirror.root}/{RECORDS_PREFIX}", detail=False)
-            docs = mirror.fs.cat(list(found), on_error="omit") if found else {}
+            docs = mirror.read_records(RECORDS_PREFIX)
         except Exception as exc:
             log.warning("could not read sidecar records from %s: %s", mirror.url, exc)
             return

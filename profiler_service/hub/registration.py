@@ -13,13 +13,16 @@ import contextlib
 import logging
 import socket
 import threading
-from typing import Any
+from typing import TYPE_CHECKING
 
 import httpx
 
 from profiler_service import __version__
 from profiler_service.config import Settings
 from profiler_service.hub.registry import SidecarRecord
+
+if TYPE_CHECKING:
+    from profiler_service.store.object_store import ObjectStoreMirror  # fsspec: only with a bucket
 
 __all__ = ["HubRegistration", "sidecar_record"]
 
@@ -54,10 +57,10 @@ def record_path(record: SidecarRecord) -> str:
 class HubRegistration:
     """One daemon thread; `beat()` is one heartbeat (the tests call it directly)."""
 
-    def __init__(self, settings: Settings, bucket: Any | None = None):
+    def __init__(self, settings: Settings, bucket: ObjectStoreMirror | None = None):
         self.settings = settings
         self.record = sidecar_record(settings)
-        self.bucket = bucket  # an ObjectStoreMirror (its fs and root), when the store has one
+        self.bucket = bucket  # the store's ObjectStoreMirror, with hub_register_in_bucket
         self.beats_total = 0
         self.failures_total = 0
         self._failing: set[str] = set()
@@ -107,9 +110,7 @@ class HubRegistration:
         from datetime import UTC, datetime
 
         record = self.record.model_copy(update={"last_seen": datetime.now(UTC), "via": "bucket"})
-        self.bucket.fs.pipe_file(
-            f"{self.bucket.root}/{record_path(record)}", record.model_dump_json().encode()
-        )
+        self.bucket.put_record(record_path(record), record.model_dump_json().encode())
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="hub-heartbeat", daemon=True)
@@ -138,5 +139,5 @@ class HubRegistration:
                 pass
         if self.bucket is not None:
             with contextlib.suppress(Exception):
-                self.bucket.fs.rm_file(f"{self.bucket.root}/{record_path(self.record)}")
+                self.bucket.remove_record(record_path(self.record))
         self._client.close()

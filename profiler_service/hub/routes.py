@@ -64,10 +64,7 @@ def register_sidecar(name: SidecarName, record: SidecarRecord, hub: HubDep) -> S
     """Register a sidecar, or refresh its heartbeat (it does so every hub_heartbeat_s)."""
     if record.name != name:
         raise InvalidRequest(f"the record names {record.name!r}, the path {name!r}")
-    try:
-        return hub.registry.heartbeat(record.model_copy(update={"via": "hub"}))
-    except ValueError as exc:
-        raise InvalidRequest(str(exc)) from None
+    return hub.registry.heartbeat(record.model_copy(update={"via": "hub"}))
 
 
 @router.delete(

@@ -106,6 +106,12 @@ def test_registration_needs_the_hub_token(fleet):
         headers={"Authorization": f"Bearer {HUB_TOKEN}"},
     )
     assert bad_url.status_code == 422 and bad_url.json()["error"] == "invalid_request"
+    bad_target = httpx.put(
+        f"{hub.url}/sidecars/intruder",
+        json={**record, "targets": ["Not A Target"]},
+        headers={"Authorization": f"Bearer {HUB_TOKEN}"},
+    )
+    assert bad_target.status_code == 422 and "targets" in bad_target.json()["detail"]
 
 
 def test_each_alert_goes_to_the_sidecar_its_labels_name(fleet):
