@@ -170,24 +170,45 @@ class Settings(BaseSettings):
     # all the time; see README.
     lookback_trace_s: float = Field(default=0.0, ge=0, le=60)
 
-    # The fleet hub (`profiler-service hub`, docs/fleet.md). A sidecar with hub_url registers
-    # there (its pod, namespace, targets, hub_advertise_url) every hub_heartbeat_s; one that
-    # stops for hub_sidecar_ttl_s drops out. hub_token: the fleet's shared secret, sent by
-    # sidecars to register and by the hub to sidecars (which accept it like their API token).
-    hub_url: str | None = None
-    hub_token: SecretStr | None = None
-    # The URL the hub dials this sidecar at (the Helm chart: http://$(POD_IP):8080); unset:
-    # public_url, else http://127.0.0.1:<port> on a loopback bind.
-    hub_advertise_url: str | None = None
-    hub_heartbeat_s: float = Field(default=15.0, gt=0)
-    # Also (or, without hub_url, only) register by writing the record into the shared bucket
-    # (PROFILER_STORE_URL/sidecars/), where the hub reads it at each sync.
-    hub_register_in_bucket: bool = False
-    hub_sidecar_ttl_s: float = Field(default=60.0, gt=0)
-    # The hub: how often it syncs the bucket (PROFILER_STORE_URL) into its fleet index, and how
-    # long it waits for a sidecar it forwards an alert or a capture to.
-    hub_sync_interval_s: float = Field(default=30.0, gt=0)
-    hub_forward_timeout_s: float = Field(default=10.0, gt=0)
+    # The fleet hub (`profiler-service hub`, docs/fleet.md): a sidecar's registration, and the
+    # hub's own sync and forwarding.
+    hub_url: str | None = Field(
+        default=None,
+        description="The fleet hub this sidecar registers with (pod, namespace, targets, "
+        "`hub_advertise_url`) every `hub_heartbeat_s`. Unset: no registration.",
+    )
+    hub_token: SecretStr | None = Field(
+        default=None,
+        description="The fleet's shared secret: sidecars send it to register, the hub sends it "
+        "to sidecars, which accept it like their API and webhook tokens.",
+    )
+    hub_advertise_url: str | None = Field(
+        default=None,
+        description="The URL the hub dials this sidecar at (the chart: `http://$(POD_IP):8080`). "
+        "Unset: `public_url`, else `http://127.0.0.1:<port>`.",
+    )
+    hub_heartbeat_s: float = Field(
+        default=15.0, gt=0, description="Seconds between a sidecar's registrations."
+    )
+    hub_register_in_bucket: bool = Field(
+        default=False,
+        description="Also (without `hub_url`: only) register by writing the record into the "
+        "shared bucket (`store_url`/sidecars/), where the hub reads it at each sync.",
+    )
+    hub_sidecar_ttl_s: float = Field(
+        default=60.0, gt=0, description="The hub drops a sidecar not heard from for this long."
+    )
+    hub_sync_interval_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="Seconds between the hub's syncs of the bucket (`store_url`) into its fleet "
+        "index.",
+    )
+    hub_forward_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="How long the hub waits for a sidecar it forwards an alert or a capture to.",
+    )
 
     # The memory watch: capture before an out-of-memory kill. Fires when memory in use crosses
     # this share of capacity, or grows fast enough (over the window) to reach it within horizon.
