@@ -1,4 +1,5 @@
-"""`profiler-service`: serve (the sidecar), capture (one-off), demo (the README's first command)."""
+"""`profiler-service`: serve (the sidecar), hub (the fleet's), capture (one-off), demo (the
+README's first command)."""
 
 from __future__ import annotations
 
@@ -16,10 +17,10 @@ from profiler_service.config import Settings
 from profiler_service.errors import ServiceError
 
 
-def _settings(args: argparse.Namespace, **extra: Any) -> Settings:
+def _settings(args: argparse.Namespace, cls: type[Settings] = Settings, **extra: Any) -> Settings:
     """Environment first (`PROFILER_*`), then the flags that were given."""
-    given = {k: v for k, v in vars(args).items() if k in Settings.model_fields and v is not None}
-    return Settings(**given, **extra)
+    given = {k: v for k, v in vars(args).items() if k in cls.model_fields and v is not None}
+    return cls(**given, **extra)
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
@@ -45,6 +46,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if not settings.targets:
         logging.warning("no --target configured: POST /profile will answer 422 until one is")
     app = create_app(build_service(settings))
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level=args.log_level.lower())
+    return 0
+
+
+def cmd_hub(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from profiler_service.config import HubSettings
+    from profiler_service.hub.app import create_hub_app
+    from profiler_service.hub.fleet import build_hub
+
+    settings = _settings(args, HubSettings)
+    settings.check_bind_is_safe()
+    app = create_hub_app(build_hub(settings))
     uvicorn.run(app, host=settings.host, port=settings.port, log_level=args.log_level.lower())
     return 0
 
@@ -223,6 +238,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--tensorboard-url", help="TensorBoard/XProf URL for snapshot links")
     serve.set_defaults(func=cmd_serve)
+
+    hub = sub.add_parser(
+        "hub", help="run the fleet hub: sidecars' registry, one webhook, the bucket's index"
+    )
+    hub.add_argument("--store", type=Path, help="where the fleet index lives (PROFILER_STORE)")
+    hub.add_argument("--store-url", help="the fleet's bucket (PROFILER_STORE_URL)")
+    hub.add_argument("--host", help="bind address (PROFILER_HOST, default 127.0.0.1)")
+    hub.add_argument("--port", type=int, help="port (PROFILER_PORT, default 8080)")
+    hub.add_argument(
+        "--insecure",
+        action="store_true",
+        default=None,
+        help="allow a non-loopback bind without PROFILER_API_TOKEN",
+    )
+    hub.set_defaults(func=cmd_hub)
 
     capture = sub.add_parser("capture", help="take one capture into the store and analyse it")
     _add_common(capture)

@@ -6,7 +6,7 @@ import ipaddress
 import json
 import re
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 from pydantic import (
     BaseModel,
@@ -350,6 +350,46 @@ class Settings(BaseSettings):
         "time. 0: off.",
     )
 
+    # The fleet hub (`profiler-service hub`, docs/fleet.md): a sidecar's registration, and the
+    # hub's own sync and forwarding.
+    hub_url: str | None = Field(
+        default=None,
+        description="The fleet hub this sidecar registers with (pod, namespace, targets, "
+        "`hub_advertise_url`) every `hub_heartbeat_s`. Unset: no registration.",
+    )
+    hub_token: SecretStr | None = Field(
+        default=None,
+        description="The fleet's shared secret: sidecars send it to register, the hub sends it "
+        "to sidecars, which accept it like their API and webhook tokens.",
+    )
+    hub_advertise_url: str | None = Field(
+        default=None,
+        description="The URL the hub dials this sidecar at (the chart: `http://$(POD_IP):8080`). "
+        "Unset: `public_url`, else `http://127.0.0.1:<port>`.",
+    )
+    hub_heartbeat_s: float = Field(
+        default=15.0, gt=0, description="Seconds between a sidecar's registrations."
+    )
+    hub_register_in_bucket: bool = Field(
+        default=False,
+        description="Also (without `hub_url`: only) register by writing the record into the "
+        "shared bucket (`store_url`/sidecars/), where the hub reads it at each sync.",
+    )
+    hub_sidecar_ttl_s: float = Field(
+        default=60.0, gt=0, description="The hub drops a sidecar not heard from for this long."
+    )
+    hub_sync_interval_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="Seconds between the hub's syncs of the bucket (`store_url`) into its fleet "
+        "index.",
+    )
+    hub_forward_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="How long the hub waits for a sidecar it forwards an alert or a capture to.",
+    )
+
     memory_watch: bool = Field(
         default=True,
         description="Capture when memory nears capacity (needs the look-back sampler).",
@@ -395,7 +435,7 @@ class Settings(BaseSettings):
         default=None, description="Which target the watch captures. Unset: the first target."
     )
 
-    @field_validator("store_url", "capture_url", "prometheus_url")
+    @field_validator("store_url", "capture_url", "prometheus_url", "hub_url", "hub_advertise_url")
     @classmethod
     def _check_url(cls, value: str | None, info: ValidationInfo) -> str | None:
         if value is not None and not re.match(r"^[a-z][a-z0-9+.-]*://.", value.strip()):
@@ -484,6 +524,10 @@ class Settings(BaseSettings):
         return value
 
     def _check_webhooks(self, names: list[str]) -> None:
+        if (self.webhook_username is None) != (self.webhook_password is None):
+            raise ValueError("webhook_username and webhook_password go together: set both")
+        if not self.checks_target_names:
+            return
         wanted = [
             (f"webhook_target_rules ({r.label}~{r.pattern})", r.target)
             for r in self.webhook_target_rules
@@ -496,8 +540,9 @@ class Settings(BaseSettings):
                     f"{where} names target {target!r}, which is not configured "
                     f"(configured: {', '.join(names) or 'none'})"
                 )
-        if (self.webhook_username is None) != (self.webhook_password is None):
-            raise ValueError("webhook_username and webhook_password go together: set both")
+
+    # The hub's rules name the targets sidecars register, which no setting lists (HubSettings).
+    checks_target_names: ClassVar[bool] = True
 
     def target(self, name: str | None) -> Target | None:
         """The named target, or the only/first one when no name is given."""
@@ -521,3 +566,9 @@ class Settings(BaseSettings):
                 f"refusing to listen on {self.host} without PROFILER_API_TOKEN; "
                 "set a token, bind 127.0.0.1, or pass --insecure"
             )
+
+
+class HubSettings(Settings):
+    """The hub's: the same variables; its alert rules name the targets the sidecars register."""
+
+    checks_target_names: ClassVar[bool] = False

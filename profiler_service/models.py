@@ -131,6 +131,9 @@ class Snapshot(BaseModel):
     id: str
     status: SnapshotStatus = SnapshotStatus.CAPTURING
     target: str
+    # Which sidecar took it (PROFILER_POD_NAME / PROFILER_POD_NAMESPACE): the fleet hub's filters.
+    pod: str | None = None
+    namespace: str | None = None
     workers: list[str] = Field(default_factory=list)
     trigger: Trigger = Field(default_factory=Trigger)
     capture: CaptureOptions

@@ -39,6 +39,7 @@ from profiler_service.trigger.schedule import CaptureScheduler
 
 if TYPE_CHECKING:
     from profiler_service.capture.continuous import ContinuousCapturer
+    from profiler_service.hub.registration import HubRegistration
 
 
 @dataclass
@@ -53,6 +54,7 @@ class Service:
     sampler: Sampler | None = None  # the look-back ring's; started by the HTTP app
     memory_watch: MemoryWatch | None = None  # listens to the sampler
     continuous: ContinuousCapturer | None = None  # the look-back trace, when configured
+    registration: HubRegistration | None = None  # the fleet hub's heartbeat, when configured
 
     def start(self) -> None:
         """Background work that runs while the service serves: schedules, the look-back, a
@@ -64,8 +66,12 @@ class Service:
             self.sampler.start()
         if self.continuous is not None:
             self.continuous.start()
+        if self.registration is not None:
+            self.registration.start()
 
     def close(self) -> None:
+        if self.registration is not None:
+            self.registration.stop()
         if self.continuous is not None:
             self.continuous.close()
         if self.sampler is not None:
@@ -85,13 +91,15 @@ def build_service(
 ) -> Service:
     """Open the store (recovering interrupted snapshots) and build the controller."""
     limits = {"max_count": settings.retention_max_count, "max_bytes": settings.retention_max_bytes}
+    bucket = None
     if settings.store_url:
         from profiler_service.store.mirror_sync import mirrored_store  # fsspec: sidecar only
         from profiler_service.store.object_store import ObjectStoreMirror
 
+        bucket = ObjectStoreMirror(settings.store_url, settings.store_options_dict())
         store = mirrored_store(
             settings.store,
-            ObjectStoreMirror(settings.store_url, settings.store_options_dict()),
+            bucket,
             refresh_interval_s=settings.store_refresh_s,
             retry_max_s=settings.store_retry_max_s,
             **limits,
@@ -148,6 +156,11 @@ def build_service(
         memory_watch=memory_watch,
         continuous=continuous,
     )
+    if settings.hub_url or (settings.hub_register_in_bucket and bucket is not None):
+        from profiler_service.hub.registration import HubRegistration
+
+        in_bucket = bucket if settings.hub_register_in_bucket else None
+        service.registration = HubRegistration(settings, in_bucket)
     service.metrics = ServiceMetrics(
         settings,
         controller,

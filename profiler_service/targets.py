@@ -4,6 +4,7 @@ rules that map an alert to one. Requests name a target; they never carry an addr
 from __future__ import annotations
 
 import re
+from collections.abc import Collection, Iterable
 from enum import StrEnum
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -144,6 +145,46 @@ class TargetRule(BaseModel):
         except re.error as exc:
             raise ValueError(f"pattern {value!r} is not a regular expression: {exc}") from exc
         return value
+
+
+class TargetMatcher:
+    """Which target an alert is about: the rules first (`label` fully matching a regex names a
+    target), then the listed labels whose value is a known target's name, then the default.
+
+    The sidecar knows its configured targets; the fleet hub the ones its sidecars registered.
+    """
+
+    def __init__(self, rules: Iterable[TargetRule], labels: Iterable[str], default: str | None):
+        self.rules = [(r, re.compile(r.pattern)) for r in rules]
+        self.labels = list(labels)
+        self.default = default
+
+    def match(self, labels: dict[str, str], known: Collection[str]) -> tuple[str | None, str]:
+        """The target and a sentence: how it matched, or what was tried."""
+        for rule, pattern in self.rules:
+            value = labels.get(rule.label)
+            if value is not None and pattern.fullmatch(value):
+                return rule.target, f"label {rule.label}={value!r} matches {rule.pattern!r}"
+        for label in self.labels:
+            value = labels.get(label)
+            if value is not None and value in known:
+                return value, f"label {label}={value!r} names a configured target"
+        if self.default:
+            return self.default, "the default webhook target"
+        return None, self.no_match(labels, known)
+
+    def no_match(self, labels: dict[str, str], known: Collection[str]) -> str:
+        names = {r.label for r, _ in self.rules} | set(self.labels)
+        tried = ", ".join(f"{k}={labels[k]!r}" for k in sorted(names) if k in labels)
+        configured = ", ".join(list(known)[:20]) or "none"  # in the order configured
+        if len(known) > 20:
+            configured += f", ... ({len(known)} in all)"
+        rules = ", ".join(f"{r.label}~{r.pattern}->{r.target}" for r, _ in self.rules) or "none"
+        return (
+            f"no configured target matches this alert (labels tried: {tried or 'none present'}; "
+            f"targets: {configured}; rules: {rules}; labels read: "
+            f"{', '.join(self.labels) or 'none'})"
+        )
 
 
 def in_process_target(name: str = "local") -> Target:

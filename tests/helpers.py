@@ -217,3 +217,19 @@ def no_process_mentions(text: str, timeout_s: float = 10) -> bool:
     while _processes_mentioning(text) and time.monotonic() < deadline:
         time.sleep(0.2)
     return _processes_mentioning(text) == []
+
+
+def start_hub(store: Path, env: dict[str, str], port: int | None = None) -> ServiceProcess:
+    """`profiler-service hub` as its own process on a loopback port, ready to answer."""
+    port = port or free_port()
+    log = store.parent / f"hub-{port}.log"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "profiler_service.cli", "hub", "--store", str(store),
+         "--port", str(port)],
+        stdout=log.open("a"),
+        stderr=subprocess.STDOUT,
+        env={**os.environ, **QUIET_TF, **env},
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    wait_for_http(proc, f"{url}/healthz", log, "the hub")
+    return ServiceProcess(proc, url, store, log)

@@ -38,6 +38,7 @@ def create_app(service: Service) -> FastAPI:
     app.state.service = service
     install_error_handlers(app)
     app.include_router(profiles.router)
+    app.include_router(profiles.read_router)
     app.include_router(comparisons.router)
     app.include_router(health.router)
     app.include_router(metrics.router)

@@ -61,7 +61,8 @@ def require_token(
     settings: SettingsDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> None:
-    """Mutating endpoints need `Authorization: Bearer <PROFILER_API_TOKEN>` when a token is set."""
+    """Mutating endpoints need `Authorization: Bearer <PROFILER_API_TOKEN>` when a token is set
+    (or the fleet's PROFILER_HUB_TOKEN: the hub forwarding an operator's capture)."""
     if settings.api_token is None:
         return
     if credentials is None or credentials.scheme.lower() != "bearer":
@@ -69,8 +70,10 @@ def require_token(
             "this endpoint needs an 'Authorization: Bearer <token>' header",
             headers={"WWW-Authenticate": "Bearer"},
         )
-    expected = settings.api_token.get_secret_value().encode()
-    if not hmac.compare_digest(credentials.credentials.encode(), expected):
+    given = credentials.credentials.encode()
+    accepted = [settings.api_token] + ([settings.hub_token] if settings.hub_token else [])
+    # Compared with every accepted token, so the time taken says nothing about which matched.
+    if not any([hmac.compare_digest(given, t.get_secret_value().encode()) for t in accepted]):
         raise Forbidden("the bearer token is not valid for this service")
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from profiler_service.config import Settings
-from profiler_service.exporters.links import SnapshotLinks, snapshot_links
+from profiler_service.exporters.links import LinkSource, SnapshotLinks, snapshot_links
 from profiler_service.models import Snapshot
 
 
@@ -19,8 +19,9 @@ class SnapshotPublic(Snapshot):
 
     @classmethod
     def of(cls, snapshot: Snapshot, settings: Settings, base_url: str = "") -> SnapshotPublic:
-        return cls(
-            **snapshot.model_dump(exclude={"size_bytes", "hosts"}),
+        # Built without validating again: the snapshot is valid (a page of 50 would cost ~30 ms).
+        return cls.model_construct(
+            **{name: getattr(snapshot, name) for name in Snapshot.model_fields},
             links=snapshot_links(snapshot, settings, base_url),
         )
 
@@ -30,6 +31,20 @@ class SnapshotsPublic(BaseModel):
     count: int
     limit: int
     offset: int
+
+
+def snapshots_page_json(
+    docs: list[str], count: int, limit: int, offset: int, settings: Settings
+) -> str:
+    """A `SnapshotsPublic` as JSON, spliced from stored snapshot.json texts (each already holds
+    what `SnapshotPublic` has but its links): a page of 50 costs milliseconds, not a parse and a
+    validation of every snapshot."""
+    items = []
+    for doc in docs:
+        links = snapshot_links(LinkSource.model_validate_json(doc), settings)
+        head = doc.rstrip()
+        items.append(f'{head[:-1]},"links":{links.model_dump_json()}}}')
+    return f'{{"data":[{",".join(items)}],"count":{count},"limit":{limit},"offset":{offset}}}'
 
 
 class HealthPublic(BaseModel):

@@ -9,7 +9,9 @@ Which credentials a webhook needs:
 - `webhook_token` and/or `webhook_username` + `webhook_password` set: one of them;
 - neither set: `Bearer <api_token>` when an API token is set, except on a Grafana webhook with
   signing configured, where the signature is the credential;
-- on `/webhooks/grafana`, with `webhook_hmac_secret` set: a valid signature as well.
+- on `/webhooks/grafana`, with `webhook_hmac_secret` set: a valid signature as well;
+- wherever a token is accepted, `Bearer <hub_token>` too (the fleet hub forwarding an alert);
+  from the hub, a Grafana alert needs no signature (the hub checked it).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from collections.abc import Mapping
 from profiler_service.config import Settings
 from profiler_service.errors import Forbidden, InvalidSignature, Unauthorized
 
-__all__ = ["check_authorization", "sign", "verify_signature"]
+__all__ = ["check_authorization", "is_hub", "sign", "verify_signature"]
 
 _REALM = 'Basic realm="profiler-service webhooks"'
 
@@ -38,6 +40,8 @@ def check_authorization(
         tokens = [settings.api_token]
     if not tokens and not basic:
         return
+    if settings.hub_token is not None:  # the fleet hub forwarding an alert (hub/routing.py)
+        tokens.append(settings.hub_token)
     challenges = ", ".join(([] if not tokens else ["Bearer"]) + ([_REALM] if basic else []))
     scheme, _, value = (authorization or "").strip().partition(" ")
     scheme, value = scheme.lower(), value.strip()
@@ -64,6 +68,16 @@ def check_authorization(
         if user_ok and password_ok:
             return
     raise Forbidden("the webhook credentials are not valid for this service")
+
+
+def is_hub(settings: Settings, authorization: str | None) -> bool:
+    """`Bearer <hub_token>`: the fleet hub forwarding alerts it has already authenticated (and,
+    from Grafana, whose signature it has checked: its re-sent body carries none)."""
+    if settings.hub_token is None:
+        return False
+    scheme, _, value = (authorization or "").strip().partition(" ")
+    expected = settings.hub_token.get_secret_value().encode()
+    return scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(), expected)
 
 
 def sign(secret: str, body: bytes, timestamp: str | None = None) -> str:

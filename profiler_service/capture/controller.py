@@ -121,6 +121,8 @@ class CaptureController:
             snapshot = Snapshot(
                 id=new_snapshot_id(target.name),
                 target=target.name,
+                pod=self.settings.pod_name,
+                namespace=self.settings.pod_namespace,
                 workers=target.workers,
                 trigger=trigger,
                 capture=options,

@@ -279,3 +279,32 @@ def _format_value(value: float, unit: str) -> str:
     if unit == "ratio":
         return f"{100 * value:.0f}%"
     return f"{value:,.3g}"
+
+
+def sparkline_svg(
+    points: list[tuple[datetime, float]],
+    start: datetime,
+    end: datetime,
+    width: int = 240,
+    height: int = 40,
+) -> Markup:
+    """A line of values over [start, end] (the fleet page's step time over the last days)."""
+    if not points:
+        return Markup('<span class="none">no data</span>')
+    span_s = max((end - start).total_seconds(), 1.0)
+    top = max(v for _, v in points) or 1.0
+    xy = [
+        (
+            round(2 + (width - 4) * max(0.0, (t - start).total_seconds()) / span_s, 1),
+            round(height - 2 - (height - 4) * v / top, 1),
+        )
+        for t, v in points
+    ]
+    line = " ".join(f"{x},{y}" for x, y in xy)
+    last_x, last_y = xy[-1]
+    return Markup(
+        f'<svg class="spark" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
+        f'role="img"><title>{escape(f"{points[-1][1]:.1f} ms, max {top:.1f} ms")}</title>'
+        f'<polyline fill="none" stroke="#1565c0" stroke-width="1.5" points="{line}"/>'
+        f'<circle cx="{last_x}" cy="{last_y}" r="2.5" fill="#1565c0"/></svg>'
+    )

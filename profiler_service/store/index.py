@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -13,7 +14,9 @@ from profiler_service.models import Snapshot
 
 log = logging.getLogger(__name__)
 
-_SCHEMA_VERSION = 1
+_SCHEMA_VERSION = (
+    2  # 2: pod, namespace, findings (rule:severity), step time, bottleneck (the fleet hub)
+)
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS snapshots (
     id TEXT PRIMARY KEY,
@@ -22,16 +25,25 @@ CREATE TABLE IF NOT EXISTS snapshots (
     target TEXT NOT NULL,
     trigger TEXT NOT NULL,
     rules TEXT NOT NULL,
+    findings TEXT NOT NULL,  -- rule:severity ...
+    pod TEXT,
+    namespace TEXT,
+    step_time_ms REAL,
+    bottleneck TEXT,
     created_at TEXT NOT NULL,
     size_bytes INTEGER NOT NULL,
     pinned INTEGER NOT NULL,
-    doc_mtime_ns INTEGER NOT NULL,
-    doc TEXT NOT NULL
+    doc_mtime_ns INTEGER NOT NULL
 );
+-- The snapshot.json texts apart: filters and counts scan the narrow rows above only.
+CREATE TABLE IF NOT EXISTS docs (id TEXT PRIMARY KEY, doc TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS snapshots_created ON snapshots (created_at DESC);
 -- Covering indexes for the metrics scrape: totals by status, newest ready snapshot per target.
 CREATE INDEX IF NOT EXISTS snapshots_status_totals ON snapshots (status, size_bytes, pinned);
 CREATE INDEX IF NOT EXISTS snapshots_status_target ON snapshots (status, target, created_at, id);
+-- The fleet's listings, filtered by namespace or target, newest first.
+CREATE INDEX IF NOT EXISTS snapshots_namespace ON snapshots (namespace, created_at);
+CREATE INDEX IF NOT EXISTS snapshots_target ON snapshots (target, created_at);
 """
 
 
@@ -46,11 +58,30 @@ class IndexEntry:
 
 
 @dataclass(frozen=True)
+class FleetRow:
+    """One ready snapshot as the fleet page and metrics read it (index columns only)."""
+
+    id: str
+    namespace: str | None
+    target: str
+    pod: str | None
+    created_at: str
+    step_time_ms: float | None
+    bottleneck: str | None
+    rules: str
+    findings: str  # rule:severity ...
+    pinned: bool
+
+
+@dataclass(frozen=True)
 class SnapshotQuery:
     status: str | None = None
     trigger: str | None = None
     target: str | None = None
     rule: str | None = None
+    severity: str | None = None  # snapshots with a finding of this severity
+    pod: str | None = None
+    namespace: str | None = None
     since: datetime | None = None
     until: datetime | None = None
     limit: int = 50
@@ -94,6 +125,7 @@ class SnapshotIndex:
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             if version not in (0, _SCHEMA_VERSION):
                 conn.execute("DROP TABLE IF EXISTS snapshots")
+                conn.execute("DROP TABLE IF EXISTS docs")
             conn.executescript(_SCHEMA)
             conn.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
             conn.execute("PRAGMA journal_mode = WAL")
@@ -110,33 +142,52 @@ class SnapshotIndex:
     def upsert(
         self, snapshot: Snapshot, *, location: str, size_bytes: int, doc_mtime_ns: int
     ) -> None:
-        row = (
-            snapshot.id,
-            location,
-            snapshot.status.value,
-            snapshot.target,
-            snapshot.trigger.kind.value,
-            " ".join(sorted({f.rule for f in snapshot.findings})),
-            snapshot.created_at.isoformat(),
-            size_bytes,
-            int(snapshot.pinned),
-            doc_mtime_ns,
-            snapshot.model_dump_json(),
-        )
-        with self._lock:
-            self._conn.execute(
-                "INSERT OR REPLACE INTO snapshots VALUES (?,?,?,?,?,?,?,?,?,?,?)", row
+        self.upsert_many([(snapshot, location, size_bytes, doc_mtime_ns)])
+
+    def upsert_many(self, items: Iterable[tuple[Snapshot, str, int, int]]) -> None:
+        """(snapshot, location, size_bytes, doc_mtime_ns) each, in one transaction."""
+        items = list(items)
+        rows = [
+            (
+                snapshot.id,
+                location,
+                snapshot.status.value,
+                snapshot.target,
+                snapshot.trigger.kind.value,
+                " ".join(sorted({f.rule for f in snapshot.findings})),
+                " ".join(sorted({f"{f.rule}:{f.severity.value}" for f in snapshot.findings})),
+                snapshot.pod,
+                snapshot.namespace,
+                snapshot.summary.step_time.avg_ms if snapshot.summary else None,
+                snapshot.summary.bottleneck if snapshot.summary else None,
+                snapshot.created_at.isoformat(),
+                size_bytes,
+                int(snapshot.pinned),
+                doc_mtime_ns,
             )
+            for snapshot, location, size_bytes, doc_mtime_ns in items
+        ]
+        docs = [(snapshot.id, snapshot.model_dump_json()) for snapshot, *_ in items]
+        with self._lock:
+            self._conn.execute("BEGIN")
+            try:
+                self._conn.executemany(
+                    "INSERT OR REPLACE INTO snapshots VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows
+                )
+                self._conn.executemany("INSERT OR REPLACE INTO docs VALUES (?,?)", docs)
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
 
     def remove(self, snapshot_id: str) -> None:
         with self._lock:
             self._conn.execute("DELETE FROM snapshots WHERE id = ?", (snapshot_id,))
+            self._conn.execute("DELETE FROM docs WHERE id = ?", (snapshot_id,))
 
     def get(self, snapshot_id: str) -> Snapshot | None:
         with self._lock:
-            row = self._conn.execute(
-                "SELECT doc FROM snapshots WHERE id = ?", (snapshot_id,)
-            ).fetchone()
+            row = self._conn.execute("SELECT doc FROM docs WHERE id = ?", (snapshot_id,)).fetchone()
         return Snapshot.model_validate_json(row[0]) if row else None
 
     def entries(self) -> dict[str, IndexEntry]:
@@ -148,14 +199,28 @@ class SnapshotIndex:
 
     def query(self, q: SnapshotQuery) -> tuple[list[Snapshot], int]:
         """Newest first, filtered; returns one page and the total that matched."""
+        docs, total = self.query_docs(q)
+        return [Snapshot.model_validate_json(doc) for doc in docs], total
+
+    def query_docs(self, q: SnapshotQuery) -> tuple[list[str], int]:
+        """`query` as the stored snapshot.json texts, unparsed (the listing's fast path)."""
         where, args = [], []
-        for column, value in (("status", q.status), ("trigger", q.trigger), ("target", q.target)):
+        for column, value in (
+            ("status", q.status),
+            ("trigger", q.trigger),
+            ("target", q.target),
+            ("pod", q.pod),
+            ("namespace", q.namespace),
+        ):
             if value is not None:
                 where.append(f"{column} = ?")
                 args.append(value)
         if q.rule is not None:
             where.append("(' ' || rules || ' ') LIKE ?")
             args.append(f"% {q.rule} %")
+        if q.severity is not None:
+            where.append("(findings || ' ') LIKE ?")
+            args.append(f"%:{q.severity} %")
         if q.since is not None:
             where.append("created_at >= ?")
             args.append(q.since.isoformat())
@@ -168,11 +233,12 @@ class SnapshotIndex:
                 0
             ]
             rows = self._conn.execute(
-                f"SELECT doc FROM snapshots {clause} "
-                "ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?",
+                f"SELECT docs.doc FROM (SELECT id, created_at FROM snapshots {clause} "
+                "ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?) AS page "
+                "JOIN docs ON docs.id = page.id ORDER BY page.created_at DESC, page.id DESC",
                 [*args, q.limit, q.offset],
             ).fetchall()
-        return [Snapshot.model_validate_json(r[0]) for r in rows], total
+        return [r[0] for r in rows], total
 
     def totals_by_status(self) -> list[tuple[str, int, int, int]]:
         """(status, snapshots, bytes, pinned) per status: one aggregate query, no JSON read.
@@ -195,10 +261,26 @@ class SnapshotIndex:
             ).fetchall()
         return {r[0]: (r[1], r[2]) for r in rows}
 
+    def fleet_rows(self, since: datetime) -> list[FleetRow]:
+        """Every ready snapshot created since `since`, oldest first, without reading its JSON."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT id, namespace, target, pod, created_at, step_time_ms, bottleneck, rules, "
+                "findings, pinned FROM snapshots WHERE status = 'ready' AND created_at >= ? "
+                "ORDER BY created_at, id",
+                (since.isoformat(),),
+            ).fetchall()
+        return [FleetRow(*r[:-1], bool(r[-1])) for r in rows]
+
+    def count_by_status(self) -> list[tuple[str | None, str, int]]:
+        """(namespace, status, snapshots) of every snapshot indexed, wherever it is."""
+        with self._lock:
+            return self._conn.execute(
+                "SELECT namespace, status, count(*) FROM snapshots GROUP BY namespace, status"
+            ).fetchall()
+
     def doc(self, snapshot_id: str) -> str | None:
         """The stored snapshot.json text, unparsed."""
         with self._lock:
-            row = self._conn.execute(
-                "SELECT doc FROM snapshots WHERE id = ?", (snapshot_id,)
-            ).fetchone()
+            row = self._conn.execute("SELECT doc FROM docs WHERE id = ?", (snapshot_id,)).fetchone()
         return row[0] if row else None

@@ -22,7 +22,7 @@ import math
 import threading
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,21 @@ from profiler_service.store.snapshot_store import SnapshotStore
 log = logging.getLogger(__name__)
 
 REMOTE = "remote"  # index location of a snapshot held only in the bucket
+REFRESH_BATCH = 500  # snapshot.json files read, parsed and indexed at a time
+
+
+@dataclass
+class RefreshStats:
+    """What one refresh found: complete snapshots listed, (re)indexed and dropped, and its time."""
+
+    listed: int = 0
+    indexed: int = 0
+    removed: int = 0
+    listed_s: float = 0.0  # listing the bucket
+    read_s: float = 0.0  # reading the new snapshot.json files
+    duration_s: float = 0.0
+
+
 UPLOAD, DELETE = "upload", "delete"
 
 
@@ -75,6 +90,7 @@ class MirrorSync:
         self._busy = threading.Lock()  # held while one marker is processed
         self._refresh_lock = threading.Lock()
         self._last_refresh = -math.inf
+        self.last_refresh: RefreshStats | None = None
         self._thread: threading.Thread | None = None
 
     # ---- lifecycle -------------------------------------------------------------------------
@@ -241,19 +257,23 @@ class MirrorSync:
 
     # ---- reading the bucket ----------------------------------------------------------------
 
-    def refresh(self, *, force: bool = False) -> None:
+    def refresh(self, *, force: bool = False) -> RefreshStats | None:
         """Index what other sidecars wrote; drop remote entries gone from the bucket.
 
         At most once per `refresh_interval_s` (also after a failure), and never two at once: a
-        request that finds a refresh running is answered from the cache.
+        request that finds a refresh running is answered from the cache. Only new and rewritten
+        `snapshot.json` files are read (their ETag changed), `REFRESH_BATCH` at a time, each batch
+        indexed in one transaction: the fleet hub's first sync of a large bucket stays bounded in
+        memory. Returns what changed, or None when it did not run or the bucket did not answer.
         """
         if not force and time.monotonic() - self._last_refresh < self.refresh_interval_s:
-            return
+            return None
         if not self._refresh_lock.acquire(blocking=False):
-            return
+            return None
         try:
-            self._last_refresh = time.monotonic()
+            started = self._last_refresh = time.monotonic()
             remote = self.mirror.list_snapshots()
+            listed_s = time.monotonic() - started
             deleting = self._pending(DELETE)
             indexed = self.store.index.entries()
             wanted = [
@@ -265,22 +285,38 @@ class MirrorSync:
                     or (current.location == REMOTE and current.doc_mtime_ns != e.version)
                 )
             ]
-            docs = self.mirror.read_docs(wanted)
+            stats = RefreshStats(listed=len(remote), listed_s=listed_s)
+            for first in range(0, len(wanted), REFRESH_BATCH):
+                batch = wanted[first : first + REFRESH_BATCH]
+                read_from = time.monotonic()
+                docs = self.mirror.read_docs(batch)
+                stats.read_s += time.monotonic() - read_from
+                with self.store._lock:
+                    indexed = self.store.index.entries()
+                    rows = [
+                        row
+                        for e in batch
+                        if (row := self._remote_row(e, docs.get(e.id), indexed.get(e.id)))
+                    ]
+                    self.store.index.upsert_many(rows)
+                stats.indexed += len(rows)
             with self.store._lock:
-                indexed = self.store.index.entries()
-                for e in wanted:
-                    self._index_remote(e, docs.get(e.id), indexed.get(e.id))
-                for snapshot_id, entry in indexed.items():
+                for snapshot_id, entry in self.store.index.entries().items():
                     if entry.location == REMOTE and snapshot_id not in remote:
                         self.store.index.remove(snapshot_id)
+                        stats.removed += 1
+            stats.duration_s = time.monotonic() - started
+            self.last_refresh = stats
+            return stats
         except Exception as exc:
             log.warning("could not list %s: %s", self.mirror.url, _brief(exc))
+            return None
         finally:
             self._refresh_lock.release()
 
-    def _index_remote(
+    def _remote_row(
         self, entry: RemoteEntry, data: bytes | None, current: IndexEntry | None
-    ) -> Snapshot | None:
+    ) -> tuple[Snapshot, str, int, int] | None:
         if data is None or (current is not None and current.location != REMOTE):
             return None  # vanished meanwhile, or our own local copy (which wins)
         try:
@@ -290,10 +326,16 @@ class MirrorSync:
             return None
         if snapshot.id != entry.id or snapshot.status.in_flight:
             return None
-        self.store.index.upsert(
-            snapshot, location=REMOTE, size_bytes=snapshot.size_bytes, doc_mtime_ns=entry.version
-        )
-        return snapshot
+        return snapshot, REMOTE, snapshot.size_bytes, entry.version
+
+    def _index_remote(
+        self, entry: RemoteEntry, data: bytes | None, current: IndexEntry | None
+    ) -> Snapshot | None:
+        row = self._remote_row(entry, data, current)
+        if row is None:
+            return None
+        self.store.index.upsert_many([row])
+        return row[0]
 
     def fetch(self, snapshot_id: str) -> Snapshot | None:
         """A snapshot this index does not know yet, read straight from the bucket."""

@@ -151,6 +151,24 @@ class ObjectStoreMirror:
         if self.fs.exists(prefix):  # an empty directory on a real filesystem
             self.fs.rm(prefix, recursive=True)
 
+    # ---- small records beside the snapshots (the fleet hub's registrations) ----------------
+
+    def put_record(self, relpath: str, data: bytes) -> None:
+        """Write `URL/<relpath>` whole (e.g. `sidecars/<namespace>.<name>.json`)."""
+        path = f"{self.root}/{relpath}"
+        self._ensure_dir(posixpath.dirname(path))
+        self.fs.pipe_file(path, data)
+
+    def read_records(self, prefix: str) -> dict[str, bytes]:
+        """Every object under `URL/<prefix>/`, by path."""
+        found = self._find(f"{self.root}/{prefix}")
+        return self.fs.cat(list(found), on_error="omit") if found else {}
+
+    def remove_record(self, relpath: str) -> None:
+        path = f"{self.root}/{relpath}"
+        if self.fs.exists(path):
+            self.fs.rm_file(path)
+
     # ---- reading ---------------------------------------------------------------------------
 
     def list_snapshots(self) -> dict[str, RemoteEntry]:

@@ -8,6 +8,8 @@
     STORE/index.sqlite                            cache of every snapshot.json
     STORE/.mirror/<id>.upload|.delete             queued for the object-store mirror (optional)
 
+Files and names: layout.py; what a restart recovers and re-indexes: recovery.py.
+
 The profiler itself always writes `<logdir>/plugins/profile/<run>/`, so XProf could list a
 staging capture only between the profiler saving its file and `adopt_capture` moving it (moments);
 analysis and everything after happen outside any `plugins/profile` path. Publishing is one
@@ -19,7 +21,6 @@ an object store in the same layout, and snapshots other sidecars put there are l
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import re
@@ -38,20 +39,26 @@ from profiler_service.errors import (
 )
 from profiler_service.models import (
     Snapshot,
-    SnapshotError,
-    SnapshotFile,
     SnapshotStatus,
     is_snapshot_id,
     utcnow,
 )
 from profiler_service.store.baselines import BaselineRegistry
-from profiler_service.store.index import IndexEntry, SnapshotIndex, SnapshotQuery
+from profiler_service.store.index import SnapshotIndex, SnapshotQuery
+from profiler_service.store.layout import (
+    FAILED,
+    READY,
+    SNAPSHOT_FILE,
+    STAGING,
+    dir_size,
+    list_files,
+    write_json,
+)
+from profiler_service.store.recovery import reconcile_index, recover_interrupted
 from profiler_service.store.retention import select_evictions
 
 log = logging.getLogger(__name__)
 
-SNAPSHOT_FILE = "snapshot.json"
-READY, FAILED, STAGING = "ready", "failed", "staging"
 _DIRS = (READY, FAILED, STAGING)  # locations with a local directory ("remote" has none)
 
 
@@ -62,7 +69,7 @@ class StoreSync(Protocol):
     def stop(self) -> None: ...
     def queue_upload(self, snapshot_id: str) -> None: ...
     def fetch(self, snapshot_id: str) -> Snapshot | None: ...
-    def refresh(self) -> None: ...
+    def refresh(self) -> Any: ...
     def stream(self, snapshot: Snapshot, name: str) -> Any: ...
     def delete(self, snapshot_id: str) -> None: ...
     def is_remote(self, snapshot_id: str) -> bool: ...
@@ -159,7 +166,7 @@ class SnapshotStore:
         for path in xplane_paths:
             os.replace(path, run_dir / path.name)
         shutil.rmtree(self.staging_dir / snapshot.id / "capture", ignore_errors=True)
-        snapshot.files = _list_files(run_dir)
+        snapshot.files = list_files(run_dir)
         return run_dir
 
     def staging_run_dir(self, snapshot_id: str) -> Path:
@@ -173,8 +180,8 @@ class SnapshotStore:
             run_dir.mkdir(exist_ok=True)
             snapshot.status = SnapshotStatus.READY
             snapshot.finished_at = snapshot.finished_at or utcnow()
-            snapshot.files = _list_files(run_dir)
-            _write_json(run_dir / SNAPSHOT_FILE, snapshot)
+            snapshot.files = list_files(run_dir)
+            write_json(run_dir / SNAPSHOT_FILE, snapshot)
             final = self.profile_dir / snapshot.id
             os.replace(run_dir, final)
             shutil.rmtree(staging, ignore_errors=True)
@@ -192,10 +199,10 @@ class SnapshotStore:
             shutil.rmtree(staging / "capture", ignore_errors=True)
             if not keep_files:
                 shutil.rmtree(staging / "run", ignore_errors=True)
-            snapshot.files = _list_files(staging / "run")
+            snapshot.files = list_files(staging / "run")
             try:
                 staging.mkdir(parents=True, exist_ok=True)
-                _write_json(staging / SNAPSHOT_FILE, snapshot)
+                write_json(staging / SNAPSHOT_FILE, snapshot)
                 final = self.failed_dir / snapshot.id
                 os.replace(staging, final)
                 self._index_snapshot(snapshot, final, FAILED)
@@ -222,6 +229,12 @@ class SnapshotStore:
         if self.sync is not None:
             self.sync.refresh()
         return self.index.query(query)
+
+    def list_docs(self, query: SnapshotQuery) -> tuple[list[str], int]:
+        """`list` as snapshot.json texts, unparsed (GET /profiles splices them)."""
+        if self.sync is not None:
+            self.sync.refresh()
+        return self.index.query_docs(query)
 
     def file_path(self, snapshot_id: str, name: str) -> Path:
         """A file of a finished snapshot; anything that would leave its directory is not found."""
@@ -309,7 +322,7 @@ class SnapshotStore:
         ] / snapshot_id
 
     def _write(self, directory: Path, snapshot: Snapshot, location: str) -> None:
-        _write_json(directory / SNAPSHOT_FILE, snapshot)
+        write_json(directory / SNAPSHOT_FILE, snapshot)
         self._index_snapshot(snapshot, directory, location)
 
     def _index_snapshot(self, snapshot: Snapshot, directory: Path, location: str) -> None:
@@ -317,7 +330,7 @@ class SnapshotStore:
         self.index.upsert(
             snapshot,
             location=location,
-            size_bytes=_dir_size(directory),
+            size_bytes=dir_size(directory),
             doc_mtime_ns=doc.stat().st_mtime_ns if doc.exists() else 0,
         )
 
@@ -347,85 +360,7 @@ class SnapshotStore:
                 self.sync.evicted(snapshot)
 
     def _recover_interrupted(self) -> None:
-        """Whatever is in staging at start-up was in flight when the service stopped."""
-        for staging in sorted(self.staging_dir.iterdir()):
-            if staging.name.startswith(".") or not is_snapshot_id(staging.name):
-                shutil.rmtree(staging, ignore_errors=True) if staging.is_dir() else staging.unlink()
-                continue
-            if (self.profile_dir / staging.name / SNAPSHOT_FILE).exists():
-                shutil.rmtree(staging, ignore_errors=True)  # stopped between publish's two steps
-                continue
-            try:
-                snapshot = Snapshot.model_validate_json((staging / SNAPSHOT_FILE).read_bytes())
-            except (OSError, ValueError) as exc:
-                log.warning("dropping unreadable staging snapshot %s: %s", staging.name, exc)
-                shutil.rmtree(staging, ignore_errors=True)
-                continue
-            was = snapshot.status
-            snapshot.status = SnapshotStatus.INTERRUPTED
-            snapshot.error = SnapshotError(
-                code="interrupted",
-                detail=f"the service stopped while this snapshot was {was}; "
-                "partial files were removed",
-            )
-            log.warning(
-                "snapshot %s was %s when the service stopped: marked interrupted", snapshot.id, was
-            )
-            self.fail(snapshot, keep_files=False)
+        recover_interrupted(self.staging_dir, self.profile_dir, self.fail)
 
     def _reconcile_index(self) -> None:
-        """Bring the index in line with the snapshot.json files (rebuilds it when it was lost)."""
-        on_disk: dict[str, tuple[str, Path]] = {}
-        for location, parent in ((READY, self.profile_dir), (FAILED, self.failed_dir)):
-            for directory in parent.iterdir():
-                if (directory / SNAPSHOT_FILE).is_file() and is_snapshot_id(directory.name):
-                    on_disk[directory.name] = (location, directory)
-        indexed = self.index.entries()
-        for snapshot_id, (location, directory) in on_disk.items():
-            entry: IndexEntry | None = indexed.get(snapshot_id)
-            mtime = (directory / SNAPSHOT_FILE).stat().st_mtime_ns
-            if entry and entry.location == location and entry.doc_mtime_ns == mtime:
-                continue
-            try:
-                snapshot = Snapshot.model_validate_json((directory / SNAPSHOT_FILE).read_bytes())
-            except (OSError, ValueError) as exc:
-                log.warning("skipping unreadable %s: %s", directory / SNAPSHOT_FILE, exc)
-                continue
-            self._index_snapshot(snapshot, directory, location)
-        for snapshot_id, entry in indexed.items():
-            if (
-                snapshot_id not in on_disk
-                and entry.doc_mtime_ns != 0
-                and entry.location != "remote"
-            ):
-                self.index.remove(snapshot_id)
-
-
-def _write_json(path: Path, snapshot: Snapshot) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(snapshot.model_dump_json(indent=2))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def _list_files(directory: Path) -> list[SnapshotFile]:
-    """The capture files; XProf's own cache files beside them are not part of the snapshot."""
-    if not directory.is_dir():
-        return []
-    return [
-        SnapshotFile(name=p.name, size_bytes=p.stat().st_size)
-        for p in sorted(directory.glob("*.xplane.pb"))
-        if p.is_file()
-    ]
-
-
-def _dir_size(directory: Path) -> int:
-    total = 0
-    with contextlib.suppress(OSError):
-        for dirpath, _, filenames in os.walk(directory):
-            for name in filenames:
-                with contextlib.suppress(OSError):
-                    total += os.stat(os.path.join(dirpath, name)).st_size
-    return total
+        reconcile_index(self.index, self.profile_dir, self.failed_dir, self._index_snapshot)

@@ -40,6 +40,10 @@ class Outcome(StrEnum):
     THROTTLED = "throttled"
     REJECTED = "rejected"
     RESOLVED = "resolved"
+    # The fleet hub's own (hub/routing.py): no registered sidecar captures what the alert names,
+    # or the one that does did not answer.
+    NO_SIDECAR = "no_sidecar"
+    SIDECAR_UNREACHABLE = "sidecar_unreachable"
 
 
 # What each outcome means; docs/reference/errors-and-outcomes.md is generated from it.
@@ -53,6 +57,11 @@ OUTCOME_MEANINGS = {
     "tried, the targets and the rules), `invalid_duration`, `unknown_status`, or an API error "
     "code.",
     Outcome.RESOLVED: "A resolved alert: recorded, never captured.",
+    Outcome.NO_SIDECAR: "The fleet hub's: no registered sidecar captures what the alert names "
+    "(`reason`: `no_matching_sidecar`), or several do (`ambiguous_target`, the detail names "
+    "them); nothing was dialled.",
+    Outcome.SIDECAR_UNREACHABLE: "The fleet hub's: the sidecar that captures the alert's target "
+    "did not answer, or answered an error; no other sidecar is tried.",
 }
 
 
@@ -69,6 +78,7 @@ class AlertOutcome(BaseModel):
     detail: str
     target: str | None = None
     snapshot_id: str | None = None
+    sidecar: str | None = None  # the sidecar the fleet hub routed the alert to
     labels: dict[str, str] = Field(default_factory=dict)
 
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import re
 import threading
 import time
 from collections.abc import Callable
@@ -40,6 +39,7 @@ from profiler_service.capture.controller import CaptureController, CaptureReques
 from profiler_service.config import Settings
 from profiler_service.errors import CaptureBusy, InvalidDuration, ServiceError
 from profiler_service.models import Trigger, TriggerKind
+from profiler_service.targets import TargetMatcher
 from profiler_service.trigger.alert_log import AlertLog, AlertOutcome, Outcome
 from profiler_service.trigger.duration import parse_duration
 
@@ -192,7 +192,12 @@ class AlertTrigger:
         self.log = alert_log
         self._clock = clock
         self._lock = threading.Lock()
-        self._rules = [(r, re.compile(r.pattern)) for r in settings.webhook_target_rules]
+        self._matcher = TargetMatcher(
+            settings.webhook_target_rules,
+            settings.webhook_target_labels,
+            settings.webhook_default_target,
+        )
+        self._target_names = [t.name for t in settings.targets]
         # fingerprint -> (epoch seconds, snapshot id) of its last capture; survives restarts.
         self._captured = alert_log.recent_captures(clock() - settings.webhook_cooldown_s)
         self._last_capture_s = max((t for t, _ in self._captured.values()), default=None)
@@ -223,28 +228,7 @@ class AlertTrigger:
 
     def match_target(self, labels: dict[str, str]) -> tuple[str | None, str]:
         """The configured target an alert is about, and a sentence: how, or what was tried."""
-        for rule, pattern in self._rules:
-            value = labels.get(rule.label)
-            if value is not None and pattern.fullmatch(value):
-                return rule.target, f"label {rule.label}={value!r} matches {rule.pattern!r}"
-        for label in self.settings.webhook_target_labels:
-            value = labels.get(label)
-            if value is not None and self.settings.target(value) is not None:
-                return value, f"label {label}={value!r} names a configured target"
-        if self.settings.webhook_default_target:
-            return self.settings.webhook_default_target, "the default webhook target"
-        return None, self._no_match_sentence(labels)
-
-    def _no_match_sentence(self, labels: dict[str, str]) -> str:
-        names = {r.label for r, _ in self._rules} | set(self.settings.webhook_target_labels)
-        tried = ", ".join(f"{k}={labels[k]!r}" for k in sorted(names) if k in labels)
-        configured = ", ".join(t.name for t in self.settings.targets) or "none"
-        rules = ", ".join(f"{r.label}~{r.pattern}->{r.target}" for r, _ in self._rules) or "none"
-        return (
-            f"no configured target matches this alert (labels tried: {tried or 'none present'}; "
-            f"targets: {configured}; rules: {rules}; labels read: "
-            f"{', '.join(self.settings.webhook_target_labels) or 'none'})"
-        )
+        return self._matcher.match(labels, self._target_names)
 
     def _decide(self, source: Source, alert: WebhookAlert) -> AlertOutcome:
         fingerprint = alert.fingerprint or alert_fingerprint(alert.labels)

@@ -323,6 +323,7 @@ def test_schema_lists_exactly_the_settings_the_chart_does_not_set_itself():
         "host", "port", "insecure", "api_token", "store", "targets", "public_url",
         "webhook_token", "webhook_username", "webhook_password", "webhook_hmac_secret",
         "grafana_token", "store_options", "watch_process", "pod_name", "pod_namespace",
+        "hub_url", "hub_token", "hub_advertise_url",
     }  # fmt: skip
     assert offered == set(Settings.model_fields) - chart_set
 
@@ -381,3 +382,84 @@ spec:
     service = kinds["Service"][0]
     labels = kinds["StatefulSet"][0]["spec"]["template"]["metadata"]["labels"]
     assert service["spec"]["selector"].items() <= labels.items()
+
+
+HUB_VALUES = {
+    "hub": {"enabled": True, "settings": {"hub_sidecar_ttl_s": 90}},
+    "sidecar": {"settings": {"store_url": "s3://fleet-profiles/team-a"}},
+    "secret": {"hubToken": "fleet-secret", "storeOptions": '{"anon": false}'},
+}
+
+
+def hub_objects(docs: list[dict]) -> tuple[dict, dict]:
+    deployment = next(
+        d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"].endswith("-hub")
+    )
+    service = next(
+        d for d in docs if d["kind"] == "Service" and d["metadata"]["name"].endswith("-hub")
+    )
+    return deployment, service
+
+
+def test_the_hub_is_off_by_default_and_the_sidecar_registers_nowhere():
+    docs = install_dry_run({})
+    assert not [d for d in docs if d["metadata"]["name"].endswith("-hub")]
+    env = env_of(sidecar_of(pod_spec(docs)[1]))
+    assert "PROFILER_HUB_URL" not in env
+    secret = next(d for d in docs if d["kind"] == "Secret")
+    assert "hub-token" not in secret["data"]
+
+
+def test_the_hub_renders_and_the_sidecar_points_at_it(monkeypatch, tmp_path):
+    report = lint(HUB_VALUES)
+    assert not [m for m in report["messages"] if m["severity"] >= 2] and not report["errors"]
+    docs = install_dry_run(HUB_VALUES)
+    for doc in docs:
+        validate_kubernetes(doc)
+    deployment, service = hub_objects(docs)
+    pod = deployment["spec"]["template"]
+    assert deployment["spec"]["replicas"] == 1
+    assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+    # The sidecar's Service never selects the hub's pod (both listen on 8080).
+    sidecar_service = next(
+        d for d in docs if d["kind"] == "Service" and d["metadata"]["name"] == f"{RELEASE}-profiler"
+    )
+    assert not sidecar_service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+    hub = pod["spec"]["containers"][0]
+    assert hub["args"] == ["hub"]
+    hub_env = env_of(hub)
+    assert hub_env["PROFILER_STORE_URL"]["value"] == "s3://fleet-profiles/team-a"
+    assert hub_env["PROFILER_HUB_TOKEN"]["valueFrom"]["secretKeyRef"]["key"] == "hub-token"
+    assert hub_env["PROFILER_STORE_OPTIONS"]["valueFrom"]["secretKeyRef"]["key"] == "store-options"
+    assert hub["securityContext"]["readOnlyRootFilesystem"] is True
+    assert {"name": "hub-index", "mountPath": "/index"} in hub["volumeMounts"]
+
+    env = env_of(sidecar_of(pod_spec(docs)[1]))
+    hub_url = f"http://{RELEASE}-profiler-hub.{NAMESPACE}.svc:8080"
+    assert env["PROFILER_HUB_URL"]["value"] == hub_url
+    assert env["PROFILER_HUB_ADVERTISE_URL"]["value"] == "http://$(POD_IP):8080"
+    assert env["POD_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    assert env["PROFILER_HUB_TOKEN"]["valueFrom"]["secretKeyRef"]["key"] == "hub-token"
+    secret = next(d for d in docs if d["kind"] == "Secret")
+    assert secret["data"]["hub-token"] == "ZmxlZXQtc2VjcmV0"  # base64 of fleet-secret
+
+    # What the chart writes is what the hub and the sidecar accept (Kubernetes expands $(POD_IP)).
+    from profiler_service.config import HubSettings
+
+    for key, entry in hub_env.items():
+        if key.startswith("PROFILER_") and "value" in entry:
+            monkeypatch.setenv(key, entry["value"])
+    settings = HubSettings(api_token="t", hub_token="fleet-secret")
+    assert settings.hub_sidecar_ttl_s == 90 and settings.port == 8080
+
+
+def test_a_job_release_registers_with_another_releases_hub():
+    values = {"hub": {"url": "http://fleet-profiler-hub.ml.svc:8080"}}
+    docs = install_dry_run(values)
+    assert not [d for d in docs if d["metadata"]["name"].endswith("-hub")]
+    env = env_of(sidecar_of(pod_spec(docs)[1]))
+    assert env["PROFILER_HUB_URL"]["value"] == "http://fleet-profiler-hub.ml.svc:8080"
+
+
+def test_the_hub_needs_the_fleets_bucket():
+    assert "hub.enabled needs hub.storeUrl" in install_error({"hub": {"enabled": True}})

@@ -137,3 +137,55 @@ def test_every_metric_the_deploy_files_use_is_exported(
     )
     assert {n for n in used if n.startswith("profiler_training_")} <= exported
     assert {n for n in used if n.startswith("profiler_latest_")} <= exported
+
+
+def test_every_metric_the_fleet_dashboard_uses_is_exported_by_the_hub(tmp_path):
+    """A real `profiler-service hub` over a bucket (a file:// one) holding a job's snapshots, one
+    of them pinned (so the baseline series exist), with a sidecar registered."""
+    from datetime import UTC, datetime, timedelta
+
+    from helpers import start_hub
+    from s3_server import wait_until
+
+    from profiler_service.analysis.models import Finding, Severity, StepTime, Summary
+    from profiler_service.models import CaptureOptions, Snapshot
+    from profiler_service.store.object_store import ObjectStoreMirror
+
+    dashboard = json.loads((DEPLOY / "grafana/dashboards/profiler-fleet.json").read_text())
+    used = {n for p in dashboard["panels"] for t in p["targets"] for n in metric_names(t["expr"])}
+    used |= {
+        v["definition"].split("(", 1)[1].split(",")[0]
+        for v in dashboard["templating"]["list"]
+        if v["type"] == "query"
+    }
+    bucket = tmp_path / "bucket"
+    mirror = ObjectStoreMirror(f"file://{bucket}")
+    now = datetime.now(UTC)
+    for i in range(2):
+        mirror.write_doc(
+            Snapshot(
+                id=f"2026010{i}-000000-trainer-{i:012x}", status="ready", target="trainer",
+                namespace="ml", pod="trainer-0", pinned=i == 0,
+                created_at=now - timedelta(hours=2 - i),
+                capture=CaptureOptions(duration_ms=500, host_tracer_level=2,
+                                       python_tracer_level=0, device_tracer_level=1),
+                summary=Summary(bottleneck="input", step_time=StepTime(count=5, avg_ms=100 + i)),
+                findings=[Finding(rule="input_bound", severity=Severity.WARNING, title="t")],
+            )
+        )  # fmt: skip
+    hub = start_hub(
+        tmp_path / "hub",
+        {"PROFILER_STORE_URL": f"file://{bucket}", "PROFILER_HUB_SYNC_INTERVAL_S": "0.5"},
+    )
+    try:
+        record = {"name": "trainer-0", "namespace": "ml", "targets": ["trainer"],
+                  "url": "http://127.0.0.1:9"}  # fmt: skip
+        assert httpx.put(f"{hub.url}/sidecars/trainer-0", json=record).status_code == 200
+        with hub.client() as client:
+            wait_until(lambda: client.get("/profiles").json()["count"] == 2, 30, "the sync")
+            client.post("/webhooks/alertmanager", json={"alerts": [{"labels": {"pod": "x"}}]})
+        exported = scrape(hub.url)
+    finally:
+        hub.stop()
+    missing = sorted(used - exported)
+    assert not missing, f"the fleet dashboard reads metrics the hub does not export: {missing}"

@@ -76,6 +76,27 @@ def test_grafana_dashboard_has_the_panels_annotations_and_links():
     assert any("expr" in a for a in annotations)
 
 
+def test_grafana_fleet_dashboard_has_the_fleet_panels_and_links():
+    dashboard = json.loads((GRAFANA / "dashboards" / "profiler-fleet.json").read_text())
+    assert dashboard["uid"] == "profiler-fleet"
+    panels = {p["title"]: p for p in dashboard["panels"]}
+    assert {
+        "Live sidecars", "Jobs regressed", "Step time by job", "Step time against baseline",
+        "Latest findings by job", "Findings by rule", "Alerts routed by the hub",
+    } <= set(panels)  # fmt: skip
+    assert len({p["id"] for p in dashboard["panels"]}) == len(panels)
+    for panel in panels.values():
+        names = {n for t in panel["targets"] for n in metric_names(t["expr"])}
+        assert names and all(n.startswith("profiler_fleet_") for n in names), panel["title"]
+    links = [
+        link["url"] for link in panels["Latest findings by job"]["fieldConfig"]["defaults"]["links"]
+    ]
+    assert "${hub_url}/profiles/${__data.fields.snapshot_id}/report" in links
+    assert "${hub_url}/fleet" in links
+    variables = {v["name"] for v in dashboard["templating"]["list"]}
+    assert {"datasource", "namespace", "hub_url", "xprof_url"} <= variables
+
+
 def test_grafana_provisioning_files():
     prov = GRAFANA / "provisioning"
     datasource = yaml.safe_load((prov / "datasources" / "prometheus.yaml").read_text())

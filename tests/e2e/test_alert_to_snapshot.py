@@ -167,7 +167,8 @@ def run_alert_loop(tmp_path, job, service_factory, processes, grafana, exporter)
         templated(
             ALERTMANAGER_YML.read_text(),
             [
-                (r"http://profiler-service:8080/", f"{service.url}/", 1),
+                # The example routes to the fleet hub; a sidecar takes the same payload.
+                (r"http://profiler-service-hub:8080/", f"{service.url}/", 1),
                 (r"credentials_file: .*$", f"credentials_file: {token_file}", 1),
                 (r"group_wait: \S+$", "group_wait: 1s", 2),
                 (r"group_interval: \S+$", "group_interval: 1s", 2),

@@ -623,3 +623,40 @@ def test_fail_during_capture_drops_the_profilers_logdir(store: SnapshotStore, ro
     assert store.get("s1").error == SnapshotError(
         code="target_unreachable", detail="nothing listening"
     )
+
+
+def test_the_listing_spliced_from_stored_texts_is_what_the_models_would_answer(tmp_path):
+    """GET /profiles splices snapshot.json texts (api/schemas.snapshots_page_json): the same JSON
+    as building SnapshotPublic from each parsed snapshot, links included."""
+    import json
+
+    from profiler_service.api.schemas import SnapshotPublic, snapshots_page_json
+    from profiler_service.config import Settings
+    from profiler_service.models import (
+        CaptureOptions,
+        Snapshot,
+        SnapshotFile,
+        SnapshotStatus,
+        Trigger,
+    )
+    from profiler_service.store.index import SnapshotIndex, SnapshotQuery
+
+    settings = Settings(tensorboard_url="http://xprof:8791")
+    index = SnapshotIndex(tmp_path / "index.sqlite")
+    snapshots = [
+        Snapshot(
+            id=f"20261203-0000{i:02d}-t-{i:012x}", target="t", status=SnapshotStatus.READY,
+            capture=CaptureOptions(duration_ms=1, host_tracer_level=2, python_tracer_level=0,
+                                   device_tracer_level=1),
+            files=[SnapshotFile(name="h 1.xplane.pb", size_bytes=3)] if i else [],
+            trigger=Trigger(generator_url="http://prom/graph", panel_url=None),
+        )
+        for i in range(3)
+    ]  # fmt: skip
+    index.upsert_many([(s, "ready", 0, 1) for s in snapshots])
+    docs, total = index.query_docs(SnapshotQuery())
+    spliced = json.loads(snapshots_page_json(docs, total, 50, 0, settings))
+    parsed, _ = index.query(SnapshotQuery())
+    built = [json.loads(SnapshotPublic.of(s, settings).model_dump_json()) for s in parsed]
+    assert spliced == {"data": built, "count": 3, "limit": 50, "offset": 0}
+    assert spliced["data"][0]["links"]["tensorboard"].endswith("&host=h+1")

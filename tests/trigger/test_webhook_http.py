@@ -259,3 +259,26 @@ def test_openapi_documents_the_webhooks(client_for):
         assert path in paths
     responses = paths["/webhooks/alertmanager"]["post"]["responses"]
     assert {"202", "400", "401", "403", "413"} <= set(responses)
+
+
+def test_the_fleet_hubs_token_is_accepted_and_stands_in_for_a_grafana_signature(client_for):
+    """The hub (hub/routing.py) forwards with `Bearer <hub_token>`: it checked the sender's
+    credentials and Grafana's signature itself, and the body it re-sends carries none."""
+    client = client_for(
+        webhook_token="am", webhook_hmac_secret=SECRET, hub_token="fleet", api_token="api"
+    )
+    raw = body(grafana())
+    hub = {"Authorization": "Bearer fleet", **JSON}
+    assert client.post("/webhooks/grafana", content=raw, headers=hub).status_code == 202
+    assert (
+        client.post("/webhooks/alertmanager", content=body(alertmanager()), headers=hub).status_code
+        == 202
+    )
+    # Anyone else still signs, and the hub token is no signature for them.
+    other = client.post("/webhooks/grafana", content=raw, headers={"Authorization": "Bearer am"})
+    assert other.status_code == 401 and other.json()["error"] == "invalid_signature"
+    wrong = client.post("/webhooks/grafana", content=raw, headers={"Authorization": "Bearer x"})
+    assert wrong.status_code in (401, 403)
+    # POST /profile takes it too (an operator's capture through the hub).
+    assert client.post("/profile", headers={"Authorization": "Bearer fleet"}).status_code != 403
+    assert client.post("/profile", headers={"Authorization": "Bearer nope"}).status_code == 403

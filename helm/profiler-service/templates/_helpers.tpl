@@ -29,6 +29,14 @@ app.kubernetes.io/name: profiler-service
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{/* The hub's pods: a name of their own, so the sidecar's Service and monitors never select
+them (both listen on 8080). */}}
+{{- define "profiler-service.hubSelectorLabels" -}}
+app.kubernetes.io/name: profiler-service-hub
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: hub
+{{- end -}}
+
 {{- define "profiler-service.labels" -}}
 {{ include "profiler-service.selectorLabels" . }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
@@ -58,6 +66,15 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 {{- .Values.xprof.url -}}
 {{- else -}}
 {{- printf "http://%s-xprof.%s.svc:%d" (include "profiler-service.fullname" .) .Release.Namespace (int .Values.xprof.port) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The hub sidecars register with: hub.url, else this release's hub when enabled. */}}
+{{- define "profiler-service.hubUrl" -}}
+{{- if .Values.hub.url -}}
+{{- .Values.hub.url -}}
+{{- else if .Values.hub.enabled -}}
+{{- printf "http://%s-hub.%s.svc:%d" (include "profiler-service.fullname" .) .Release.Namespace (int .Values.hub.port) -}}
 {{- end -}}
 {{- end -}}
 
@@ -96,7 +113,7 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 
 {{- define "profiler-service.secretEnv" -}}
 {{- $name := include "profiler-service.secretName" . -}}
-{{- range $env, $key := dict "PROFILER_WEBHOOK_TOKEN" "webhook-token" "PROFILER_WEBHOOK_USERNAME" "webhook-username" "PROFILER_WEBHOOK_PASSWORD" "webhook-password" "PROFILER_WEBHOOK_HMAC_SECRET" "webhook-hmac-secret" "PROFILER_GRAFANA_TOKEN" "grafana-token" "PROFILER_STORE_OPTIONS" "store-options" }}
+{{- range $env, $key := dict "PROFILER_WEBHOOK_TOKEN" "webhook-token" "PROFILER_WEBHOOK_USERNAME" "webhook-username" "PROFILER_WEBHOOK_PASSWORD" "webhook-password" "PROFILER_WEBHOOK_HMAC_SECRET" "webhook-hmac-secret" "PROFILER_GRAFANA_TOKEN" "grafana-token" "PROFILER_STORE_OPTIONS" "store-options" "PROFILER_HUB_TOKEN" "hub-token" }}
 - name: {{ $env }}
   valueFrom:
     secretKeyRef: {name: {{ $name }}, key: {{ $key }}, optional: true}
@@ -131,6 +148,13 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
       valueFrom: {fieldRef: {fieldPath: metadata.name}}
     - name: PROFILER_POD_NAMESPACE
       valueFrom: {fieldRef: {fieldPath: metadata.namespace}}
+    {{- with include "profiler-service.hubUrl" . }}
+    # The fleet hub: it dials this pod at its IP (never an address found in an alert).
+    - {name: PROFILER_HUB_URL, value: {{ . | quote }}}
+    - name: POD_IP
+      valueFrom: {fieldRef: {fieldPath: status.podIP}}
+    - {name: PROFILER_HUB_ADVERTISE_URL, value: {{ printf "http://$(POD_IP):%d" (int $values.sidecar.port) | quote }}}
+    {{- end }}
     {{- with .Values.sidecar.watchProcess }}
     - {name: PROFILER_WATCH_PROCESS, value: {{ . | quote }}}
     {{- end }}

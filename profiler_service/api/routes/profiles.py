@@ -10,8 +10,14 @@ from fastapi import APIRouter, Path, Query, Request, Response
 from fastapi.responses import FileResponse, HTMLResponse, StreamingResponse
 
 from profiler_service.analysis.compare import compare
+from profiler_service.analysis.models import Severity
 from profiler_service.api.deps import ControllerDep, SettingsDep, StoreDep, TokenRequired
-from profiler_service.api.schemas import ERROR_RESPONSES, SnapshotPublic, SnapshotsPublic
+from profiler_service.api.schemas import (
+    ERROR_RESPONSES,
+    SnapshotPublic,
+    SnapshotsPublic,
+    snapshots_page_json,
+)
 from profiler_service.capture.controller import CaptureRequest
 from profiler_service.errors import FileNotFound, InvalidRequest, SnapshotNotFound
 from profiler_service.exporters.report import render_report
@@ -22,6 +28,8 @@ from profiler_service.trigger.duration import parse_duration
 _LABEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 
 router = APIRouter(tags=["profiles"], responses=ERROR_RESPONSES)
+# The reads: the fleet hub serves them too, over its index of the shared bucket.
+read_router = APIRouter(tags=["profiles"], responses=ERROR_RESPONSES)
 
 SnapshotId = Annotated[str, Path(description="snapshot id, e.g. 20261202-164155-default-a1b2c3")]
 
@@ -83,7 +91,7 @@ def create_profile(
     return SnapshotPublic.of(snapshot, settings)
 
 
-@router.get("/profiles", response_model=SnapshotsPublic)
+@read_router.get("/profiles", response_model=SnapshotsPublic)
 def list_profiles(
     settings: SettingsDep,
     store: StoreDep,
@@ -91,39 +99,45 @@ def list_profiles(
     trigger: TriggerKind | None = None,
     target: str | None = None,
     rule: Annotated[str | None, Query(description="snapshots with a finding of this rule")] = None,
+    severity: Annotated[
+        Severity | None, Query(description="snapshots with a finding of this severity")
+    ] = None,
+    namespace: Annotated[
+        str | None, Query(description="taken by a sidecar of this namespace")
+    ] = None,
+    pod: Annotated[str | None, Query(description="taken by the sidecar of this pod")] = None,
     since: Annotated[datetime | None, Query(description="created at or after (ISO 8601)")] = None,
     until: Annotated[datetime | None, Query(description="created before (ISO 8601)")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: Annotated[int, Query(ge=0, le=2**63 - 1)] = 0,  # SQLite's INTEGER; fuzzing found it
-) -> SnapshotsPublic:
+) -> Response:
     """List snapshots, newest first."""
-    snapshots, total = store.list(
+    docs, total = store.list_docs(
         SnapshotQuery(
             status=status,
             trigger=trigger,
             target=target,
             rule=rule,
+            severity=severity,
+            pod=pod,
+            namespace=namespace,
             since=_utc(since),
             until=_utc(until),
             limit=limit,
             offset=offset,
         )
     )
-    return SnapshotsPublic(
-        data=[SnapshotPublic.of(s, settings) for s in snapshots],
-        count=total,
-        limit=limit,
-        offset=offset,
-    )
+    page = snapshots_page_json(docs, total, limit, offset, settings)
+    return Response(page, media_type="application/json")
 
 
-@router.get("/profiles/{snapshot_id}", response_model=SnapshotPublic)
+@read_router.get("/profiles/{snapshot_id}", response_model=SnapshotPublic)
 def read_profile(snapshot_id: SnapshotId, settings: SettingsDep, store: StoreDep) -> SnapshotPublic:
     """One snapshot: status, trigger, capture options, summary, findings, links."""
     return SnapshotPublic.of(store.get(checked_id(snapshot_id)), settings)
 
 
-@router.get("/profiles/{snapshot_id}/report", response_class=HTMLResponse)
+@read_router.get("/profiles/{snapshot_id}/report", response_class=HTMLResponse)
 def read_profile_report(
     snapshot_id: SnapshotId,
     settings: SettingsDep,
@@ -141,7 +155,7 @@ def read_profile_report(
     return render_report(snapshot, settings, comparison)
 
 
-@router.get("/profiles/{snapshot_id}/files/{name:path}", response_class=FileResponse)
+@read_router.get("/profiles/{snapshot_id}/files/{name:path}", response_class=FileResponse)
 def read_profile_file(snapshot_id: SnapshotId, name: str, store: StoreDep) -> Response:
     """Download a raw capture file (`<host>.xplane.pb`), from disk or the shared object store."""
     try:

@@ -1,0 +1,10 @@
+"""The fleet hub: one contact point and one view over many sidecars and their shared bucket.
+
+registry.py      who the sidecars are (registration, heartbeat, TTL)
+registration.py  the sidecar's side: its heartbeat to the hub (and to the bucket)
+routing.py       alerts and operator captures to the sidecar they name
+fleet.py         the hub's parts wired together; the bucket's sync into the fleet index
+views.py         the fleet page: latest verdicts, step time, regressions, findings by rule
+metrics.py       `profiler_fleet_*` for Prometheus
+routes.py, app.py  the HTTP API (the sidecar's read routes, reused)
+"""

@@ -1,0 +1,138 @@
+"""The hub's parts wired together, and the bucket's sync into the fleet index.
+
+The fleet index is the sidecar's own store (`SnapshotStore` + `MirrorSync`) with nothing local:
+every snapshot is a `remote` entry of `PROFILER_STORE`/index.sqlite, read from the bucket. One
+thread syncs it every `hub_sync_interval_s`: it lists the bucket, reads only the `snapshot.json`
+files that are new or rewritten (their ETag changed), drops the ones deleted, and reads the
+sidecars' registration records (`sidecars/`). Requests never wait on the bucket; delete the index
+and the next start rebuilds it from the bucket.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from dataclasses import dataclass
+
+from profiler_service.config import HubSettings
+from profiler_service.hub.metrics import FleetCollector, FleetMetrics
+from profiler_service.hub.registration import RECORDS_PREFIX
+from profiler_service.hub.registry import SidecarRecord, SidecarRegistry
+from profiler_service.hub.routing import FleetRouter
+from profiler_service.store import SnapshotStore
+from profiler_service.store.mirror_sync import MirrorSync, RefreshStats, mirrored_store
+from profiler_service.store.object_store import ObjectStoreMirror
+from profiler_service.trigger.alert_log import AlertLog
+
+__all__ = ["FleetSync", "HubService", "build_hub"]
+
+log = logging.getLogger(__name__)
+
+
+class FleetSync:
+    """The bucket -> fleet index (and registration records -> registry) loop."""
+
+    def __init__(self, sync: MirrorSync, registry: SidecarRegistry, interval_s: float):
+        self.sync = sync
+        self.registry = registry
+        self.interval_s = interval_s
+        self.syncs_total = 0
+        self.failures_total = 0
+        self.last: RefreshStats | None = None
+        self.last_success_s: float | None = None
+        self.first_done = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def once(self) -> RefreshStats | None:
+        stats = self.sync.refresh(force=True)
+        self.syncs_total += 1
+        if stats is None:
+            self.failures_total += 1
+        else:
+            self.last, self.last_success_s = stats, time.time()
+            log.info(
+                "fleet sync: %d snapshots listed, %d indexed, %d dropped in %.2f s "
+                "(listing %.2f s, reading %.2f s)",
+                stats.listed, stats.indexed, stats.removed, stats.duration_s,
+                stats.listed_s, stats.read_s,
+            )  # fmt: skip
+        self.read_registrations()
+        self.first_done.set()
+        return stats
+
+    def read_registrations(self) -> None:
+        """Registration records sidecars wrote into the bucket (hub_register_in_bucket)."""
+        mirror = self.sync.mirror
+        try:
+            docs = mirror.read_records(RECORDS_PREFIX)
+        except Exception as exc:
+            log.warning("could not read sidecar records from %s: %s", mirror.url, exc)
+            return
+        for path, data in docs.items():
+            try:
+                record = SidecarRecord.model_validate_json(data)
+                seen = record.last_seen.timestamp() if record.last_seen else 0.0
+                self.registry.heartbeat(record.model_copy(update={"via": "bucket"}), seen)
+            except ValueError as exc:
+                log.warning("skipping sidecar record %s: %s", path, exc)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="fleet-sync", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.once()
+            except Exception:  # a bug must not end the loop
+                log.exception("fleet sync failed")
+            self._stop.wait(self.interval_s)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(30)
+
+
+@dataclass
+class HubService:
+    """What the hub's routes reach (`request.app.state.service`): the sidecar's read routes
+    reuse `settings` and `store`."""
+
+    settings: HubSettings
+    store: SnapshotStore
+    registry: SidecarRegistry
+    router: FleetRouter
+    fleet_sync: FleetSync
+    metrics: FleetMetrics
+
+    @property
+    def alerts(self) -> FleetRouter:
+        return self.router
+
+    def start(self) -> None:
+        self.fleet_sync.start()
+
+    def close(self) -> None:
+        self.fleet_sync.stop()
+        self.router.log.close()
+        self.store.close()
+
+
+def build_hub(settings: HubSettings) -> HubService:
+    """Open the fleet index (rebuilt from the bucket when it is missing) and the registry."""
+    if not settings.store_url:
+        raise ValueError("the hub reads the fleet's bucket: set PROFILER_STORE_URL")
+    mirror = ObjectStoreMirror(settings.store_url, settings.store_options_dict())
+    # Requests never refresh (math.inf): the sync thread does, every hub_sync_interval_s.
+    store = mirrored_store(settings.store, mirror, refresh_interval_s=math.inf)
+    store.open()
+    registry = SidecarRegistry(settings.hub_sidecar_ttl_s)
+    alert_log = AlertLog(store.root / "webhooks" / "alerts.jsonl").open()
+    router = FleetRouter(settings, registry, alert_log)
+    fleet_sync = FleetSync(store.sync, registry, settings.hub_sync_interval_s)  # type: ignore[arg-type]
+    collector = FleetCollector(settings, store.index, registry, alert_log, fleet_sync)
+    return HubService(settings, store, registry, router, fleet_sync, FleetMetrics(collector))

@@ -1,0 +1,181 @@
+"""`profiler_fleet_*`: the fleet as Prometheus sees it, built at scrape time from the index.
+
+    profiler_fleet_sidecars{namespace}                               live registered sidecars
+    profiler_fleet_snapshots{namespace,status}                       snapshots in the bucket
+    profiler_fleet_step_time_seconds{namespace,target}               latest ready snapshot's
+    profiler_fleet_step_time_ratio{namespace,target}                 latest / baseline (views.py)
+    profiler_fleet_regression{namespace,target}                      1 past regression_max_share
+    profiler_fleet_findings_total{namespace,target,rule,severity}    snapshots with the finding;
+        its OpenMetrics exemplar is the newest such snapshot_id
+    profiler_fleet_latest_finding{namespace,target,rule,severity,snapshot_id}
+        1 for each finding of each job's latest ready snapshot (its id, for Grafana links)
+    profiler_fleet_alerts_total{source,outcome}                      webhook alerts routed
+    profiler_fleet_sync_duration_seconds, profiler_fleet_sync_timestamp_seconds,
+    profiler_fleet_syncs_total, profiler_fleet_sync_failures_total   the bucket's sync
+
+Over the last `DEFAULT_DAYS` of ready snapshots, like the fleet page.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Protocol
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    Metric,
+)
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.samples import Exemplar
+
+from profiler_service.config import Settings
+from profiler_service.hub.registry import SidecarRegistry
+from profiler_service.hub.views import FleetView, FleetViewCache
+from profiler_service.store.index import SnapshotIndex
+from profiler_service.store.mirror_sync import RefreshStats
+from profiler_service.trigger.alert_log import AlertLog
+
+__all__ = ["FleetCollector", "FleetMetrics", "SyncState"]
+
+
+class SyncState(Protocol):
+    """What the collector reads of the bucket's sync (fleet.FleetSync)."""
+
+    syncs_total: int
+    failures_total: int
+    last: RefreshStats | None
+    last_success_s: float | None
+
+
+class FleetCollector:
+    def __init__(
+        self,
+        settings: Settings,
+        index: SnapshotIndex,
+        registry: SidecarRegistry,
+        alert_log: AlertLog,
+        fleet_sync: SyncState,
+    ):
+        self.settings, self.index, self.registry = settings, index, registry
+        self.alert_log, self.fleet_sync = alert_log, fleet_sync
+        self.views = FleetViewCache(index, settings)
+
+    def view(self) -> FleetView:
+        """The fleet view as of the last sync (what the page and each scrape read)."""
+        return self.views.get(self.fleet_sync.syncs_total)
+
+    def collect(self) -> Iterator[Metric]:
+        sidecars = GaugeMetricFamily(
+            "profiler_fleet_sidecars", "Live registered sidecars.", labels=["namespace"]
+        )
+        per_ns: dict[str, int] = {}
+        for s in self.registry.live():
+            per_ns[s.namespace or ""] = per_ns.get(s.namespace or "", 0) + 1
+        for ns, n in sorted(per_ns.items()):
+            sidecars.add_metric([ns], n)
+        yield sidecars
+
+        snapshots = GaugeMetricFamily(
+            "profiler_fleet_snapshots",
+            "Snapshots in the fleet's bucket, by namespace and status.",
+            labels=["namespace", "status"],
+        )
+        for ns, status, n in self.index.count_by_status():
+            snapshots.add_metric([ns or "", status], n)
+        yield snapshots
+
+        view = self.view()
+        step = GaugeMetricFamily(
+            "profiler_fleet_step_time_seconds",
+            "Mean step time of each job's latest ready snapshot.",
+            labels=["namespace", "target"],
+        )
+        ratio = GaugeMetricFamily(
+            "profiler_fleet_step_time_ratio",
+            "Latest step time over the baseline's (its newest pinned snapshot, else the oldest "
+            "of the window).",
+            labels=["namespace", "target"],
+        )
+        regression = GaugeMetricFamily(
+            "profiler_fleet_regression",
+            "1 when the latest step time exceeds the baseline's by more than "
+            "PROFILER_REGRESSION_MAX_SHARE.",
+            labels=["namespace", "target"],
+        )
+        latest = GaugeMetricFamily(
+            "profiler_fleet_latest_finding",
+            "1 for each finding of each job's latest ready snapshot.",
+            labels=["namespace", "target", "rule", "severity", "snapshot_id"],
+        )
+        findings = CounterMetricFamily(
+            "profiler_fleet_findings",
+            "Ready snapshots with a finding of this rule; the exemplar is the newest one.",
+            labels=["namespace", "target", "rule", "severity"],
+        )
+        for job in view.jobs:
+            key = [job.namespace or "", job.target]
+            if job.latest.step_time_ms is not None:
+                step.add_metric(key, job.latest.step_time_ms / 1000)
+            if job.step_time_ratio is not None:
+                ratio.add_metric(key, job.step_time_ratio)
+                regression.add_metric(key, float(job.regressed))
+            for rule, severity in _pairs(job.latest.findings):
+                latest.add_metric([*key, rule, severity, job.latest.id], 1)
+        for k, (n, snapshot_id, created_at) in sorted(view.findings.items()):
+            when = datetime.fromisoformat(created_at).timestamp()
+            findings.add_metric(
+                list(k), n, exemplar=Exemplar({"snapshot_id": snapshot_id}, 1, when)
+            )
+        yield from (step, ratio, regression, latest, findings)
+
+        alerts = CounterMetricFamily(
+            "profiler_fleet_alerts",
+            "Webhook alerts the hub routed, by source and outcome (no_sidecar and "
+            "sidecar_unreachable are the hub's own).",
+            labels=["source", "outcome"],
+        )
+        for (source, outcome), n in sorted(self.alert_log.counts().items()):
+            alerts.add_metric([source, outcome], n)
+        yield alerts
+
+        sync = self.fleet_sync
+        yield CounterMetricFamily(
+            "profiler_fleet_syncs",
+            "Syncs of the bucket into the fleet index.",
+            value=sync.syncs_total,
+        )
+        yield CounterMetricFamily(
+            "profiler_fleet_sync_failures",
+            "Syncs that could not list or read the bucket.",
+            value=sync.failures_total,
+        )
+        if sync.last is not None:
+            yield GaugeMetricFamily(
+                "profiler_fleet_sync_duration_seconds",
+                "How long the last successful sync took.",
+                value=sync.last.duration_s,
+            )
+            yield GaugeMetricFamily(
+                "profiler_fleet_sync_timestamp_seconds",
+                "When the last successful sync ended (Unix time).",
+                value=sync.last_success_s or 0,
+            )
+
+
+def _pairs(findings: str) -> list[tuple[str, str]]:
+    """(rule, severity) of each finding of an index row (`rule:severity ...`)."""
+    return [tuple(token.rsplit(":", 1)) for token in findings.split()]  # type: ignore[misc]
+
+
+class FleetMetrics:
+    def __init__(self, collector: FleetCollector, registry: CollectorRegistry | None = None):
+        self.collector = collector
+        self.registry = registry or CollectorRegistry()
+        self.registry.register(collector)
+
+    def render(self, accept: str | None) -> tuple[bytes, str]:
+        encoder, content_type = choose_encoder(accept or "")
+        return encoder(self.registry), content_type

@@ -1,0 +1,143 @@
+"""The sidecar's side of the hub: say who it is, every `hub_heartbeat_s`, for as long as it runs.
+
+With `PROFILER_HUB_URL`: `PUT {hub}/sidecars/{name}` with `Bearer <hub_token>`. With a shared
+bucket (`PROFILER_STORE_URL`): the same record at `URL/sidecars/<namespace>.<name>.json`, which
+the hub reads at each sync (a hub the sidecar cannot reach still finds it). A failure is logged
+(once per kind, until it recovers) and retried at the next beat: it never stops the sidecar. On a
+graceful stop the sidecar deregisters; a killed one drops out after the hub's TTL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import threading
+from typing import TYPE_CHECKING
+
+import httpx
+
+from profiler_service import __version__
+from profiler_service.config import Settings
+from profiler_service.hub.registry import SidecarRecord
+
+if TYPE_CHECKING:
+    from profiler_service.store.object_store import ObjectStoreMirror  # fsspec: only with a bucket
+
+__all__ = ["HubRegistration", "sidecar_record"]
+
+log = logging.getLogger(__name__)
+
+RECORDS_PREFIX = "sidecars"
+
+
+def sidecar_record(settings: Settings) -> SidecarRecord:
+    """This sidecar as the hub lists it."""
+    name = (settings.pod_name or socket.gethostname()).lower()
+    url = settings.hub_advertise_url or settings.public_url
+    if url is None:
+        host = "127.0.0.1" if settings.host in ("0.0.0.0", "::", "") else settings.host
+        url = f"http://{host}:{settings.port}"
+    return SidecarRecord(
+        name=name,
+        namespace=settings.pod_namespace,
+        pod=settings.pod_name or name,
+        targets=[t.name for t in settings.targets],
+        url=url,
+        public_url=settings.public_url,
+        version=__version__,
+        heartbeat_s=settings.hub_heartbeat_s,
+    )
+
+
+def record_path(record: SidecarRecord) -> str:
+    return f"{RECORDS_PREFIX}/{record.namespace or '_'}.{record.name}.json"
+
+
+class HubRegistration:
+    """One daemon thread; `beat()` is one heartbeat (the tests call it directly)."""
+
+    def __init__(self, settings: Settings, bucket: ObjectStoreMirror | None = None):
+        self.settings = settings
+        self.record = sidecar_record(settings)
+        self.bucket = bucket  # the store's ObjectStoreMirror, with hub_register_in_bucket
+        self.beats_total = 0
+        self.failures_total = 0
+        self._failing: set[str] = set()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._client = httpx.Client(timeout=min(10.0, settings.hub_heartbeat_s))
+
+    def _headers(self) -> dict[str, str]:
+        token = self.settings.hub_token
+        return {"Authorization": f"Bearer {token.get_secret_value()}"} if token else {}
+
+    def beat(self) -> bool:
+        """Register once with the hub and/or the bucket; True when every one took it."""
+        ok = True
+        if self.settings.hub_url:
+            ok &= self._attempt("hub", self._put_hub)
+        if self.bucket is not None:
+            ok &= self._attempt("bucket", self._put_bucket)
+        self.beats_total += 1
+        return ok
+
+    def _attempt(self, where: str, call) -> bool:
+        try:
+            call()
+        except Exception as exc:
+            self.failures_total += 1
+            if where not in self._failing:
+                log.warning("could not register with the %s (retrying every %g s): %s",
+                            where, self.settings.hub_heartbeat_s, exc)  # fmt: skip
+            self._failing.add(where)
+            return False
+        if where in self._failing:
+            log.info("registered with the %s again", where)
+            self._failing.discard(where)
+        return True
+
+    def _put_hub(self) -> None:
+        response = self._client.put(
+            f"{self.settings.hub_url}/sidecars/{self.record.name}",
+            content=self.record.model_dump_json(exclude={"last_seen", "via"}),
+            headers={**self._headers(), "Content-Type": "application/json"},
+        )
+        if response.status_code != 200:
+            raise RuntimeError(f"the hub answered {response.status_code}: {response.text[:200]}")
+
+    def _put_bucket(self) -> None:
+        from datetime import UTC, datetime
+
+        record = self.record.model_copy(update={"last_seen": datetime.now(UTC), "via": "bucket"})
+        self.bucket.put_record(record_path(record), record.model_dump_json().encode())
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="hub-heartbeat", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.beat()
+            self._stop.wait(self.settings.hub_heartbeat_s)
+
+    def stop(self) -> None:
+        """Stop beating and deregister (best effort: the TTL covers what this misses)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+        if self.settings.hub_url:
+            try:
+                params = {"namespace": self.record.namespace} if self.record.namespace else {}
+                self._client.delete(
+                    f"{self.settings.hub_url}/sidecars/{self.record.name}",
+                    params=params,
+                    headers=self._headers(),
+                    timeout=2,
+                )
+            except httpx.HTTPError:
+                pass
+        if self.bucket is not None:
+            with contextlib.suppress(Exception):
+                self.bucket.remove_record(record_path(self.record))
+        self._client.close()

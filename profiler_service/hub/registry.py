@@ -1,0 +1,90 @@
+"""Who the sidecars are: each one's registration, kept while its heartbeats arrive.
+
+A sidecar registers `PUT /sidecars/{name}` with its pod, namespace, targets and the URL the hub
+may dial, again every `hub_heartbeat_s`; or it writes the same record into the shared bucket
+(`URL/sidecars/<namespace>.<name>.json`), which the hub reads at every sync. One not heard from
+for `hub_sidecar_ttl_s` drops out of every listing and every routing decision. Addresses come
+only from these records: the hub never dials an address found in an alert.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Annotated
+
+from pydantic import BaseModel, Field
+
+from profiler_service.targets import TARGET_NAME_PATTERN
+
+__all__ = ["SidecarRecord", "SidecarRegistry", "SidecarsPublic"]
+
+SIDECAR_NAME_PATTERN = r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$"  # a pod name (DNS subdomain)
+
+
+class SidecarRecord(BaseModel):
+    """What a sidecar says of itself; `last_seen` and `via` are the hub's."""
+
+    name: str = Field(pattern=SIDECAR_NAME_PATTERN)
+    namespace: str | None = Field(default=None, pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+    pod: str | None = None
+    targets: list[Annotated[str, Field(pattern=TARGET_NAME_PATTERN)]] = Field(default_factory=list)
+    url: str = Field(pattern=r"^https?://[^\s/?#]+/?$")  # where the hub dials it
+    public_url: str | None = None
+    version: str | None = None
+    heartbeat_s: float = Field(default=15.0, gt=0)
+    last_seen: datetime | None = None
+    via: str = "hub"  # hub (PUT /sidecars) or bucket (a registration record)
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace or ''}/{self.name}"
+
+    def captures(self, target: str) -> bool:
+        return target in self.targets
+
+
+class SidecarsPublic(BaseModel):
+    data: list[SidecarRecord]
+    count: int
+
+
+class SidecarRegistry:
+    """In memory: the sidecars re-register within a heartbeat of a hub restart."""
+
+    def __init__(self, ttl_s: float, clock: Callable[[], float] = time.time):
+        self.ttl_s = ttl_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._records: dict[str, SidecarRecord] = {}
+        self._seen_s: dict[str, float] = {}
+        self.expired_total = 0
+
+    def heartbeat(self, record: SidecarRecord, seen_s: float | None = None) -> SidecarRecord:
+        """Register or refresh; `seen_s` (epoch seconds) for a record read from the bucket."""
+        now = self._clock()
+        seen = now if seen_s is None else min(seen_s, now)
+        with self._lock:
+            if seen_s is not None and self._seen_s.get(record.key, -1.0) > seen:
+                return self._records[record.key]  # a fresher direct heartbeat wins
+            record = record.model_copy(update={"last_seen": datetime.fromtimestamp(seen, UTC)})
+            self._records[record.key] = record
+            self._seen_s[record.key] = seen
+        return record
+
+    def remove(self, name: str, namespace: str | None) -> bool:
+        key = f"{namespace or ''}/{name}"
+        with self._lock:
+            self._seen_s.pop(key, None)
+            return self._records.pop(key, None) is not None
+
+    def live(self) -> list[SidecarRecord]:
+        """Sidecars heard from within the TTL, by namespace and name; the others are dropped."""
+        horizon = self._clock() - self.ttl_s
+        with self._lock:
+            for key in [k for k, seen in self._seen_s.items() if seen < horizon]:
+                del self._records[key], self._seen_s[key]
+                self.expired_total += 1
+            return sorted(self._records.values(), key=lambda r: r.key)

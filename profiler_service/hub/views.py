@@ -1,0 +1,125 @@
+"""The fleet page: every job's latest verdict, its step time over the last days, whether it
+regressed against its baseline, and the findings counted by rule. Index columns only: the page
+reads no snapshot.json.
+
+A job is a (namespace, target). Its baseline is its newest pinned snapshot (`PUT
+/profiles/{id}/pin`, what `set_baseline` does on a sidecar), else its oldest snapshot of the
+window; it regressed when its latest step time exceeds the baseline's by more than
+`regression_max_share` (10 %).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from profiler_service.config import Settings
+from profiler_service.exporters import charts
+from profiler_service.exporters.report import SEVERITY_COLOURS, _environment
+from profiler_service.hub.registry import SidecarRecord
+from profiler_service.store.index import FleetRow, SnapshotIndex
+
+__all__ = ["FleetView", "FleetViewCache", "JobView", "fleet_view", "render_fleet"]
+
+DEFAULT_DAYS = 7
+
+
+@dataclass
+class JobView:
+    namespace: str | None
+    target: str
+    latest: FleetRow
+    points: list[tuple[datetime, float]] = field(default_factory=list)
+    baseline: FleetRow | None = None
+    step_time_ratio: float | None = None  # latest / baseline
+    regressed: bool = False
+    findings_by_rule: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace or ''}/{self.target}"
+
+
+@dataclass
+class FleetView:
+    start: datetime
+    end: datetime
+    jobs: list[JobView]
+    findings_by_rule: dict[str, int]
+    snapshots: int
+    rows: list[FleetRow] = field(default_factory=list, repr=False)  # oldest first
+    # (namespace, target, rule, severity) -> (snapshots, the newest's id, its created_at)
+    findings: dict[tuple[str, str, str, str], tuple[int, str, str]] = field(default_factory=dict)
+
+
+class FleetViewCache:
+    """The default window's view, rebuilt only when the index changed (a sync) or after
+    `max_age_s`: over 10,000 snapshots one view costs ~150 ms, and the page and every scrape
+    read it."""
+
+    def __init__(self, index: SnapshotIndex, settings: Settings, max_age_s: float = 60.0):
+        self.index, self.settings, self.max_age_s = index, settings, max_age_s
+        self._lock = threading.Lock()
+        self._key: object = None
+        self._view: FleetView | None = None
+        self._built_s = 0.0
+
+    def get(self, version: object) -> FleetView:
+        with self._lock:
+            fresh = time.monotonic() - self._built_s < self.max_age_s
+            if self._view is None or self._key != version or not fresh:
+                self._view = fleet_view(self.index, self.settings)
+                self._key, self._built_s = version, time.monotonic()
+            return self._view
+
+
+def fleet_view(index: SnapshotIndex, settings: Settings, days: float = DEFAULT_DAYS) -> FleetView:
+    end = datetime.now(UTC)
+    start = end - timedelta(days=days)
+    rows = index.fleet_rows(start)
+    grouped: dict[tuple[str | None, str], list[FleetRow]] = {}
+    for row in rows:
+        grouped.setdefault((row.namespace, row.target), []).append(row)
+    jobs, by_rule, findings = [], {}, {}
+    for (namespace, target), its in sorted(
+        grouped.items(), key=lambda kv: (kv[0][0] or "", kv[0][1])
+    ):
+        job = JobView(namespace, target, latest=its[-1])
+        job.points = [
+            (datetime.fromisoformat(r.created_at), r.step_time_ms)
+            for r in its
+            if r.step_time_ms is not None
+        ]
+        pinned = [r for r in its if r.pinned and r is not its[-1]]
+        job.baseline = pinned[-1] if pinned else (its[0] if len(its) > 1 else None)
+        base, head = job.baseline, job.latest
+        if base is not None and base.step_time_ms and head.step_time_ms is not None:
+            job.step_time_ratio = head.step_time_ms / base.step_time_ms
+            job.regressed = job.step_time_ratio > 1 + settings.regression_max_share
+        for r in its:
+            for rule in r.rules.split():
+                job.findings_by_rule[rule] = job.findings_by_rule.get(rule, 0) + 1
+                by_rule[rule] = by_rule.get(rule, 0) + 1
+            for token in r.findings.split():
+                rule, _, severity = token.rpartition(":")
+                k = (namespace or "", target, rule, severity)
+                findings[k] = (findings.get(k, (0,))[0] + 1, r.id, r.created_at)
+        jobs.append(job)
+    by_rule = dict(sorted(by_rule.items(), key=lambda kv: (-kv[1], kv[0])))
+    return FleetView(start, end, jobs, by_rule, len(rows), rows, findings)
+
+
+def render_fleet(view: FleetView, sidecars: list[SidecarRecord], settings: Settings) -> str:
+    return (
+        _environment()
+        .get_template("fleet.html")
+        .render(
+            v=view,
+            sidecars=sidecars,
+            charts=charts,
+            severity_colours=SEVERITY_COLOURS,
+            regression_max_share=settings.regression_max_share,
+        )
+    )

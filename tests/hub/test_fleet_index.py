@@ -1,0 +1,219 @@
+"""The hub's fleet index over a real S3 API (moto on loopback): listing with filters and paging,
+reports and files from the bucket, incremental syncs, and a rebuild from nothing after a restart.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import pytest
+from fleet_samples import XPLANE, fleet_snapshot, put
+from helpers import free_port, start_hub
+from s3_server import S3Server, wait_until
+
+from profiler_service.analysis.models import Severity
+from profiler_service.models import SnapshotStatus
+from profiler_service.store.object_store import ObjectStoreMirror
+
+BUCKET = "fleet-index"
+W, C, INFO = Severity.WARNING, Severity.CRITICAL, Severity.INFO
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory) -> Iterator[S3Server]:
+    server = S3Server(free_port()).start(tmp_path_factory.mktemp("moto") / "moto.log")
+    server.create_bucket(BUCKET)
+    yield server
+    server.stop()
+
+
+def fleet_snapshots():
+    """30 snapshots: 3 namespaces x 2 targets x 5 times; ranker regresses against its pin."""
+    out, i = [], 0
+    for ns in ("team-a", "team-b", "team-c"):
+        for target in ("trainer", "ranker"):
+            for k in range(5):
+                i += 1
+                failed = ns == "team-c" and k == 0
+                ranker = target == "ranker"
+                out.append(
+                    fleet_snapshot(
+                        i,
+                        namespace=ns,
+                        target=target,
+                        minutes_ago=60 * (5 - k) + i,
+                        step_ms=(100 + 15 * k) if ranker else 100,
+                        rules=(
+                            (("input_bound", W),) if k % 2 else (("host_bound", C), ("x", INFO))
+                        ),
+                        status=SnapshotStatus.FAILED if failed else SnapshotStatus.READY,
+                        pinned=ranker and k == 0,
+                        with_file=i == 1,
+                    )
+                )
+    return out
+
+
+def hub_env(s3: S3Server, prefix: str) -> dict[str, str]:
+    return {
+        "PROFILER_STORE_URL": f"s3://{BUCKET}/{prefix}",
+        "PROFILER_STORE_OPTIONS": s3.options_json,
+        "PROFILER_HUB_SYNC_INTERVAL_S": "0.5",
+    }
+
+
+def ids(client, **params) -> list[str]:
+    body = client.get("/profiles", params=params).json()
+    return [s["id"] for s in body["data"]]
+
+
+def test_the_fleet_listing_filters_pages_and_serves_from_the_bucket(s3, tmp_path):
+    mirror = ObjectStoreMirror(f"s3://{BUCKET}/listing", s3.options)
+    snapshots = fleet_snapshots()
+    for s in snapshots:
+        put(mirror, s, tmp_path / "files" / s.id)
+    newest_first = sorted((s.id for s in snapshots), key=lambda x: x, reverse=True)
+    by_time = sorted(snapshots, key=lambda s: s.created_at, reverse=True)
+    hub = start_hub(tmp_path / "hub", hub_env(s3, "listing"))
+    try:
+        with hub.client() as client:
+            wait_until(lambda: client.get("/profiles").json()["count"] == 30, 60, "first sync")
+            assert ids(client, limit=500) == [s.id for s in by_time]
+            assert len(set(newest_first)) == 30
+
+            def expect(pred, **params):
+                want = [s.id for s in by_time if pred(s)]
+                assert ids(client, limit=500, **params) == want, params
+                assert client.get("/profiles", params=params).json()["count"] == len(want)
+
+            expect(lambda s: s.namespace == "team-b", namespace="team-b")
+            expect(lambda s: s.target == "ranker", target="ranker")
+            expect(lambda s: s.pod == "ranker-0", pod="ranker-0")
+            expect(lambda s: any(f.rule == "host_bound" for f in s.findings), rule="host_bound")
+            expect(lambda s: any(f.severity is C for f in s.findings), severity="critical")
+            expect(lambda s: s.status is SnapshotStatus.FAILED, status="failed")
+            cut = by_time[10].created_at
+            expect(lambda s: s.created_at >= cut, since=cut.isoformat())
+            expect(
+                lambda s: s.namespace == "team-a" and s.target == "trainer"
+                and any(f.rule == "input_bound" for f in s.findings),
+                namespace="team-a", target="trainer", rule="input_bound",
+            )  # fmt: skip
+            pages = [ids(client, limit=7, offset=o) for o in range(0, 30, 7)]
+            assert [x for page in pages for x in page] == [s.id for s in by_time]
+            assert client.get("/profiles", params={"severity": "bogus"}).status_code == 422
+
+            first = snapshots[0]
+            one = client.get(f"/profiles/{first.id}").json()
+            assert one["namespace"] == "team-a" and one["findings"][0]["rule"] == "host_bound"
+            report = client.get(f"/profiles/{first.id}/report")
+            assert report.status_code == 200 and "host_bound on trainer" in report.text
+            download = client.get(f"/profiles/{first.id}/files/host.xplane.pb")
+            assert download.status_code == 200 and download.content == XPLANE
+            missing = client.get(f"/profiles/{first.id}/files/..%2Fsnapshot.json")
+            assert missing.status_code == 404 and missing.json()["error"] == "file_not_found"
+            gone = client.get("/profiles/20200101-000000-x-000000000000")
+            assert gone.status_code == 404 and gone.json()["error"] == "snapshot_not_found"
+            # Read-only: the hub has no write routes on snapshots.
+            assert client.delete(f"/profiles/{first.id}").status_code == 405
+    finally:
+        hub.stop()
+
+
+def test_syncs_are_incremental_and_a_deleted_index_is_rebuilt_the_same(s3, tmp_path):
+    mirror = ObjectStoreMirror(f"s3://{BUCKET}/rebuild", s3.options)
+    snapshots = fleet_snapshots()
+    for s in snapshots:
+        put(mirror, s, tmp_path / "files" / s.id)
+    hub = start_hub(tmp_path / "hub", hub_env(s3, "rebuild"))
+    try:
+        with hub.client() as client:
+            wait_until(lambda: client.get("/profiles").json()["count"] == 30, 60, "first sync")
+
+            def synced() -> float:
+                text = client.get("/metrics").text
+                return float(re.search(r"^profiler_fleet_syncs_total (\S+)$", text, re.M)[1])
+
+            # New snapshots and a deletion: the next syncs read only what changed.
+            extra = [
+                fleet_snapshot(100 + k, namespace="team-z", target="fresh", minutes_ago=k)
+                for k in range(3)
+            ]
+            for s in extra:
+                put(mirror, s, tmp_path / "files" / s.id)
+            mirror.delete(snapshots[5].id)
+            wait_until(lambda: client.get("/profiles").json()["count"] == 32, 30, "the changes")
+            assert snapshots[5].id not in ids(client, limit=500)
+            assert ids(client, namespace="team-z") == [s.id for s in extra]
+            assert synced() >= 2
+            assert "fleet sync: 32 snapshots listed, 0 indexed, 0 dropped" in wait_until(
+                lambda: (
+                    "32 snapshots listed, 0 indexed" in hub.log.read_text() and hub.log.read_text()
+                ),
+                30,
+                "a sync with nothing new",
+            )
+            before = client.get("/profiles", params={"limit": 500}).json()
+    finally:
+        hub.stop()
+
+    for suffix in ("", "-wal", "-shm"):
+        (tmp_path / "hub" / f"index.sqlite{suffix}").unlink(missing_ok=True)
+    again = start_hub(tmp_path / "hub", hub_env(s3, "rebuild"))
+    try:
+        with again.client() as client:
+            wait_until(lambda: client.get("/profiles").json()["count"] == 32, 60, "the rebuild")
+            after = client.get("/profiles", params={"limit": 500}).json()
+    finally:
+        again.stop()
+    assert after == before
+
+
+def test_the_fleet_page_and_metrics_show_each_jobs_latest_state(s3, tmp_path):
+    mirror = ObjectStoreMirror(f"s3://{BUCKET}/page", s3.options)
+    snapshots = fleet_snapshots()
+    for s in snapshots:
+        put(mirror, s, tmp_path / "files" / s.id)
+    hub = start_hub(tmp_path / "hub", hub_env(s3, "page"))
+    try:
+        with hub.client() as client:
+            wait_until(lambda: client.get("/profiles").json()["count"] == 30, 60, "first sync")
+            page = client.get("/fleet")
+            assert page.status_code == 200
+            html = page.text
+            for ns in ("team-a", "team-b", "team-c"):
+                for target in ("trainer", "ranker"):
+                    assert f'data-job="{ns}/{target}"' in html
+            # ranker: 100 ms pinned, 160 ms now: +60 %, a regression; trainer is flat.
+            ranker = html.split('data-job="team-a/ranker"')[1].split("</tr>")[0]
+            assert "+60 % regression" in ranker and "pinned" in ranker
+            trainer = html.split('data-job="team-a/trainer"')[1].split("</tr>")[0]
+            assert "+0 %" in trainer and "regression" not in trainer
+            assert "<svg" in ranker  # the step time over the window
+            rules = html.split('id="rules"')[1]
+            assert "input_bound" in rules and "host_bound" in rules
+
+            text = client.get("/metrics").text
+            latest = [s for s in snapshots if s.namespace == "team-a" and s.target == "ranker"][-1]
+            assert (
+                f'profiler_fleet_latest_finding{{namespace="team-a",rule="host_bound",'
+                f'severity="critical",snapshot_id="{latest.id}",target="ranker"}} 1.0'
+            ) in text
+            assert 'profiler_fleet_regression{namespace="team-a",target="ranker"} 1.0' in text
+            assert (
+                'profiler_fleet_step_time_seconds{namespace="team-a",target="ranker"} 0.16' in text
+            )
+            assert 'profiler_fleet_snapshots{namespace="team-c",status="failed"} 2.0' in text
+            open_metrics = client.get(
+                "/metrics", headers={"Accept": "application/openmetrics-text; version=1.0.0"}
+            ).text
+            exemplar = re.search(
+                r'^profiler_fleet_findings_total\{namespace="team-a",rule="host_bound",'
+                r'severity="critical",target="ranker"\} 3.0 # \{snapshot_id="([^"]+)"\}',
+                open_metrics,
+                re.M,
+            )
+            assert exemplar and exemplar[1] == latest.id
+    finally:
+        hub.stop()
