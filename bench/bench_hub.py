@@ -39,7 +39,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
-from bench_common import free_port, start_job
+from bench_common import free_port, record, start_job
 
 KEY = SECRET = "bench"
 BUCKET = "fleet"
@@ -143,6 +143,11 @@ def fill(fs, prefix: str, docs: list[dict]) -> None:
 
 
 # ---- measuring -------------------------------------------------------------------------------
+
+
+def p99_ms(samples_s: list[float]) -> float:
+    ms = sorted(s * 1000 for s in samples_s)
+    return ms[min(len(ms) - 1, int(len(ms) * 0.99))]
 
 
 def percentiles(samples_s: list[float]) -> str:
@@ -281,6 +286,15 @@ def run(args, work: Path, rng: random.Random, procs: list) -> None:
         r"([\d.]+) s \(listing ([\d.]+) s, reading ([\d.]+) s\)", 600,
     )  # fmt: skip
     rss, hwm = rss_mb(hub.pid)
+    took = float(first[2])
+    record(
+        f"hub: first sync of {args.snapshots} snapshots ({args.bucket})",
+        took,
+        "< 60",
+        took < 60,
+        "s",
+    )
+    record("hub: RSS peak through the first sync", hwm, unit="MiB")
     print(
         f"first sync: {first[1]} snapshots indexed in {float(first[2]):.1f} s (listing the "
         f"bucket {float(first[3]):.1f} s, reading the files {float(first[4]):.1f} s, parsing and "
@@ -336,6 +350,8 @@ def run(args, work: Path, rng: random.Random, procs: list) -> None:
         every += samples
         print(f"  GET /profiles {name:26s} {percentiles(samples)}  count={answer.json()['count']}")
     print(f"GET /profiles, every query: {percentiles(every)}")
+    p99 = p99_ms(every)
+    record("hub: GET /profiles with filters, p99", p99, "<= 50", p99 <= 50, "ms")
     for path in ("/fleet", "/metrics"):
         samples = []
         for _ in range(10):
@@ -359,9 +375,16 @@ def run(args, work: Path, rng: random.Random, procs: list) -> None:
     auth = {"Authorization": "Bearer bench-hub"}
     for j in range(args.sidecars):
         url = sidecar_url if j == 0 else f"http://127.0.0.1:{free_port()}"  # never dialled
-        record = {"name": f"job-{j:03d}-0", "namespace": f"team-{j % 25:02d}",
-                  "pod": f"job-{j:03d}-0", "targets": [f"job-{j:03d}"], "url": url}  # fmt: skip
-        assert client.put(f"/sidecars/{record['name']}", json=record, headers=auth).is_success
+        registration = {
+            "name": f"job-{j:03d}-0",
+            "namespace": f"team-{j % 25:02d}",
+            "pod": f"job-{j:03d}-0",
+            "targets": [f"job-{j:03d}"],
+            "url": url,
+        }
+        assert client.put(
+            f"/sidecars/{registration['name']}", json=registration, headers=auth
+        ).is_success
     assert client.get("/sidecars").json()["count"] == args.sidecars
     # The first alert starts a capture (the sidecar's first); the rest are throttled in memory.
     client.post("/webhooks/alertmanager", json=alert_body(-1, "job-000-0", "team-00"))
@@ -386,6 +409,9 @@ def run(args, work: Path, rng: random.Random, procs: list) -> None:
     print(f"webhook, 1 alert, straight to the sidecar: {percentiles(straight)}")
     print(f"webhook, 1 alert, through the hub ({args.sidecars} sidecars): {percentiles(via_hub)}")
     print(f"routing adds: {percentiles(added)} (quantile by quantile)")
+    added_p50 = statistics.median(added) * 1000
+    record("hub: routing adds to a webhook, p50", added_p50, "<= 5", added_p50 <= 5, "ms")
+    record("hub: routing adds to a webhook, p99", p99_ms(added), unit="ms")
     bodies = [alert_body(20_000 + i, "job-000-0", "team-00") for i in range(2000)]
     seconds = asyncio.run(storm(f"{hub_url}/webhooks/alertmanager", bodies, 16))
     print(f"routing throughput: {len(bodies) / seconds:.0f} alerts/s through the hub "

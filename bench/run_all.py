@@ -27,6 +27,7 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
     "overhead": ("bench_overhead.py", [], ["--rounds", "3", "--steps", "200"]),
     "metrics": ("bench_metrics.py", [], []),
     "webhooks": ("bench_webhooks.py", [], []),
+    "hub": ("bench_hub.py", [], ["--snapshots", "2000", "--sidecars", "100"]),
     "footprint": (
         "bench_footprint.py",
         ["--skip-install"],
