@@ -71,6 +71,26 @@ def role(child: psutil.Process) -> str:
     return "capture" if "remote_child" in cmdline else "other"
 
 
+def capture_and_watch(
+    client: httpx.Client, sidecar: psutil.Process, seconds: float
+) -> tuple[dict, float, dict[str, int]]:
+    """POST /profile and wait for its end: the snapshot, the latency, and the peak RSS of the
+    service and of its capture and analysis children, sampled every 50 ms."""
+    peaks = {"service": 0, "capture": 0, "analysis": 0}
+    started = time.monotonic()
+    body = client.post("/profile", params={"duration": f"{seconds:g}s"}).json()
+    snapshot_id = body["id"]
+    while body.get("status") in ("capturing", "analyzing"):
+        peaks["service"] = max(peaks["service"], rss(sidecar))
+        for child in sidecar.children(recursive=True):
+            kind = role(child)
+            if kind in peaks:
+                peaks[kind] = max(peaks[kind], rss(child))
+        time.sleep(0.05)
+        body = client.get(f"/profiles/{snapshot_id}").json()
+    return body, time.monotonic() - started, peaks
+
+
 def seconds_between(a: str | None, b: str | None) -> float:
     if not a or not b:
         return float("nan")
@@ -97,19 +117,7 @@ def bench_service(durations: list[float], workload: str) -> None:
                 f"{'capture child':>14} {'analysis worker':>16}"
             )
             for seconds in durations:
-                peaks = {"service": 0, "capture": 0, "analysis": 0}
-                started = time.monotonic()
-                snapshot = client.post("/profile", params={"duration": f"{seconds:g}s"}).json()
-                body = snapshot
-                while body.get("status") in ("capturing", "analyzing"):
-                    peaks["service"] = max(peaks["service"], rss(sidecar))
-                    for child in sidecar.children(recursive=True):
-                        kind = role(child)
-                        if kind in peaks:
-                            peaks[kind] = max(peaks[kind], rss(child))
-                    time.sleep(0.05)
-                    body = client.get(f"/profiles/{snapshot['id']}").json()
-                latency = time.monotonic() - started
+                body, latency, peaks = capture_and_watch(client, sidecar, seconds)
                 if body["status"] != "ready":
                     print(f"{seconds:>7g}s failed: {body.get('error')}")
                     continue

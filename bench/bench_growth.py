@@ -26,7 +26,7 @@ from pathlib import Path
 import httpx
 import psutil
 from bench_common import free_port, record, start_job
-from bench_footprint import role, rss, seconds_between, start_service
+from bench_footprint import capture_and_watch, seconds_between, start_service
 
 from profiler_service.analysis.fit import fit_line
 
@@ -72,21 +72,11 @@ def measure(workload: str, durations: list[float]) -> list[dict]:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as client:
             time.sleep(3)  # the warm worker has imported XProf, as in a service that ran a while
             for seconds in durations:
-                peak = 0
-                started = time.monotonic()
-                body = client.post("/profile", params={"duration": f"{seconds:g}s"}).json()
-                snapshot_id = body["id"]
-                while body.get("status") in ("capturing", "analyzing"):
-                    for child in sidecar.children(recursive=True):
-                        if role(child) == "analysis":
-                            peak = max(peak, rss(child))
-                    time.sleep(0.05)
-                    body = client.get(f"/profiles/{snapshot_id}").json()
-                latency = time.monotonic() - started
+                body, latency, peaks = capture_and_watch(client, sidecar, seconds)
                 if body["status"] != "ready":
                     print(f"{workload} {seconds:g}s failed: {body.get('error')}")
                     continue
-                run = store / "plugins" / "profile" / snapshot_id
+                run = store / "plugins" / "profile" / body["id"]
                 rows.append(
                     {
                         "workload": workload,
@@ -99,7 +89,7 @@ def measure(workload: str, durations: list[float]) -> list[dict]:
                         "analysis": seconds_between(
                             body["capture_finished_at"], body["finished_at"]
                         ),
-                        "worker_peak": peak,
+                        "worker_peak": peaks["analysis"],
                         "xprof": xprof_alone(run),
                     }
                 )

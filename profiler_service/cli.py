@@ -218,6 +218,18 @@ def find_xplanes(path: Path, run: str | None = None) -> list[Path]:
     return sorted(runs[-1].glob("*.xplane.pb")) if runs else []
 
 
+def _add_bind(parser: argparse.ArgumentParser) -> None:
+    """Where an HTTP server listens: the service and the hub alike."""
+    parser.add_argument("--host", help="bind address (PROFILER_HOST, default 127.0.0.1)")
+    parser.add_argument("--port", type=int, help="port (PROFILER_PORT, default 8080)")
+    parser.add_argument(
+        "--insecure",
+        action="store_true",
+        default=None,
+        help="allow a non-loopback bind without PROFILER_API_TOKEN",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="profiler-service", description=__doc__)
     parser.add_argument("--version", action="version", version=__version__)
@@ -228,14 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="run the HTTP service beside a job (sidecar)")
     _add_common(serve)
-    serve.add_argument("--host", help="bind address (PROFILER_HOST, default 127.0.0.1)")
-    serve.add_argument("--port", type=int, help="port (PROFILER_PORT, default 8080)")
-    serve.add_argument(
-        "--insecure",
-        action="store_true",
-        default=None,
-        help="allow a non-loopback bind without PROFILER_API_TOKEN",
-    )
+    _add_bind(serve)
     serve.add_argument("--tensorboard-url", help="TensorBoard/XProf URL for snapshot links")
     serve.set_defaults(func=cmd_serve)
 
@@ -244,14 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     hub.add_argument("--store", type=Path, help="where the fleet index lives (PROFILER_STORE)")
     hub.add_argument("--store-url", help="the fleet's bucket (PROFILER_STORE_URL)")
-    hub.add_argument("--host", help="bind address (PROFILER_HOST, default 127.0.0.1)")
-    hub.add_argument("--port", type=int, help="port (PROFILER_PORT, default 8080)")
-    hub.add_argument(
-        "--insecure",
-        action="store_true",
-        default=None,
-        help="allow a non-loopback bind without PROFILER_API_TOKEN",
-    )
+    _add_bind(hub)
     hub.set_defaults(func=cmd_hub)
 
     capture = sub.add_parser("capture", help="take one capture into the store and analyse it")

@@ -176,18 +176,7 @@ class FleetRouter:
                 outcome.outcome, outcome.reason = theirs.outcome, theirs.reason
                 outcome.detail, outcome.snapshot_id = theirs.detail, theirs.snapshot_id
                 outcome.target = theirs.target or outcome.target
-        self.log.record(source, outcomes, truncated=payload.truncated_alerts)
-        counts: dict[str, int] = {}
-        for o in outcomes:
-            counts[o.outcome] = counts.get(o.outcome, 0) + 1
-        return WebhookResult(
-            source=source,
-            receiver=payload.receiver,
-            received=len(outcomes),
-            truncated_alerts=payload.truncated_alerts,
-            counts=counts,
-            alerts=outcomes,
-        )
+        return WebhookResult.recorded(self.log, source, payload, outcomes)
 
     async def _forward_alerts(
         self, source: Source, sidecar: SidecarRecord, body: dict[str, Any]

@@ -28,6 +28,7 @@ import hashlib
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -170,6 +171,21 @@ class WebhookResult(BaseModel):
     counts: dict[str, int]
     alerts: list[AlertOutcome]
 
+    @classmethod
+    def recorded(
+        cls, log: AlertLog, source: str, payload: WebhookPayload, outcomes: list[AlertOutcome]
+    ) -> WebhookResult:
+        """Record a payload's outcomes in the alert log and answer with them, counted."""
+        log.record(source, outcomes, truncated=payload.truncated_alerts)
+        return cls(
+            source=source,
+            receiver=payload.receiver,
+            received=len(outcomes),
+            truncated_alerts=payload.truncated_alerts,
+            counts=dict(Counter(str(o.outcome) for o in outcomes)),
+            alerts=outcomes,
+        )
+
 
 def alert_fingerprint(labels: dict[str, str]) -> str:
     """For alerts without one: 16 hex digits over the sorted labels (same labels, same print)."""
@@ -213,18 +229,7 @@ class AlertTrigger:
                 payload.receiver,
                 payload.truncated_alerts,
             )
-        self.log.record(source, outcomes, truncated=payload.truncated_alerts)
-        counts: dict[str, int] = {}
-        for o in outcomes:
-            counts[o.outcome] = counts.get(o.outcome, 0) + 1
-        return WebhookResult(
-            source=source,
-            receiver=payload.receiver,
-            received=len(outcomes),
-            truncated_alerts=payload.truncated_alerts,
-            counts=counts,
-            alerts=outcomes,
-        )
+        return WebhookResult.recorded(self.log, source, payload, outcomes)
 
     def match_target(self, labels: dict[str, str]) -> tuple[str | None, str]:
         """The configured target an alert is about, and a sentence: how, or what was tried."""
