@@ -7,60 +7,19 @@ outputs pile up. The capture has every allocation and free (`MemoryAllocation` /
 module pairs them by address, as XProf's own memory profile does, and groups what is still
 alive at the end. It runs only when the memory profile already shows growth.
 
-The sidecar imports no TensorFlow, so the XSpace fields read are declared here
-(proto_subset.py; a test checks their numbers against TF's `xplane_pb2`).
+The XSpace is read without TensorFlow (xplane.py).
 """
 
 from __future__ import annotations
 
 import mmap
 from collections import defaultdict
-from functools import cache
 from pathlib import Path
 from typing import Any
 
 from profiler_service.analysis.models import KeptAllocation
-from profiler_service.proto_subset import F, message_classes
+from profiler_service.analysis.xplane import HOST_PLANE, PlaneNames, read_xspace
 
-HOST_PLANE = "/host:CPU"
-# The fields read, as tsl/profiler/protobuf/xplane.proto numbers them.
-XPLANE_FIELDS = {
-    "XSpace": [("planes", 1, F.TYPE_MESSAGE, True, "XPlane")],
-    "XPlane": [
-        ("name", 2, F.TYPE_STRING, False, None),
-        ("lines", 3, F.TYPE_MESSAGE, True, "XLine"),
-        ("event_metadata", 4, F.TYPE_MESSAGE, True, "XPlane.EventMetadataEntry"),
-        ("stat_metadata", 5, F.TYPE_MESSAGE, True, "XPlane.StatMetadataEntry"),
-    ],
-    "XLine": [
-        ("timestamp_ns", 3, F.TYPE_INT64, False, None),
-        ("events", 4, F.TYPE_MESSAGE, True, "XEvent"),
-    ],
-    "XEvent": [
-        ("metadata_id", 1, F.TYPE_INT64, False, None),
-        ("offset_ps", 2, F.TYPE_INT64, False, None),
-        ("stats", 4, F.TYPE_MESSAGE, True, "XStat"),
-    ],
-    "XStat": [
-        ("metadata_id", 1, F.TYPE_INT64, False, None),
-        ("uint64_value", 3, F.TYPE_UINT64, False, None),
-        ("int64_value", 4, F.TYPE_INT64, False, None),
-        ("str_value", 5, F.TYPE_STRING, False, None),
-        ("ref_value", 7, F.TYPE_UINT64, False, None),
-    ],
-    "XEventMetadata": [
-        ("id", 1, F.TYPE_INT64, False, None),
-        ("name", 2, F.TYPE_STRING, False, None),
-    ],
-    "XStatMetadata": [
-        ("id", 1, F.TYPE_INT64, False, None),
-        ("name", 2, F.TYPE_STRING, False, None),
-    ],
-}
-XPLANE_MAPS = {
-    "XPlane.EventMetadataEntry": (F.TYPE_INT64, "XEventMetadata"),
-    "XPlane.StatMetadataEntry": (F.TYPE_INT64, "XStatMetadata"),
-}
 MIN_KEPT = 3  # allocations of one op and shape, kept: fewer is one step's own work
 
 
@@ -75,23 +34,17 @@ def has_memory_events(xplane: Path) -> bool:
         return True
 
 
-@cache
-def _xspace_class() -> Any:
-    return message_classes("profiler_service.xplane", XPLANE_FIELDS, XPLANE_MAPS)["XSpace"]
-
-
 def kept_allocations_in_capture(
     xplane: Path, allocator: str, max_groups: int = 5
 ) -> list[KeptAllocation]:
     """Allocations of `allocator` made in the first half of the capture and never freed in it,
     grouped by op and shape, largest first."""
-    space = _xspace_class()()
-    space.ParseFromString(xplane.read_bytes())
+    space = read_xspace(xplane)
     plane = next((p for p in space.planes if p.name == HOST_PLANE), None)
     if plane is None:
         return []
-    event_names = {k: v.name for k, v in plane.event_metadata.items()}
-    stat_names = {k: v.name for k, v in plane.stat_metadata.items()}
+    names = PlaneNames(plane)
+    event_names = names.events
     wanted = {k for k, n in event_names.items() if n in ("MemoryAllocation", "MemoryDeallocation")}
     events = []
     for line in plane.lines:
@@ -99,15 +52,7 @@ def kept_allocations_in_capture(
         for event in line.events:
             if event.metadata_id not in wanted:
                 continue
-            stats = {}
-            for stat in event.stats:
-                name = stat_names.get(stat.metadata_id, "")
-                if stat.HasField("ref_value"):
-                    stats[name] = stat_names.get(stat.ref_value, "")
-                elif stat.HasField("str_value"):
-                    stats[name] = stat.str_value
-                else:
-                    stats[name] = stat.int64_value or stat.uint64_value
+            stats = names.stat_dict(event.stats)
             if stats.get("allocator_name") == allocator:
                 events.append((base_ps + event.offset_ps, event_names[event.metadata_id], stats))
     if not events:

@@ -1,4 +1,4 @@
-"""The capture's memory events, read without TensorFlow: the schema declared in kept_memory.py
+"""The capture's memory events, read without TensorFlow: the schema declared in xplane.py
 against TensorFlow's own `xplane_pb2`, and kept allocations found in an XSpace it serialised."""
 
 from __future__ import annotations
@@ -7,12 +7,12 @@ from pathlib import Path
 
 from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
-from profiler_service.analysis import kept_memory
+from profiler_service.analysis import xplane
 from profiler_service.analysis.kept_memory import kept_allocations_in_capture
 
 
 def test_the_declared_fields_have_tensorflows_numbers_and_types():
-    for message, fields in kept_memory.XPLANE_FIELDS.items():
+    for message, fields in xplane.XPLANE_FIELDS.items():
         tf_message = xplane_pb2.DESCRIPTOR.message_types_by_name[message]
         for name, number, kind, repeated, _ in fields:
             tf_field = tf_message.fields_by_name[name]
