@@ -78,6 +78,10 @@ class Utilisation(BaseModel):
     host_idle_pct: float | None = None
     host_eager_pct: float | None = None  # share of host op time executed eagerly
     device_eager_pct: float | None = None
+    # Device compute time in 16-bit and 32-bit ops, and XProf's sentence when 16-bit is low.
+    device_compute_16bit_pct: float | None = None
+    device_compute_32bit_pct: float | None = None
+    precision_statement: str | None = None
 
 
 class OpCategory(StrEnum):
@@ -193,6 +197,72 @@ class Kernels(BaseModel):
     eligible_unused_us: float = 0.0
 
 
+class HostActivity(StrEnum):
+    """What the host was doing, read from its traced events (gpu_activity.py)."""
+
+    INPUT = "input"  # waiting on tf.data: the step's get-next, what it runs, the input's copy
+    TF_OPS = "tf_ops"  # TF ops run on the host, kernel launches, copies, the TF runtime
+    PYTHON = "python"  # Python (when traced) and eager op-by-op dispatch
+    TF_DATA = "tf_data"  # tf.data's own threads preparing later elements (in the background)
+    NOTHING = "nothing"  # no traced host work: untraced Python, I/O, or waiting
+
+
+class GpuCopies(BaseModel):
+    host_to_device_ms: float = 0.0
+    device_to_host_ms: float = 0.0
+    device_to_device_ms: float = 0.0  # within the GPU and peer to peer
+
+
+class GpuKernels(BaseModel):
+    count: int = 0
+    total_ms: float = 0.0
+    median_us: float | None = None
+    short_share: float = 0.0  # of kernels, under gpu_activity.SHORT_KERNEL_US
+    # Time in kernels of ops that can run on Tensor Cores (matmuls, convolutions), and in
+    # kernels whose names say they do (read from the device plane: XProf's kernel stats of
+    # older captures carry no op names).
+    tensor_core_eligible_ms: float = 0.0
+    tensor_core_ms: float = 0.0
+
+
+class GpuDevice(BaseModel):
+    """One GPU over the capture, from its own plane: what ran on it and when."""
+
+    device: str  # /device:GPU:0, prefixed with the host when the capture has several
+    host: str = ""
+    model: str | None = None  # where the figures below identify one
+    compute_capability: str | None = None
+    sm_count: int | None = None
+    memory_bytes: int | None = None
+    memory_bandwidth_gbps: float | None = None  # GB/s
+    clock_mhz: float | None = None
+    window_ms: float = 0.0  # the span of the capture's events on its host
+    busy_pct: float = 0.0  # kernels or copies running, of the window
+    kernel_pct: float = 0.0
+    idle_pct: float = 100.0
+    copies: GpuCopies = Field(default_factory=GpuCopies)
+    kernels: GpuKernels = Field(default_factory=GpuKernels)
+    busy_timeline_pct: list[float] = Field(default_factory=list)  # busy share per slice
+    # While this GPU was idle, what the host did: % of the window per HostActivity.
+    idle_while_host_pct: dict[str, float] = Field(default_factory=dict)
+
+
+class HostLane(BaseModel):
+    """What one host did over the capture, slice by slice (the report's host lane)."""
+
+    host: str
+    window_ms: float
+    slice_ms: float
+    activity: list[HostActivity] = Field(default_factory=list)  # the most of each slice
+    busy_pct: dict[str, float] = Field(default_factory=dict)  # % of the window per activity
+
+
+class GpuActivity(BaseModel):
+    devices: list[GpuDevice] = Field(default_factory=list)
+    hosts: list[HostLane] = Field(default_factory=list)
+    slices: int = 0
+
+
 class HostSummary(BaseModel):
     """One worker of a multi-host capture, analysed on its own."""
 
@@ -228,6 +298,7 @@ class Summary(BaseModel):
     # XProf's own bottleneck flags (kernel launch, all others, collectives): "high"/"moderate"/...
     xprof_flags: dict[str, str] = Field(default_factory=dict)
     notes: list[str] = Field(default_factory=list)  # what could not be read, and why
+    gpu: GpuActivity | None = None  # what each GPU and its host did (None without a GPU)
 
 
 class Severity(StrEnum):
@@ -249,3 +320,4 @@ class Finding(BaseModel):
     docs: str | None = None
     # Share of step time this finding explains (0-1), for ordering within a severity.
     impact_share: float = 0.0
+

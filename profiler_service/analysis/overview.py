@@ -121,3 +121,9 @@ def summarise_overview(tables: list[dict], summary: Summary) -> None:
         u.host_idle_pct = as_float(p.get("host_idle_time_percent"))
         u.host_eager_pct = as_float(p.get("host_op_time_eager_percent"))
         u.device_eager_pct = as_float(p.get("device_op_time_eager_percent"))
+    precision = table_with(tables, "device_compute_16bit_percent")
+    if precision is not None and summary.utilisation.hardware_type not in (None, "CPU_ONLY"):
+        u = summary.utilisation
+        u.device_compute_16bit_pct = as_float(precision["p"].get("device_compute_16bit_percent"))
+        u.device_compute_32bit_pct = as_float(precision["p"].get("device_compute_32bit_percent"))
+        u.precision_statement = (verdict or {}).get("p", {}).get("precision_statement") or None

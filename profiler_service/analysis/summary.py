@@ -15,6 +15,7 @@ from typing import Any
 from google.protobuf.message import DecodeError
 from pydantic import BaseModel, Field
 
+from profiler_service.analysis.gpu_activity import read_gpu_activity
 from profiler_service.analysis.input_pipeline import summarise_input_pipeline
 from profiler_service.analysis.kept_memory import has_memory_events, kept_allocations_in_capture
 from profiler_service.analysis.kernels import summarise_kernels
@@ -52,9 +53,10 @@ def summarise_run(run_dir: Path) -> Summary:
     # large enough for their peaks to add up to too much; the memory profile only where there are
     # allocator events to read.
     side_by_side = sum(p.stat().st_size for p in paths) <= SIDE_BY_SIDE_MAX_BYTES
-    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="xprof") as pool:
+    with ThreadPoolExecutor(max_workers=3, thread_name_prefix="xprof") as pool:
         names = pool.submit(tool_names, paths)
         memory = pool.submit(_memory_profiles, paths) if side_by_side else None
+        gpu = pool.submit(_read_or_note, lambda: read_gpu_activity(paths))
         overview = tool_data(paths, "overview_page")  # required: a failure fails the analysis
         summary.tools = names.result()
         # These reuse the op stats the overview cached beside the capture: read side by side.
@@ -69,6 +71,10 @@ def summarise_run(run_dir: Path) -> Summary:
         else:
             memory_profiles = memory.result()
     summarise_overview(overview, summary)
+    if isinstance(gpu.result(), str):
+        summary.notes.append(f"GPU planes: {gpu.result()}")
+    else:
+        summary.gpu = gpu.result()
     for tool, read in _OPTIONAL_TOOLS:
         if tool in fetched:
             _optional(summary, tool, fetched[tool].result(), read)
@@ -113,7 +119,7 @@ def _memory_profiles(paths: list[Path]) -> list[Any]:
 def _read_or_note(read: Callable[[], Any]) -> Any:
     try:
         return read()
-    except (ToolFailed, ValueError) as exc:
+    except (ToolFailed, ValueError, DecodeError) as exc:
         return str(exc)
 
 
