@@ -257,9 +257,7 @@ def _device(
             count=len(durations_us),
             total_ms=round(sum(durations_us) / 1e3, 3),
             median_us=round(statistics.median(durations_us), 2) if durations_us else None,
-            short_share=round(
-                sum(d < SHORT_KERNEL_US for d in durations_us) / len(durations_us), 3
-            )
+            short_share=round(sum(d < SHORT_KERNEL_US for d in durations_us) / len(durations_us), 3)
             if durations_us
             else 0.0,
             tensor_core_eligible_ms=round(eligible_ns / 1e6, 3),
@@ -317,9 +315,7 @@ def _host_self_time(plane: Any) -> dict[HostActivity, list[tuple[int, int]]]:
     """Each host thread's time, assigned to its innermost event's activity; an event inside a
     tf.data one is input (a map function's ops, the input's copy to the device)."""
     names = PlaneNames(plane)
-    stat_ids_of_interest = {
-        k for k, v in names.stats.items() if v in ("step_num", "is_eager")
-    }
+    stat_ids_of_interest = {k for k, v in names.stats.items() if v in ("step_num", "is_eager")}
     spans: dict[HostActivity, list[tuple[int, int]]] = defaultdict(list)
     for line in plane.lines:
         base = line.timestamp_ns * 1000

@@ -262,6 +262,26 @@ class GpuActivity(BaseModel):
     hosts: list[HostLane] = Field(default_factory=list)
     slices: int = 0
 
+    @property
+    def active(self) -> list[GpuDevice]:
+        """The GPUs that ran at least one kernel in the capture."""
+        return [d for d in self.devices if d.kernels.count]
+
+    def idle_while(self, activity: HostActivity) -> float:
+        """% of the capture the GPUs (the active ones, on average) idled while the host did
+        `activity`."""
+        active = self.active
+        if not active:
+            return 0.0
+        return round(
+            sum(d.idle_while_host_pct.get(activity.value, 0.0) for d in active) / len(active), 1
+        )
+
+    @property
+    def idle_pct(self) -> float | None:
+        active = self.active
+        return round(sum(d.idle_pct for d in active) / len(active), 1) if active else None
+
 
 class HostSummary(BaseModel):
     """One worker of a multi-host capture, analysed on its own."""
@@ -320,4 +340,3 @@ class Finding(BaseModel):
     docs: str | None = None
     # Share of step time this finding explains (0-1), for ordering within a severity.
     impact_share: float = 0.0
-

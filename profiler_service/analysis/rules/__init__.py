@@ -8,6 +8,7 @@ Importing this package imports every rule module, which registers its rules.
 from profiler_service.analysis.rules import (  # noqa: F401
     device,
     distributed,
+    gpu,
     host,
     input_pipeline,
     memory,

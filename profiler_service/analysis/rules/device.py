@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from profiler_service.analysis.models import Finding, OpCategory, Severity, Summary
+from profiler_service.analysis.models import (
+    Finding,
+    HostActivity,
+    OpCategory,
+    Severity,
+    Summary,
+)
 from profiler_service.analysis.rules.registry import rule, share
 
 DEVICE_IDLE_CRITICAL_PCT = 50.0
@@ -20,26 +26,73 @@ def _has_device(summary: Summary) -> bool:
 @rule("device_idle")
 def device_idle(summary: Summary) -> Finding | None:
     """The accelerator is idle at least `DEVICE_IDLE_WARNING_PCT` % of the time (warning),
-    `DEVICE_IDLE_CRITICAL_PCT` % (critical); silent on CPU-only captures.
+    `DEVICE_IDLE_CRITICAL_PCT` % (critical); silent on CPU-only captures. On a GPU, XProf
+    gives no idle share: it is read from the GPU's own plane (the GPUs that ran kernels, on
+    average), with what the host did during the gaps, and advice for the largest part.
     """
     idle = summary.utilisation.device_idle_pct
+    gpu = summary.gpu
+    if idle is None and gpu is not None:
+        idle = gpu.idle_pct
     if not _has_device(summary) or idle is None or idle < DEVICE_IDLE_WARNING_PCT:
         return None
     severity = Severity.CRITICAL if idle >= DEVICE_IDLE_CRITICAL_PCT else Severity.WARNING
+    evidence = {
+        "device_idle_pct": idle,
+        "device_duty_cycle_pct": summary.utilisation.device_duty_cycle_pct,
+        "bottleneck": summary.bottleneck,
+    }
+    name = summary.utilisation.device_type or "device"
+    title = f"The {name} is idle {idle:g}% of the time"
+    advice = IDLE_ADVICE[None]
+    if gpu is not None and gpu.active and summary.utilisation.device_idle_pct is None:
+        meanwhile = {act: gpu.idle_while(act) for act in HostActivity}
+        cause = max(meanwhile, key=lambda act: meanwhile[act])
+        evidence["idle_while_host_pct"] = {act.value: pct for act, pct in meanwhile.items()}
+        evidence["gpus"] = {d.device: d.idle_pct for d in gpu.active}
+        model = gpu.active[0].model
+        name = f"GPU ({model})" if model else "GPU"
+        title = (
+            f"The {name} is idle {idle:g}% of the capture; meanwhile the host was "
+            f"{IDLE_CAUSE[cause]} ({meanwhile[cause]:g}% of the capture)"
+        )
+        advice = IDLE_ADVICE[cause]
     return Finding(
         rule="device_idle",
         severity=severity,
-        title=f"The {summary.utilisation.device_type or 'device'} is idle {idle:g}% of the time",
-        evidence={
-            "device_idle_pct": idle,
-            "device_duty_cycle_pct": summary.utilisation.device_duty_cycle_pct,
-            "bottleneck": summary.bottleneck,
-        },
-        recommendation="The host does not feed the device fast enough: see the input and host "
-        "findings; overlap input with `prefetch`, and keep Python out of the step.",
+        title=title,
+        evidence=evidence,
+        recommendation=advice,
         docs="https://www.tensorflow.org/guide/gpu_performance_analysis",
         impact_share=idle / 100,
     )
+
+
+IDLE_CAUSE = {
+    HostActivity.INPUT: "waiting for the next batch from tf.data",
+    HostActivity.TF_OPS: "running TF ops and launching kernels",
+    HostActivity.PYTHON: "running Python or dispatching ops eagerly",
+    HostActivity.TF_DATA: "preparing later batches in tf.data",
+    HostActivity.NOTHING: "running nothing the profiler traced (Python between steps, I/O, "
+    "or waiting on other workers)",
+}
+IDLE_ADVICE = {
+    None: "The host does not feed the device fast enough: see the input and host findings; "
+    "overlap input with `prefetch`, and keep Python out of the step.",
+    HostActivity.INPUT: "The GPU waits for input: see the input_bound finding; parallelise "
+    "the pipeline's map, end it with `.prefetch(tf.data.AUTOTUNE)`, and keep Python "
+    "decoding out of it.",
+    HostActivity.TF_OPS: "The host is the bottleneck while it launches kernels and runs ops: "
+    "see kernel_launch_bound; fuse small ops with XLA (`jit_compile=True`), grow the batch, "
+    "and keep ops that have no GPU kernel out of the step.",
+    HostActivity.PYTHON: "Python runs between the GPU's kernels: wrap the step in "
+    "`@tf.function` and move per-step Python (logging, metrics, `.numpy()`) out of it.",
+    HostActivity.TF_DATA: "tf.data's threads are busy while the GPU waits: see the input "
+    "findings; parallelise and prefetch the pipeline.",
+    HostActivity.NOTHING: "Nothing traced on the host covers the gaps: look for Python between "
+    "steps (callbacks, logging, `.numpy()`, summaries written every step) and synchronous "
+    "file reads; capture with `python_tracer_level=1` to see the Python.",
+}
 
 
 @rule("op_dominates")
@@ -104,7 +157,8 @@ def communication_bound(summary: Summary) -> Finding | None:
 
 @rule("host_device_transfer")
 def host_device_transfer(summary: Summary) -> Finding | None:
-    """Memcpy ops take at least `TRANSFER_WARNING_SHARE` of device time."""
+    """Copies between host and device take at least `TRANSFER_WARNING_SHARE` of device time
+    (Memcpy ops in XProf's op stats), or, on a GPU's own plane, of the capture."""
     if not _has_device(summary):
         return None
     transfer = sum(
@@ -112,15 +166,34 @@ def host_device_transfer(summary: Summary) -> Finding | None:
         for op in summary.top_ops
         if op.host_or_device == "Device" and op.type.startswith("Memcpy")
     )
+    evidence: dict[str, object] = {"transfer_share": round(transfer, 4)}
+    title = f"{transfer:.0%} of device time copies data between host and device"
+    gpu = summary.gpu
+    if transfer < TRANSFER_WARNING_SHARE and gpu is not None and gpu.active:
+        worst = max(
+            gpu.active, key=lambda d: d.copies.host_to_device_ms + d.copies.device_to_host_ms
+        )
+        copy_ms = worst.copies.host_to_device_ms + worst.copies.device_to_host_ms
+        transfer = copy_ms / worst.window_ms if worst.window_ms else 0.0
+        steps = max(summary.step_time.count, 1)
+        evidence = {
+            "transfer_share": round(transfer, 4),
+            "gpu": worst.device,
+            "host_to_device_ms_per_step": round(worst.copies.host_to_device_ms / steps, 3),
+            "device_to_host_ms_per_step": round(worst.copies.device_to_host_ms / steps, 3),
+        }
+        title = f"{transfer:.0%} of the capture copies data between host and {worst.device}"
     if transfer < TRANSFER_WARNING_SHARE:
         return None
     return Finding(
         rule="host_device_transfer",
         severity=Severity.WARNING,
-        title=f"{transfer:.0%} of device time copies data between host and device",
-        evidence={"transfer_share": round(transfer, 4)},
+        title=title,
+        evidence=evidence,
         recommendation="Keep tensors on the device between steps; prefetch to the device "
-        "(`tf.data.experimental.prefetch_to_device`); avoid `.numpy()` in the step.",
+        "(`tf.data.experimental.prefetch_to_device`); send uint8 images and cast on the "
+        "device; avoid `.numpy()` in the step.",
+        docs="https://www.tensorflow.org/guide/gpu_performance_analysis",
         impact_share=transfer,
     )
 

@@ -1,14 +1,14 @@
-"""Host-side overheads: Python and "All Others" time, eager execution, launches, compiles."""
+"""Host-side overheads: Python and "All Others" time, eager execution, compiles."""
 
 from __future__ import annotations
 
 from profiler_service.analysis.models import Finding, InputBound, Severity, Summary
+from profiler_service.analysis.rules.input_pipeline import gpu_input_verdict
 from profiler_service.analysis.rules.registry import rule, share
 
 # XProf's thresholds for "All Others" and kernel launch time (share of step time).
 ALL_OTHER_HIGH_SHARE = 0.15
 ALL_OTHER_MODERATE_SHARE = 0.03
-KERNEL_LAUNCH_HIGH_SHARE = 0.15
 EAGER_WARNING_PCT = 10.0
 COMPILE_WARNING_SHARE = 0.10
 MIN_STEPS = 3
@@ -18,10 +18,13 @@ MIN_STEPS = 3
 def host_overhead(summary: Summary) -> Finding | None:
     """XProf's "All Others" time (Python, I/O between TF ops) is at least
     `ALL_OTHER_HIGH_SHARE` of the step (warning), or at least `ALL_OTHER_MODERATE_SHARE`
-    when XProf says POTENTIALLY input-bound (info).
+    when XProf says POTENTIALLY input-bound (info). Silent when a GPU's plane shows the
+    time was spent waiting on tf.data (the input_bound finding says so).
     """
     st = summary.step_time
     other = share(st.breakdown_avg.other_ms, st.avg_ms)
+    if gpu_input_verdict(summary) is not None:
+        return None  # the GPU's plane shows that "All Others" was the wait for input
     if other >= ALL_OTHER_HIGH_SHARE:
         severity = Severity.WARNING
     elif other >= ALL_OTHER_MODERATE_SHARE and (
@@ -65,28 +68,6 @@ def eager_execution(summary: Summary) -> Finding | None:
         "dispatching every small op from Python.",
         docs="https://www.tensorflow.org/guide/function",
         impact_share=pct / 100,
-    )
-
-
-@rule("kernel_launch_bound")
-def kernel_launch_bound(summary: Summary) -> Finding | None:
-    """Kernel launch takes at least `KERNEL_LAUNCH_HIGH_SHARE` of the step."""
-    st = summary.step_time
-    launch = share(st.breakdown_avg.kernel_launch_ms, st.avg_ms)
-    if launch < KERNEL_LAUNCH_HIGH_SHARE:
-        return None
-    return Finding(
-        rule="kernel_launch_bound",
-        severity=Severity.WARNING,
-        title=f"{launch:.0%} of step time is spent launching kernels",
-        evidence={
-            "kernel_launch_share": round(launch, 4),
-            "kernel_launch_ms_avg": st.breakdown_avg.kernel_launch_ms,
-        },
-        recommendation="Many small kernels: fuse them (XLA: `jit_compile=True`), run several "
-        "steps per call (`steps_per_execution`), or grow the batch.",
-        docs="https://www.tensorflow.org/guide/gpu_performance_analysis",
-        impact_share=launch,
     )
 
 

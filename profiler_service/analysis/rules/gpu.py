@@ -1,0 +1,207 @@
+"""The GPUs, read from their own planes (analysis/gpu_activity.py): how much of the capture
+each one idled and what the host did meanwhile, precision, tiny kernels, copies, and several
+GPUs against each other."""
+
+from __future__ import annotations
+
+from profiler_service.analysis.gpu_activity import SHORT_KERNEL_US
+from profiler_service.analysis.models import Finding, HostActivity, Severity, Summary
+from profiler_service.analysis.rules.registry import rule, share
+
+DOCS = "https://www.tensorflow.org/guide/gpu_performance_analysis"
+# Tensor Cores arrive with compute capability 7.0 (Volta); older GPUs gain little from 16-bit.
+TENSOR_CORE_MIN_CC = (7, 0)
+# XProf's own line (kLowPrecisionPercentThreshold): under this share of device compute in
+# 16-bit, it says "Only x% of device computation is 16 bit".
+LOW_16BIT_PCT = 10.0
+# Without XProf's figure: under this share of Tensor-Core-eligible kernel time on Tensor Cores.
+LOW_TENSOR_CORE_SHARE = 0.10
+# Mixed precision is worth a warning once the GPU computes for at least this share of the
+# capture; below it the GPU mostly waits, and the advice is info.
+PRECISION_WARNING_KERNEL_PCT = 50.0
+# XProf's threshold for kernel launch time (share of step time).
+KERNEL_LAUNCH_HIGH_SHARE = 0.15
+# Launch-bound: most kernels shorter than gpu_activity.SHORT_KERNEL_US, at least this many per
+# step, and a GPU busy less than this share of the capture.
+TINY_KERNEL_SHARE = 0.5
+TINY_KERNELS_PER_STEP = 50
+LAUNCH_BOUND_MAX_BUSY_PCT = 50.0
+# Several GPUs: busy shares this many points apart, or a GPU that ran nothing.
+IMBALANCE_WARNING_POINTS = 10.0
+
+
+def _cc(text: str | None) -> tuple[int, int] | None:
+    if not text:
+        return None
+    major, _, minor = text.partition(".")
+    return (int(major), int(minor or 0)) if major.isdigit() else None
+
+
+@rule("mixed_precision")
+def mixed_precision(summary: Summary) -> Finding | None:
+    """A GPU with Tensor Cores (compute capability 7.0 and up) computes in 32-bit: under
+    `LOW_16BIT_PCT` % of device compute in 16-bit (XProf's figure), or, where XProf gives
+    none, under `LOW_TENSOR_CORE_SHARE` of matmul/convolution kernel time on Tensor Cores.
+    Warning once kernels run `PRECISION_WARNING_KERNEL_PCT` % of the capture, else info.
+    Silent on older GPUs and when 16-bit compute is already there.
+    """
+    gpu = summary.gpu
+    if gpu is None or not gpu.active:
+        return None
+    device = gpu.active[0]
+    cc = _cc(device.compute_capability)
+    if cc is None or cc < TENSOR_CORE_MIN_CC:
+        return None
+    u = summary.utilisation
+    eligible = sum(d.kernels.tensor_core_eligible_ms for d in gpu.active)
+    on_tensor_cores = sum(d.kernels.tensor_core_ms for d in gpu.active)
+    if u.device_compute_16bit_pct is not None and (u.device_compute_32bit_pct or 0) > 0:
+        if u.device_compute_16bit_pct >= LOW_16BIT_PCT:
+            return None
+        basis = f"{u.device_compute_16bit_pct:g}% of device compute is 16-bit (XProf)"
+    elif eligible > 0:
+        if on_tensor_cores / eligible >= LOW_TENSOR_CORE_SHARE:
+            return None
+        basis = (
+            f"{on_tensor_cores / eligible:.0%} of matmul and convolution kernel time "
+            "runs on Tensor Cores"
+        )
+    else:
+        return None
+    kernel_pct = max(d.kernel_pct for d in gpu.active)
+    severity = Severity.WARNING if kernel_pct >= PRECISION_WARNING_KERNEL_PCT else Severity.INFO
+    name = device.model or f"GPU (compute capability {device.compute_capability})"
+    return Finding(
+        rule="mixed_precision",
+        severity=severity,
+        title=f"The {name} has Tensor Cores but computes in 32-bit: {basis}",
+        evidence={
+            "gpu": device.model,
+            "compute_capability": device.compute_capability,
+            "device_compute_16bit_pct": u.device_compute_16bit_pct,
+            "device_compute_32bit_pct": u.device_compute_32bit_pct,
+            "xprof_statement": u.precision_statement,
+            "tensor_core_eligible_ms": round(eligible, 3),
+            "tensor_core_ms": round(on_tensor_cores, 3),
+            "kernel_pct": kernel_pct,
+        },
+        recommendation="Compute in 16-bit where it is safe: "
+        '`tf.keras.mixed_precision.set_global_policy("mixed_float16")` before building the '
+        "model (Keras scales the loss for you; keep the last layer's output in float32), and "
+        "keep matmul and convolution dimensions multiples of 8."
+        + (
+            " The GPU computes only part of the time: the other findings come first."
+            if severity is Severity.INFO
+            else ""
+        ),
+        docs="https://www.tensorflow.org/guide/mixed_precision",
+        impact_share=kernel_pct / 100 / 2,
+    )
+
+
+@rule("kernel_launch_bound")
+def kernel_launch_bound(summary: Summary) -> Finding | None:
+    """Kernel launch takes at least `KERNEL_LAUNCH_HIGH_SHARE` of the step (XProf's figure),
+    or, on the GPU's own plane, at least `TINY_KERNEL_SHARE` of kernels are tiny, at least
+    `TINY_KERNELS_PER_STEP` of them per step, and the GPU is busy under
+    `LAUNCH_BOUND_MAX_BUSY_PCT` % of the capture: it waits for the host to launch the next one.
+    """
+    st = summary.step_time
+    launch = share(st.breakdown_avg.kernel_launch_ms, st.avg_ms)
+    evidence: dict[str, object] = {
+        "kernel_launch_share": round(launch, 4),
+        "kernel_launch_ms_avg": st.breakdown_avg.kernel_launch_ms,
+    }
+    title = f"{launch:.0%} of step time is spent launching kernels"
+    impact = launch
+    gpu = summary.gpu
+    if launch < KERNEL_LAUNCH_HIGH_SHARE:
+        if gpu is None or not gpu.active:
+            return None
+        busiest = max(gpu.active, key=lambda d: d.busy_pct)
+        kernels = busiest.kernels
+        per_step = kernels.count / max(st.count, 1)
+        if (
+            kernels.short_share < TINY_KERNEL_SHARE
+            or per_step < TINY_KERNELS_PER_STEP
+            or busiest.busy_pct >= LAUNCH_BOUND_MAX_BUSY_PCT
+        ):
+            return None
+        evidence = {
+            "gpu": busiest.device,
+            "kernels_per_step": round(per_step, 1),
+            "kernel_median_us": kernels.median_us,
+            "short_kernel_share": kernels.short_share,
+            "gpu_busy_pct": busiest.busy_pct,
+            "idle_while_host_ops_pct": busiest.idle_while_host_pct.get(
+                HostActivity.TF_OPS.value, 0.0
+            ),
+        }
+        title = (
+            f"Many tiny kernels: {per_step:.0f} per step, {kernels.short_share:.0%} of them "
+            f"under {SHORT_KERNEL_US:g} µs (median {kernels.median_us:g} µs); the GPU is busy "
+            f"{busiest.busy_pct:g}% of the time"
+        )
+        impact = (100 - busiest.busy_pct) / 100 / 2
+    return Finding(
+        rule="kernel_launch_bound",
+        severity=Severity.WARNING,
+        title=title,
+        evidence=evidence,
+        recommendation="Each kernel costs a launch on the host that takes longer than the "
+        "kernel: fuse them with XLA (`@tf.function(jit_compile=True)` or "
+        "`model.compile(jit_compile=True)`), give each step more work (a larger batch), and "
+        "run several steps per call (`steps_per_execution`).",
+        docs=DOCS,
+        impact_share=impact,
+    )
+
+
+@rule("gpu_imbalance")
+def gpu_imbalance(summary: Summary) -> Finding | None:
+    """Several GPUs: one or more ran no kernel, or their busy shares are at least
+    `IMBALANCE_WARNING_POINTS` points apart (the busiest is the slowest: in a synchronous job
+    every replica waits for it)."""
+    gpu = summary.gpu
+    if gpu is None or len(gpu.devices) < 2 or not gpu.active:
+        return None
+    active = gpu.active
+    unused = [d.device for d in gpu.devices if not d.kernels.count]
+    busiest = max(active, key=lambda d: d.busy_pct)
+    least = min(active, key=lambda d: d.busy_pct)
+    spread = busiest.busy_pct - least.busy_pct
+    if not unused and spread < IMBALANCE_WARNING_POINTS:
+        return None
+    if unused:
+        title = (
+            f"{len(unused)} of {len(gpu.devices)} GPUs ran no kernel during the capture; "
+            f"{len(active)} did the work"
+        )
+        advice = (
+            "Check that the job places work on every GPU it holds: a distribution strategy "
+            "(`tf.distribute.MirroredStrategy()`) over all of them, or limit the pod to the "
+            "GPUs it uses (`CUDA_VISIBLE_DEVICES`, the `nvidia.com/gpu` request)."
+        )
+    else:
+        title = (
+            f"The GPUs are unevenly busy: {busiest.device} {busiest.busy_pct:g}% against "
+            f"{least.device} {least.busy_pct:g}%; {busiest.device} is the slowest"
+        )
+        advice = (
+            f"Every replica waits for {busiest.device} at each all-reduce: give the replicas "
+            "equal shards and batch sizes, and check that nothing else runs on it."
+        )
+    return Finding(
+        rule="gpu_imbalance",
+        severity=Severity.WARNING,
+        title=title,
+        evidence={
+            "busy_pct": {d.device: d.busy_pct for d in gpu.devices},
+            "unused": unused,
+            "spread_points": round(spread, 1),
+            "slowest": busiest.device,
+        },
+        recommendation=advice,
+        docs="https://www.tensorflow.org/guide/distributed_training",
+        impact_share=len(unused) / len(gpu.devices) if unused else spread / 100,
+    )
