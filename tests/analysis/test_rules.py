@@ -43,6 +43,9 @@ from profiler_service.analysis.rules import (
     input_pipeline,
     memory,
 )
+from profiler_service.analysis.rules import (
+    gpu as gpu_rules,
+)
 
 EXPECTED_RULES = {
     "input_bound",
@@ -62,9 +65,13 @@ EXPECTED_RULES = {
     "memory_temporaries",
     "memory_growth",
     "straggler",
+    "mixed_precision",
+    "gpu_imbalance",
 }
 GPU_RULES = (
     "device_idle",
+    "mixed_precision",
+    "gpu_imbalance",
     "host_device_transfer",
     "tensor_cores_unused",
     "memory_pressure",
@@ -301,7 +308,7 @@ def test_eager_execution_warns_at_its_threshold_when_steps_were_captured():
 @pytest.mark.parametrize(
     ("name", "field", "threshold"),
     [
-        ("kernel_launch_bound", "kernel_launch_ms", host.KERNEL_LAUNCH_HIGH_SHARE),
+        ("kernel_launch_bound", "kernel_launch_ms", gpu_rules.KERNEL_LAUNCH_HIGH_SHARE),
         ("compile_time", "compile_ms", host.COMPILE_WARNING_SHARE),
     ],
 )

@@ -1,0 +1,311 @@
+"""GPU diagnosis on real GPU captures recorded by others (tests/fixtures/gpu-captures/README.md
+names each file's source), through real XProf conversions; then each GPU rule at its named
+threshold on summaries built from those readings.
+
+TensorFlow's own profiler wrote an `overview_page.pb` beside each RTX 2060 capture at capture
+time: its input share then is what the input-bound verdict is held to here.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from tensorflow.tsl.profiler.protobuf import xplane_pb2
+from xprof.protobuf import overview_page_pb2
+
+from profiler_service.analysis import rules
+from profiler_service.analysis.gpu_activity import SLICES, read_gpu_activity
+from profiler_service.analysis.models import (
+    GpuActivity,
+    GpuDevice,
+    GpuKernels,
+    HostActivity,
+    Severity,
+    StepTime,
+    Summary,
+    Utilisation,
+)
+from profiler_service.analysis.rules import gpu as gpu_rules
+from profiler_service.analysis.rules import input_pipeline
+from profiler_service.analysis.summary import AnalysisResult, analyse_run
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "gpu-captures"
+RTX_2060 = FIXTURES / "aoberai-chess-engine"
+HIGHLY_INPUT = RTX_2060 / "logs__fit__20210616-112155__train__2021_06_16_11_22_03"
+HIGHLY_INPUT_BORDER = RTX_2060 / "logs__fit__20210616-154402__train__2021_06_16_15_44_10"
+MODERATELY_INPUT = RTX_2060 / "logs__fit__20210615-181006__train__2021_06_15_18_10_10"
+GPU_BUSY = RTX_2060 / "logs__fit__20210616-014419__train__2021_06_16_01_44_30"
+EIGHT_V100 = FIXTURES / "tensorflow-profiler-gpu-multi-worker"
+COLAB = FIXTURES / "mholmeslinder-semi-supervised-cv"
+TESLA_P4 = COLAB / "2020_12_17_05_03_04"  # compute capability 6.1: no Tensor Cores
+TESLA_T4_INPUT = COLAB / "2020_12_21_16_42_56"  # TF then: HIGHLY input-bound, 62.3 %
+TESLA_P100 = COLAB / "2020_12_22_04_25_51"  # compute capability 6.0
+
+
+def analyse(run: Path, tmp_path: Path) -> AnalysisResult:
+    """XProf writes its cache beside the capture: analyse a copy."""
+    copy = tmp_path / run.name
+    copy.mkdir()
+    for path in run.glob("*.xplane.pb"):
+        shutil.copy(path, copy / path.name)
+    return analyse_run(copy)
+
+
+def verdict_then(run: Path) -> float:
+    page = overview_page_pb2.OverviewPage()
+    page.ParseFromString(next(run.glob("*.overview_page.pb")).read_bytes())
+    return page.input_analysis.input_percent
+
+
+def by_rule(result: AnalysisResult) -> dict:
+    return {f.rule: f for f in result.findings}
+
+
+def test_the_device_planes_name_the_gpu_and_what_it_did(tmp_path):
+    result = analyse(HIGHLY_INPUT, tmp_path)
+    gpu = result.summary.gpu
+    assert gpu is not None and len(gpu.devices) == 1
+    device = gpu.devices[0]
+    assert (device.model, device.compute_capability, device.sm_count) == (
+        "GeForce RTX 2060",
+        "7.5",
+        30,
+    )
+    assert device.memory_bytes == 6222839808
+    # 144 kernels on the compute stream, mostly a few microseconds each (a small Keras model)
+    assert device.kernels.count == 144
+    assert device.kernels.median_us < 10 and device.kernels.short_share > 0.5
+    assert 0 < device.busy_pct < 5 and device.idle_pct == pytest.approx(100 - device.busy_pct)
+    assert device.copies.host_to_device_ms > 0 and device.copies.device_to_host_ms > 0
+    assert len(device.busy_timeline_pct) == SLICES
+    lane = gpu.hosts[0]
+    assert len(lane.activity) == SLICES
+    # The article's first case: the GPU waits while the host is in the tf.data iterator.
+    assert lane.activity.count(HostActivity.INPUT) >= SLICES // 3
+    assert device.idle_while_host_pct["input"] > 40
+    assert result.summary.utilisation.device_compute_32bit_pct == 100.0
+    assert "16 bit" in (result.summary.utilisation.precision_statement or "")
+
+
+@pytest.mark.parametrize(
+    "run",
+    [HIGHLY_INPUT, HIGHLY_INPUT_BORDER, MODERATELY_INPUT, GPU_BUSY, TESLA_T4_INPUT, TESLA_P4],
+)
+def test_the_input_verdict_agrees_with_tensorflows_at_capture_time(run, tmp_path):
+    """XProf 2.24 calls all four POTENTIALLY input-bound ("All Others"); TF then said 41.6 %
+    and 20.5 % (HIGHLY), 7.3 % (MODERATELY) and 0 %."""
+    result = analyse(run, tmp_path)
+    then = verdict_then(run)
+    found = by_rule(result).get("input_bound")
+    if then > input_pipeline.MODERATELY_INPUT_PCT:
+        assert found is not None, then
+        assert found.evidence["source"] == "gpu_idle_in_iterator"
+        # the host's "All Others" advice (Python in the loop) would point the wrong way
+        assert "host_overhead" not in by_rule(result)
+    else:
+        assert found is None
+    if run in (HIGHLY_INPUT, TESLA_T4_INPUT):
+        assert found.severity is Severity.CRITICAL
+
+
+@pytest.mark.parametrize(
+    ("run", "model", "advised"),
+    [
+        (TESLA_P4, None, False),  # 6.1: a P4 or a GTX 1080, the figures cannot tell
+        (TESLA_P100, "Tesla P100-16GB", False),
+        (TESLA_T4_INPUT, "Tesla T4", True),
+        (MODERATELY_INPUT, "GeForce RTX 2060", True),
+    ],
+)
+def test_mixed_precision_on_every_32bit_tensor_core_gpu_and_never_on_an_older_one(
+    run, model, advised, tmp_path
+):
+    result = analyse(run, tmp_path)
+    assert result.summary.gpu.devices[0].model == model
+    assert result.summary.utilisation.device_compute_16bit_pct == 0.0
+    assert ("mixed_precision" in by_rule(result)) is advised
+
+
+def test_a_gpu_waiting_on_input_is_idle_and_says_so(tmp_path):
+    found = by_rule(analyse(HIGHLY_INPUT, tmp_path))
+    idle = found["device_idle"]
+    assert idle.severity is Severity.CRITICAL
+    assert "waiting for the next batch from tf.data" in idle.title
+    assert "GeForce RTX 2060" in idle.title
+    assert "prefetch" in idle.recommendation
+    assert found["kernel_launch_bound"].evidence["kernels_per_step"] == 144
+
+
+def test_a_busy_gpu_is_not_idle_launch_bound_or_input_bound(tmp_path):
+    result = analyse(GPU_BUSY, tmp_path)
+    found = by_rule(result)
+    assert result.summary.gpu.devices[0].busy_pct > 80
+    assert {"device_idle", "kernel_launch_bound", "input_bound"}.isdisjoint(found)
+    # a Turing GPU computing 100 % in 32-bit, and computing most of the time: a warning
+    assert found["mixed_precision"].severity is Severity.WARNING
+    assert "mixed_float16" in found["mixed_precision"].recommendation
+
+
+def test_eight_v100s_of_which_two_worked(tmp_path):
+    result = analyse(EIGHT_V100, tmp_path)
+    gpu = result.summary.gpu
+    assert len(gpu.devices) == 8
+    assert {d.model for d in gpu.devices} == {"Tesla V100-16GB"}
+    assert [d.device for d in gpu.active] == ["/device:GPU:4", "/device:GPU:6"]
+    found = by_rule(result)
+    imbalance = found["gpu_imbalance"]
+    assert "6 of 8 GPUs ran no kernel" in imbalance.title
+    assert "/device:GPU:0" in imbalance.evidence["unused"]
+    # BERT in mixed precision: 30.5 % of device compute is 16-bit, above XProf's 10 % line
+    assert result.summary.utilisation.device_compute_16bit_pct == 30.5
+    assert "mixed_precision" not in found
+
+
+def write_space(path: Path, gpu: bool) -> Path:
+    """A host that waits 40 ms in the iterator, runs an op for 20 ms, while its GPU copies the
+    batch (55-60 ms) and computes (60-100 ms): every figure below follows by hand."""
+    space = xplane_pb2.XSpace()
+    planes = [
+        (
+            "/host:CPU",
+            [
+                ("python3", [("IteratorGetNextOp::DoCompute", 0, 40), ("Iterator::Model", 5, 30)]),
+                ("tf_Compute/1", [("dense/MatMul:MatMul", 40, 20)]),
+            ],
+        )
+    ]
+    if gpu:
+        planes.append(
+            (
+                "/device:GPU:0",
+                [
+                    ("Stream #1(Compute)", [("volta_sgemm_128x64_nn", 60, 40)]),
+                    ("Stream #2(MemcpyH2D)", [("MemcpyH2D", 55, 5)]),
+                ],
+            )
+        )
+    for plane_name, lines in planes:
+        plane = space.planes.add(name=plane_name)
+        names: dict[str, int] = {}
+        for line_id, (line_name, events) in enumerate(lines, start=1):
+            line = plane.lines.add(id=line_id, name=line_name, timestamp_ns=1_000_000)
+            for name, start_ms, duration_ms in events:
+                if name not in names:
+                    names[name] = len(names) + 1
+                    plane.event_metadata[names[name]].id = names[name]
+                    plane.event_metadata[names[name]].name = name
+                line.events.add(
+                    metadata_id=names[name],
+                    offset_ps=start_ms * 10**9,
+                    duration_ps=duration_ms * 10**9,
+                )
+    path.write_bytes(space.SerializeToString())
+    return path
+
+
+def test_busy_idle_and_the_hosts_part_are_measured_from_the_intervals(tmp_path):
+    gpu = read_gpu_activity([write_space(tmp_path / "h.xplane.pb", gpu=True)])
+    device = gpu.devices[0]
+    assert device.window_ms == 100.0
+    assert (device.busy_pct, device.kernel_pct, device.idle_pct) == (45.0, 40.0, 55.0)
+    assert device.copies.host_to_device_ms == 5.0
+    assert device.kernels.count == 1 and device.kernels.median_us == 40_000
+    # idle 0-55 ms: in the iterator 0-40, in an op 40-55
+    assert device.idle_while_host_pct == {
+        "input": 40.0,
+        "tf_ops": 15.0,
+        "python": 0.0,
+        "tf_data": 0.0,
+        "nothing": 0.0,
+    }
+    assert gpu.hosts[0].busy_pct == {"input": 40.0, "tf_ops": 20.0, "python": 0.0, "tf_data": 0.0}
+
+
+def test_a_capture_without_a_gpu_plane_has_no_gpu_section(tmp_path):
+    assert read_gpu_activity([write_space(tmp_path / "h.xplane.pb", gpu=False)]) is None
+
+
+# --- each GPU rule at its named threshold ---------------------------------------------------
+
+
+def device(**fields) -> GpuDevice:
+    fields.setdefault("device", "/device:GPU:0")
+    fields.setdefault("kernels", GpuKernels(count=100, median_us=50, short_share=0.1))
+    fields.setdefault("window_ms", 1000.0)
+    return GpuDevice(**fields)
+
+
+def on_gpu(*devices: GpuDevice, steps: int = 1, **utilisation) -> Summary:
+    return Summary(
+        tools=["overview_page"],
+        step_time=StepTime(count=steps, avg_ms=10.0),
+        utilisation=Utilisation(hardware_type="GPU", device_type="GPU", **utilisation),
+        gpu=GpuActivity(devices=list(devices)),
+    )
+
+
+def run(name: str, summary: Summary):
+    return rules.RULES[name](summary)
+
+
+def test_mixed_precision_needs_tensor_cores_and_low_16bit_compute():
+    low = gpu_rules.LOW_16BIT_PCT
+    volta = device(compute_capability="7.0", kernel_pct=60.0)
+    fp32 = {"device_compute_16bit_pct": low - 0.1, "device_compute_32bit_pct": 100 - low}
+    assert run("mixed_precision", on_gpu(volta, **fp32)).severity is Severity.WARNING
+    at_line = {"device_compute_16bit_pct": low, "device_compute_32bit_pct": 100 - low}
+    assert run("mixed_precision", on_gpu(volta, **at_line)) is None
+    pascal = device(compute_capability="6.1", kernel_pct=60.0)
+    assert run("mixed_precision", on_gpu(pascal, **fp32)) is None
+    waiting = device(
+        compute_capability="7.5", kernel_pct=gpu_rules.PRECISION_WARNING_KERNEL_PCT - 1
+    )
+    assert run("mixed_precision", on_gpu(waiting, **fp32)).severity is Severity.INFO
+
+
+def test_mixed_precision_reads_kernel_names_where_xprof_gives_no_precision():
+    eligible = GpuKernels(count=10, tensor_core_eligible_ms=100.0, tensor_core_ms=9.0)
+    summary = on_gpu(device(compute_capability="8.0", kernels=eligible, kernel_pct=90.0))
+    assert run("mixed_precision", summary) is not None
+    used = GpuKernels(count=10, tensor_core_eligible_ms=100.0, tensor_core_ms=10.0)
+    assert run("mixed_precision", on_gpu(device(compute_capability="8.0", kernels=used))) is None
+
+
+def test_kernel_launch_bound_from_tiny_kernels():
+    per_step = gpu_rules.TINY_KERNELS_PER_STEP
+    tiny = GpuKernels(count=per_step * 4, median_us=4, short_share=gpu_rules.TINY_KERNEL_SHARE)
+    idle_gpu = device(kernels=tiny, busy_pct=gpu_rules.LAUNCH_BOUND_MAX_BUSY_PCT - 1)
+    assert run("kernel_launch_bound", on_gpu(idle_gpu, steps=4)) is not None
+    assert run("kernel_launch_bound", on_gpu(idle_gpu, steps=5)) is None  # too few per step
+    busy_gpu = device(kernels=tiny, busy_pct=gpu_rules.LAUNCH_BOUND_MAX_BUSY_PCT)
+    assert run("kernel_launch_bound", on_gpu(busy_gpu, steps=4)) is None
+    big = GpuKernels(count=per_step * 4, median_us=40, short_share=0.49)
+    assert run("kernel_launch_bound", on_gpu(device(kernels=big, busy_pct=10), steps=4)) is None
+
+
+def test_gpu_imbalance_names_the_busiest_gpu_as_the_slowest():
+    points = gpu_rules.IMBALANCE_WARNING_POINTS
+    a = device(device="/device:GPU:0", busy_pct=50.0)
+    b = device(device="/device:GPU:1", busy_pct=50.0 + points)
+    finding = run("gpu_imbalance", on_gpu(a, b))
+    assert finding.evidence["slowest"] == "/device:GPU:1"
+    close = device(device="/device:GPU:1", busy_pct=50.0 + points - 0.1)
+    assert run("gpu_imbalance", on_gpu(a, close)) is None
+    assert run("gpu_imbalance", on_gpu(a)) is None  # one GPU
+
+
+def test_device_idle_and_input_verdict_from_the_gpu_plane():
+    highly = input_pipeline.HIGHLY_INPUT_PCT
+    waits = device(
+        busy_pct=10.0, idle_pct=90.0, idle_while_host_pct={"input": highly + 0.1, "tf_ops": 5.0}
+    )
+    summary = on_gpu(waits)
+    idle = run("device_idle", summary)
+    assert idle.severity is Severity.CRITICAL and "tf.data" in idle.title
+    assert run("input_bound", summary).severity is Severity.CRITICAL
+    at_line = device(busy_pct=10.0, idle_pct=90.0, idle_while_host_pct={"input": highly})
+    assert run("input_bound", on_gpu(at_line)).severity is Severity.WARNING
+    low = device(idle_pct=90.0, idle_while_host_pct={"input": input_pipeline.MODERATELY_INPUT_PCT})
+    assert run("input_bound", on_gpu(low)) is None
