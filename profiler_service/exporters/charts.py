@@ -7,7 +7,7 @@ from datetime import datetime
 
 from markupsafe import Markup, escape
 
-from profiler_service.analysis.models import AllocatorMemory, StepTime
+from profiler_service.analysis.models import AllocatorMemory, GpuActivity, HostActivity, StepTime
 from profiler_service.lookback.models import Series
 
 # Step-time parts, in stacking order, with the colours the legend shows.
@@ -30,6 +30,15 @@ CATEGORY_COLOURS = {
     "other": "#7f7f7f",
 }
 MAX_BARS = 120
+# The host lane's colours: input red as in the step chart, TF ops blue, Python purple.
+HOST_ACTIVITY_COLOURS = {
+    HostActivity.INPUT: ("#d62728", "waiting on tf.data"),
+    HostActivity.TF_OPS: ("#1f77b4", "TF ops, launches"),
+    HostActivity.PYTHON: ("#9467bd", "Python / eager"),
+    HostActivity.TF_DATA: ("#ff9896", "tf.data in the background"),
+    HostActivity.NOTHING: ("#eeeeee", "nothing traced"),
+}
+GPU_BUSY_COLOUR = "#2ca02c"
 
 
 def step_breakdown_svg(step_time: StepTime, width: int = 900, height: int = 220) -> Markup:
@@ -76,6 +85,49 @@ def category_svg(shares: dict[str, float], width: int = 900, height: int = 28) -
         f'<svg class="chart" id="category-chart" viewBox="0 0 {width} {height}" width="100%" '
         f'height="{height}" role="img" preserveAspectRatio="none" '
         f'aria-label="op time by category">{"".join(rects)}</svg>'
+    )
+
+
+def gpu_lanes_svg(gpu: GpuActivity, width: int = 900, lane: int = 22) -> Markup:
+    """One lane per GPU (green as dark as the slice was busy) and one per host (what it did
+    most in each slice), over the same slices of the capture."""
+    if not gpu.devices or not gpu.slices:
+        return Markup("")
+    label_w, gap = 150, 4
+    cell = (width - label_w) / gpu.slices
+    rows = []
+    lanes: list[tuple[str, list[str]]] = []
+    for device in gpu.devices:
+        cells = []
+        for i, pct in enumerate(device.busy_timeline_pct):
+            cells.append(
+                f'<rect x="{label_w + i * cell:.2f}" width="{cell:.2f}" height="{lane}" '
+                f'fill="{GPU_BUSY_COLOUR}" fill-opacity="{max(pct, 0) / 100:.2f}">'
+                f"<title>{escape(device.device)}: busy {pct:g}%</title></rect>"
+            )
+        lanes.append((device.device.removeprefix("/device:"), cells))
+    for host in gpu.hosts:
+        cells = []
+        for i, act in enumerate(host.activity):
+            colour, label = HOST_ACTIVITY_COLOURS[act]
+            cells.append(
+                f'<rect x="{label_w + i * cell:.2f}" width="{cell:.2f}" height="{lane}" '
+                f'fill="{colour}"><title>host: {label}</title></rect>'
+            )
+        lanes.append((f"host {host.host}".strip(), cells))
+    for row, (label, cells) in enumerate(lanes):
+        y = row * (lane + gap)
+        rows.append(
+            f'<g class="lane" transform="translate(0 {y})"><text x="0" y="{lane - 6}" '
+            f'font-size="12">{escape(label)}</text>'
+            f'<rect x="{label_w}" width="{width - label_w}" height="{lane}" fill="none" '
+            f'stroke="#ccc"/>{"".join(cells)}</g>'
+        )
+    height = len(lanes) * (lane + gap)
+    return Markup(
+        f'<svg class="chart" id="gpu-lanes" viewBox="0 0 {width} {height}" width="100%" '
+        f'height="{height}" role="img" preserveAspectRatio="none" '
+        f'aria-label="GPU busy and host activity over the capture">{"".join(rows)}</svg>'
     )
 
 

@@ -309,3 +309,41 @@ def test_device_idle_and_input_verdict_from_the_gpu_plane():
     assert run("input_bound", on_gpu(at_line)).severity is Severity.WARNING
     low = device(idle_pct=90.0, idle_while_host_pct={"input": input_pipeline.MODERATELY_INPUT_PCT})
     assert run("input_bound", on_gpu(low)) is None
+
+
+def test_the_report_shows_each_gpu_and_a_lane_per_gpu_and_host(tmp_path):
+    from datetime import UTC, datetime
+
+    from profiler_service.config import Settings
+    from profiler_service.exporters.charts import HOST_ACTIVITY_COLOURS
+    from profiler_service.exporters.report import render_report
+    from profiler_service.models import CaptureOptions, Snapshot, SnapshotStatus, Trigger
+
+    result = analyse(EIGHT_V100, tmp_path)
+    snapshot = Snapshot(
+        id="20260105-120000-default-abc123",
+        status=SnapshotStatus.READY,
+        target="default",
+        trigger=Trigger(),
+        capture=CaptureOptions(
+            duration_ms=2000, host_tracer_level=2, python_tracer_level=0, device_tracer_level=1
+        ),
+        created_at=datetime(2026, 1, 5, 12, 0, tzinfo=UTC),
+        summary=result.summary,
+        findings=result.findings,
+    )
+    html = render_report(snapshot, Settings())
+    table = html[
+        html.index('<table id="gpu-devices">') : html.index("</table>", html.index("gpu-devices"))
+    ]
+    assert table.count("Tesla V100-16GB") == 8 and table.count("<td>7.0</td>") == 8
+    lanes = html[html.index('<svg class="chart" id="gpu-lanes"') :]
+    lanes = lanes[: lanes.index("</svg>")]
+    assert lanes.count('<g class="lane"') == 9  # eight GPUs and the host
+    host = lanes[lanes.rindex('<g class="lane"') :]
+    drawn = sum(host.count(f'fill="{colour}"') for colour, _ in HOST_ACTIVITY_COLOURS.values())
+    assert drawn == SLICES
+    # GPU:0 ran nothing: no slice of its lane is shaded
+    first = lanes.index('<g class="lane"')
+    gpu0 = lanes[first : lanes.index('<g class="lane"', first + 1)]
+    assert 'fill-opacity="0.00"' in gpu0 and gpu0.count('fill-opacity="0.00"') == SLICES
