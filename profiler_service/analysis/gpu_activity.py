@@ -65,9 +65,11 @@ _TF_DATA = re.compile(
 # step marker, the executor's loop, a synchronisation with the device.
 _ENCLOSING_NAMES = re.compile(
     r"^(TFE_Py_Execute|EagerExecute|EagerLocalExecute|EagerKernelExecute|FunctionRun"
-    r"|ExecutorState::Process|train_function|test_function|predict_function|train|test"
-    r"|predict|TraceContext|cuStreamSynchronize|cudaStreamSynchronize|cuCtxSynchronize"
-    r"|cuEventSynchronize|TensorHandle::.*WaitReady|.*::Wait$)"
+    r"|ExecutorState::Process|TraceContext|cuStreamSynchronize|cudaStreamSynchronize"
+    r"|cuCtxSynchronize|cuEventSynchronize|TensorHandle::.*WaitReady|.*::Wait$)"
+)
+_STEP_NAMES = frozenset(
+    {"train", "test", "predict", "train_function", "test_function", "predict_function"}
 )
 _OP_EVENT = re.compile(r"^[^\s:]+:[A-Za-z_][\w]*$")  # "model/dense/MatMul:MatMul"
 _TENSOR_CORE_OPS = re.compile(
@@ -76,7 +78,7 @@ _TENSOR_CORE_OPS = re.compile(
 # cuBLAS/cuDNN/CUTLASS kernels that run on Tensor Cores name their MMA shape or path.
 _TENSOR_CORE_KERNEL = re.compile(
     r"(884|1688|16816|hmma|HMMA|tensorop|xmma|wmma|_tc_|s16816|h16816|bf16816|tf32|cutlass.*mma"
-    r"|sm\d\d_xmma|gmma)"
+    r"|sm\d\d_xmma|gmma|nvjet)"
 )
 _COPY = re.compile(r"^Memcpy(H2D|D2H|D2D|P2P|DtoD|HtoD|DtoH|PtoP)?")
 
@@ -304,7 +306,7 @@ def _classify(name: str, line: str, stats: dict[str, Any]) -> HostActivity | Non
         return HostActivity.TF_DATA
     if name.startswith("$"):  # the Python tracer
         return HostActivity.PYTHON
-    if _ENCLOSING_NAMES.match(name) or "step_num" in stats:
+    if _ENCLOSING_NAMES.match(name) or name in _STEP_NAMES or "step_num" in stats:
         return None
     if _OP_EVENT.match(name) and stats.get("is_eager"):
         return HostActivity.PYTHON  # an op run eagerly: dispatched one by one from Python
