@@ -165,12 +165,26 @@ def analyze_runs(args: argparse.Namespace, runs: list[Path]) -> int:
     """One row a run; exit 1 when any run failed to analyse. One analyzer serves them all: its
     warm worker imports XProf once, not once a run."""
     from profiler_service.analysis.analyzer import XprofAnalyzer
-    from profiler_service.analysis.corpus import analyse_runs, format_table, format_totals
+    from profiler_service.analysis.corpus import (
+        RunRow,
+        analyse_runs,
+        format_table,
+        format_totals,
+    )
 
     started = time.monotonic()
     analyzer = XprofAnalyzer(timeout_s=args.timeout)
+    count = 0
+
+    def progress(row: RunRow) -> None:
+        """On a terminal, each run as it is done: a large corpus takes minutes."""
+        nonlocal count
+        count += 1
+        if sys.stderr.isatty():
+            print(f"[{count}/{len(runs)}] {row.run}", file=sys.stderr)
+
     try:
-        rows = analyse_runs(args.path, runs, analyzer)
+        rows = analyse_runs(args.path, runs, analyzer, progress)
     finally:
         analyzer.close()
     if args.json:

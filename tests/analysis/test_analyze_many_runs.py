@@ -242,7 +242,9 @@ def cpu_capture(compute_bound_job, tmp_path_factory) -> list[Path]:
         logdir=tmp_path_factory.mktemp("cpu-capture"),
         attempts=2,
         timeout_s=60,
-        options=CaptureOptions(duration_ms=1000),
+        options=CaptureOptions(
+            duration_ms=1000, host_tracer_level=2, python_tracer_level=0, device_tracer_level=1
+        ),
     )
     return RemoteCapturer().capture(job)
 
