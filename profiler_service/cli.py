@@ -4,6 +4,7 @@ README's first command)."""
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 import time
@@ -126,7 +127,17 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from profiler_service.analysis.analyzer import AnalysisFailed, XprofAnalyzer
     from profiler_service.analysis.text_report import format_findings, format_summary
 
-    xplanes = find_xplanes(args.path, args.run)
+    if args.run is None and args.path.is_dir() and not any(args.path.glob("*.xplane.pb")):
+        from profiler_service.analysis.corpus import find_runs
+
+        runs = find_runs(args.path)
+        if len(runs) > 1:
+            return analyze_runs(args, runs)
+        xplanes = sorted(runs[0].glob("*.xplane.pb")) if runs else []
+    else:
+        xplanes = find_xplanes(args.path, args.run)
+        if not xplanes and args.run is not None and args.path.is_dir():
+            xplanes = _named_run(args.path, args.run)
     if not xplanes:
         print(f"profiler-service: no .xplane.pb found at {args.path}", file=sys.stderr)
         return 2
@@ -148,6 +159,41 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         print(f"{len(xplanes)} capture file(s) from {xplanes[0].parent}")
         print("\n".join(format_summary(result.summary) + format_findings(result.findings)))
     return 0
+
+
+def analyze_runs(args: argparse.Namespace, runs: list[Path]) -> int:
+    """One row a run; exit 1 when any run failed to analyse. One analyzer serves them all: its
+    warm worker imports XProf once, not once a run."""
+    from profiler_service.analysis.analyzer import XprofAnalyzer
+    from profiler_service.analysis.corpus import (
+        RunRow,
+        analyse_runs,
+        format_table,
+        format_totals,
+    )
+
+    started = time.monotonic()
+    analyzer = XprofAnalyzer(timeout_s=args.timeout)
+    count = 0
+
+    def progress(row: RunRow) -> None:
+        """On a terminal, each run as it is done: a large corpus takes minutes."""
+        nonlocal count
+        count += 1
+        if sys.stderr.isatty():
+            print(f"[{count}/{len(runs)}] {row.run}", file=sys.stderr)
+
+    try:
+        rows = analyse_runs(args.path, runs, analyzer, progress)
+    finally:
+        analyzer.close()
+    if args.json:
+        print(json.dumps([row.model_dump(mode="json") for row in rows], indent=2))
+    else:
+        print(f"{len(runs)} runs under {args.path}")
+        print("\n".join(format_table(rows)))
+        print(format_totals(rows, time.monotonic() - started))
+    return 1 if any(row.error for row in rows) else 0
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -218,6 +264,15 @@ def find_xplanes(path: Path, run: str | None = None) -> list[Path]:
     return sorted(runs[-1].glob("*.xplane.pb")) if runs else []
 
 
+def _named_run(root: Path, run: str) -> list[Path]:
+    """`--run` outside the plugins/profile layout: a run folder named `run`, or at the short
+    path the table of many runs shows."""
+    from profiler_service.analysis.corpus import find_runs, short_name
+
+    named = [d for d in find_runs(root) if run in (d.name, short_name(d, root))]
+    return sorted(named[0].glob("*.xplane.pb")) if len(named) == 1 else []
+
+
 def _add_bind(parser: argparse.ArgumentParser) -> None:
     """Where an HTTP server listens: the service and the hub alike."""
     parser.add_argument("--host", help="bind address (PROFILER_HOST, default 127.0.0.1)")
@@ -258,10 +313,21 @@ def build_parser() -> argparse.ArgumentParser:
     capture.add_argument("--duration", help="500ms, 5s, 2m or seconds (default 5s)")
     capture.set_defaults(func=cmd_capture)
 
-    analyze = sub.add_parser("analyze", help="analyse an existing capture and print findings")
-    analyze.add_argument("path", type=Path, help="a .xplane.pb, a run directory, or a logdir")
-    analyze.add_argument("--run", help="which run of a logdir (default: the newest)")
-    analyze.add_argument("--json", action="store_true", help="print the analysis as JSON")
+    analyze = sub.add_parser(
+        "analyze",
+        help="analyse an existing capture and print findings; over many runs, one row each",
+    )
+    analyze.add_argument(
+        "path",
+        type=Path,
+        help="a .xplane.pb, a run directory, or a folder of runs (a logdir or a tree of them)",
+    )
+    analyze.add_argument(
+        "--run", help="analyse only this run of a logdir (named by its folder; else every run)"
+    )
+    analyze.add_argument(
+        "--json", action="store_true", help="print the analysis (many runs: a list) as JSON"
+    )
     analyze.add_argument("--timeout", type=float, default=600, help="seconds before giving up")
     analyze.set_defaults(func=cmd_analyze)
 
