@@ -42,9 +42,12 @@ class FindingBrief(BaseModel):
 
 
 class OurVerdict(BaseModel):
-    classification: str  # models.InputBound: highly, moderately, potentially, not, unknown
+    # models.InputBound: highly, moderately, potentially, not, unknown. The input_bound
+    # finding's when there is one (it may read the GPU's wait where XProf says "potentially").
+    classification: str
     input_share_pct: float | None = None
     bottleneck: str | None = None  # XProf's, now: input, host, device, both, unknown
+    source: str = "xprof"  # or gpu_idle_in_iterator: the share of the capture a GPU waited
     findings: list[FindingBrief] = Field(default_factory=list)
 
 
@@ -153,13 +156,21 @@ def row_of(result: AnalysisResult) -> dict:
     """The row's fields that come from our analysis."""
     summary = result.summary
     pipeline = summary.input_pipeline
+    verdict = {"classification": pipeline.classification.value}
+    verdict["input_share_pct"] = pipeline.input_share_pct
+    found = next((f for f in result.findings if f.rule == "input_bound"), None)
+    if found is not None:
+        verdict = {
+            key: found.evidence[key]
+            for key in ("classification", "input_share_pct", "source")
+            if key in found.evidence
+        }
     return {
         "devices": describe_devices(summary),
         "steps": summary.step_time.count,
         "step_time_ms": summary.step_time.avg_ms,
         "ours": OurVerdict(
-            classification=pipeline.classification.value,
-            input_share_pct=pipeline.input_share_pct,
+            **verdict,
             bottleneck=summary.bottleneck,
             findings=[
                 FindingBrief(rule=f.rule, severity=f.severity.value, title=f.title)
