@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from profiler_service.analysis.analyzer import XprofAnalyzer
     from profiler_service.analysis.summary import AnalysisResult
 
-TOP_FINDINGS = 3  # findings named per row
+TOP_FINDINGS = 3  # findings named per row of the table (the JSON has them all)
 # Path parts left out of a run's short name: every TensorBoard run has them.
 _LAYOUT_PARTS = ("plugins", "profile")
 # TF's overview statement: "Your program is HIGHLY input-bound because ..." (also NOT,
@@ -174,7 +174,7 @@ def row_of(result: AnalysisResult) -> dict:
             bottleneck=summary.bottleneck,
             findings=[
                 FindingBrief(rule=f.rule, severity=f.severity.value, title=f.title)
-                for f in result.findings[:TOP_FINDINGS]
+                for f in result.findings
             ],
         ),
     }
@@ -244,7 +244,8 @@ def _cells(row: RunRow) -> tuple[str, ...]:
     if row.ours is None:
         return (row.run, row.devices, "", "", "FAILED", then, seconds, row.error or "")
     ours = row.ours
-    findings = ", ".join(f"{f.rule} ({f.severity})" for f in ours.findings) or "none"
+    top = ours.findings[:TOP_FINDINGS]
+    findings = ", ".join(f"{f.rule} ({f.severity})" for f in top) or "none"
     step_ms = "" if row.step_time_ms is None else f"{row.step_time_ms:.1f}"
     return (
         row.run,
