@@ -11,14 +11,13 @@ import re
 import shutil
 import tempfile
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
-from profiler_service.analysis.models import Summary
+from profiler_service.analysis.text_report import describe_devices
 
 if TYPE_CHECKING:
     from profiler_service.analysis.analyzer import XprofAnalyzer
@@ -31,8 +30,6 @@ _LAYOUT_PARTS = ("plugins", "profile")
 # MODERATELY, POTENTIALLY; TPUs' statements differ and give no word).
 _STATEMENT = re.compile(r"Your program is (HIGHLY|MODERATELY|POTENTIALLY|NOT) input-bound")
 # Model names as the summary gives them, shortened for a column ("GeForce RTX 2060").
-_VENDOR_PREFIXES = ("GeForce ", "Tesla ", "NVIDIA ")
-_TIMES = "\N{MULTIPLICATION SIGN}"
 
 
 class FindingBrief(BaseModel):
@@ -125,31 +122,6 @@ def read_tensorflow_verdict(run: Path) -> TensorFlowVerdict | None:
         ),
         statement=statement,
     )
-
-
-def describe_devices(summary: Summary) -> str:
-    """`1×GPU RTX 2060 (7.5)`, `8×GPU V100-16GB (7.0), 2 active`, or the hardware type."""  # noqa: RUF002
-    gpus = summary.gpu.devices if summary.gpu else []
-    if not gpus:
-        kind = summary.utilisation.hardware_type or ""
-        return {"CPU_ONLY": "CPU", "": "?"}.get(kind, kind)
-    groups = Counter((_short_model(d.model), d.compute_capability) for d in gpus)
-    active = sum(1 for d in gpus if d.kernels.count)
-    parts = []
-    for (model, capability), count in groups.items():
-        name = f"{count}{_TIMES}GPU" + (f" {model}" if model else "")
-        parts.append(name + (f" ({capability})" if capability else ""))
-    text = " + ".join(parts)
-    if active < len(gpus):
-        text += f", {active} active"
-    return text
-
-
-def _short_model(model: str | None) -> str | None:
-    for prefix in _VENDOR_PREFIXES:
-        if model and model.startswith(prefix):
-            return model.removeprefix(prefix)
-    return model
 
 
 def row_of(result: AnalysisResult) -> dict:

@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import textwrap
+from collections import Counter
 
 from profiler_service.analysis.compare import Comparison, GateMetric
-from profiler_service.analysis.models import Finding, Summary
+from profiler_service.analysis.models import Finding, HostActivity, Summary
 from profiler_service.models import Snapshot
 
 _MARK = {"critical": "CRITICAL", "warning": "WARNING ", "info": "INFO    "}
+_VENDOR_PREFIXES = ("GeForce ", "Tesla ", "NVIDIA ")
+_TIMES = "\N{MULTIPLICATION SIGN}"
+_WHILE_IDLE = {
+    HostActivity.INPUT: "waiting on tf.data",
+    HostActivity.TF_OPS: "TF ops and launches",
+    HostActivity.PYTHON: "Python/eager",
+    HostActivity.TF_DATA: "tf.data in the background",
+    HostActivity.NOTHING: "nothing traced",
+}
 
 
 def format_summary(summary: Summary) -> list[str]:
@@ -21,7 +31,44 @@ def format_summary(summary: Summary) -> list[str]:
         )
     if summary.input_pipeline.conclusion:
         lines.append(f"XProf: {summary.input_pipeline.conclusion}")
+    gpu = summary.gpu
+    if gpu is not None and gpu.active:
+        idle = gpu.idle_pct
+        meanwhile = ", ".join(
+            f"{label} {gpu.idle_while(act):g}%"
+            for act, label in _WHILE_IDLE.items()
+            if gpu.idle_while(act) >= 1
+        )
+        lines.append(
+            f"GPUs: {describe_devices(summary)}; idle {idle:g}% of the capture"
+            + (f" (meanwhile the host: {meanwhile})" if meanwhile else "")
+        )
     return lines
+
+
+def describe_devices(summary: Summary) -> str:
+    """`1×GPU RTX 2060 (7.5)`, `8×GPU V100-16GB (7.0), 2 active`, or the hardware type."""  # noqa: RUF002
+    gpus = summary.gpu.devices if summary.gpu else []
+    if not gpus:
+        kind = summary.utilisation.hardware_type or ""
+        return {"CPU_ONLY": "CPU", "": "?"}.get(kind, kind)
+    groups = Counter((_short_model(d.model), d.compute_capability) for d in gpus)
+    active = sum(1 for d in gpus if d.kernels.count)
+    parts = []
+    for (model, capability), count in groups.items():
+        name = f"{count}{_TIMES}GPU" + (f" {model}" if model else "")
+        parts.append(name + (f" ({capability})" if capability else ""))
+    text = " + ".join(parts)
+    if active < len(gpus):
+        text += f", {active} active"
+    return text
+
+
+def _short_model(model: str | None) -> str | None:
+    for prefix in _VENDOR_PREFIXES:
+        if model and model.startswith(prefix):
+            return model.removeprefix(prefix)
+    return model
 
 
 def format_findings(findings: list[Finding], width: int = 100) -> list[str]:

@@ -14,12 +14,7 @@ from pathlib import Path
 import pytest
 from helpers import QUIET_TF
 
-from profiler_service.analysis.corpus import (
-    describe_devices,
-    find_runs,
-    read_tensorflow_verdict,
-    short_name,
-)
+from profiler_service.analysis.corpus import find_runs, read_tensorflow_verdict, short_name
 from profiler_service.analysis.models import (
     GpuActivity,
     GpuDevice,
@@ -28,6 +23,7 @@ from profiler_service.analysis.models import (
     Summary,
     Utilisation,
 )
+from profiler_service.analysis.text_report import describe_devices
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "gpu-captures"
 AOBERAI = FIXTURES / "aoberai-chess-engine"

@@ -347,3 +347,12 @@ def test_the_report_shows_each_gpu_and_a_lane_per_gpu_and_host(tmp_path):
     first = lanes.index('<g class="lane"')
     gpu0 = lanes[first : lanes.index('<g class="lane"', first + 1)]
     assert 'fill-opacity="0.00"' in gpu0 and gpu0.count('fill-opacity="0.00"') == SLICES
+
+
+def test_the_command_line_summary_names_the_gpu_and_the_hosts_part(tmp_path):
+    from profiler_service.analysis.text_report import format_summary
+
+    lines = format_summary(analyse(HIGHLY_INPUT, tmp_path).summary)
+    gpu_line = next(line for line in lines if line.startswith("GPUs:"))
+    assert "RTX 2060 (7.5); idle 98." in gpu_line
+    assert "waiting on tf.data 44." in gpu_line
