@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import mmap
 import re
-import statistics
 from collections import defaultdict
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from profiler_service.analysis.models import (
     GpuActivity,
@@ -147,16 +147,17 @@ def _read_host(space: Any, prefix: str) -> tuple[list[GpuDevice], HostLane | Non
         key=lambda p: _device_number(p.name),
     )
     host_plane = next((p for p in space.planes if p.name == HOST_PLANE), None)
-    streams = {p.name: _stream_events(p) for p in gpu_planes}
-    host_self = _host_self_time(host_plane) if host_plane is not None else {}
-    spans = [(s, e) for events in streams.values() for s, e, _, _ in events]
-    spans += [iv for ivs in host_self.values() for iv in ivs]
-    if not spans:
+    streams = {p.name: _Streams(p) for p in gpu_planes}
+    host = _host_activity(host_plane) if host_plane is not None else {}
+    firsts = [ivs[0].min() for ivs in host.values() if len(ivs[0])]
+    lasts = [ivs[1].max() for ivs in host.values() if len(ivs[1])]
+    firsts += [st.spans[0].min() for st in streams.values() if len(st.spans[0])]
+    lasts += [st.spans[1].max() for st in streams.values() if len(st.spans[1])]
+    if not firsts:
         return [], None
-    start = min(s for s, _ in spans)
-    end = max(e for _, e in spans)
+    start, end = int(min(firsts)), int(max(lasts))
     window = max(end - start, 1)
-    host_busy = {act: _union(host_self.get(act, [])) for act in PRIORITY}
+    host_busy = {act: _union(*host.get(act, (_EMPTY, _EMPTY))) for act in PRIORITY}
     devices = [
         _device(plane, streams[plane.name], start, end, host_busy, prefix) for plane in gpu_planes
     ]
@@ -168,81 +169,97 @@ def _device_number(name: str) -> int:
     return int(tail) if tail.isdigit() else 0
 
 
-def _stream_events(plane: Any) -> list[tuple[int, int, str, dict[str, Any]]]:
-    """(start ns, end ns, name, stats) of each kernel, copy and memset on the device's streams."""
-    names = PlaneNames(plane)
-    events = []
-    for line in plane.lines:
-        if line.name in DERIVED_LINES or line.id < 0:
-            continue
-        base = line.timestamp_ns * 1000
-        for event in line.events:
-            if event.duration_ps <= 0:
+Intervals = tuple[np.ndarray, np.ndarray]  # (starts, ends) in ns, int64
+_EMPTY = np.zeros(0, dtype=np.int64)
+_OP_STATS = ("tf_op", "level 0", "annotation")
+
+
+class _Streams:
+    """The kernels, copies and memsets on a GPU's streams, as arrays."""
+
+    def __init__(self, plane: Any):
+        names = PlaneNames(plane)
+        op_stat_ids = {k for k, v in names.stats.items() if v in _OP_STATS}
+        kinds = {mid: _kind(name) for mid, name in names.events.items()}
+        begins, ends, kind_of, eligible = [], [], [], []
+        for line in plane.lines:
+            if line.name in DERIVED_LINES or line.id < 0:
                 continue
-            begin = (base + event.offset_ps) // 1000
-            events.append(
-                (
-                    begin,
-                    begin + max(event.duration_ps // 1000, 1),
-                    names.events.get(event.metadata_id, ""),
-                    names.stat_dict(event.stats),
-                )
-            )
-    return events
+            base = line.timestamp_ns * 1000
+            for event in line.events:
+                if event.duration_ps <= 0:
+                    continue
+                kind = kinds.get(event.metadata_id, "kernel")
+                begin = (base + event.offset_ps) // 1000
+                begins.append(begin)
+                ends.append(begin + max(event.duration_ps // 1000, 1))
+                kind_of.append(kind)
+                if kind == "kernel":
+                    eligible.append(_eligible_op(event, op_stat_ids, names))
+                elif kind == "tensor_core":
+                    eligible.append(True)
+                else:
+                    eligible.append(False)
+        self.spans: Intervals = (np.array(begins, np.int64), np.array(ends, np.int64))
+        self.kinds = np.array(kind_of, dtype=object)
+        self.eligible = np.array(eligible, dtype=bool)
+
+
+def _kind(name: str) -> str:
+    copy = _COPY.match(name)
+    if copy:
+        direction = (copy.group(1) or "D2D").replace("to", "2").replace("Pto", "P2")
+        return {"H2D": "h2d", "D2H": "d2h"}.get(direction, "d2d")
+    if name.startswith("Memset"):
+        return "memset"
+    return "tensor_core" if _TENSOR_CORE_KERNEL.search(name) else "kernel"
+
+
+def _eligible_op(event: Any, op_stat_ids: set[int], names: PlaneNames) -> bool:
+    for stat in event.stats:
+        if stat.metadata_id in op_stat_ids:
+            op = str(names.value(stat) or "")
+            return bool(_TENSOR_CORE_OPS.search(op.rsplit(":", 1)[-1]))
+    return False
 
 
 def _device(
     plane: Any,
-    events: list[tuple[int, int, str, dict[str, Any]]],
+    streams: _Streams,
     start: int,
     end: int,
-    host_busy: dict[HostActivity, list[tuple[int, int]]],
+    host_busy: dict[HostActivity, Intervals],
     prefix: str,
 ) -> GpuDevice:
     window = max(end - start, 1)
     figures = PlaneNames(plane).stat_dict(plane.stats)
-    copies = GpuCopies()
-    kernel_spans, all_spans, durations_us = [], [], []
-    eligible_ns = tensor_core_ns = 0
-    for begin, finish, name, stats in events:
-        all_spans.append((begin, finish))
-        copy = _COPY.match(name)
-        if copy:
-            direction = (copy.group(1) or "").replace("to", "2").replace("Pto", "P2")
-            ms = (finish - begin) / 1e6
-            if direction == "H2D":
-                copies.host_to_device_ms += ms
-            elif direction == "D2H":
-                copies.device_to_host_ms += ms
-            else:
-                copies.device_to_device_ms += ms
-            continue
-        if name.startswith("Memset"):
-            continue
-        kernel_spans.append((begin, finish))
-        durations_us.append((finish - begin) / 1e3)
-        op = str(stats.get("tf_op") or stats.get("level 0") or stats.get("annotation") or "")
-        if _TENSOR_CORE_OPS.search(op.rsplit(":", 1)[-1]) or _TENSOR_CORE_KERNEL.search(name):
-            eligible_ns += finish - begin
-            if _TENSOR_CORE_KERNEL.search(name):
-                tensor_core_ns += finish - begin
-    busy = _union(all_spans)
+    begins, ends = streams.spans
+    durations = ends - begins
+    kinds = streams.kinds
+    kernel = (kinds == "kernel") | (kinds == "tensor_core")
+    kernel_us = durations[kernel] / 1e3
+    busy = _union(begins, ends)
     idle = _complement(busy, start, end)
     idle_while = {}
-    covered: list[tuple[int, int]] = []
+    covered: Intervals = (_EMPTY, _EMPTY)
     for act in PRIORITY:
         part = _subtract(_intersect(idle, host_busy[act]), covered)
         idle_while[act.value] = _pct(_length(part), window)
-        covered = _union(covered + part)
+        covered = _union(
+            np.concatenate([covered[0], part[0]]), np.concatenate([covered[1], part[1]])
+        )
     idle_while[HostActivity.NOTHING.value] = _pct(_length(_subtract(idle, covered)), window)
     cc = _compute_capability(figures)
     memory = _as_int(figures.get("memory_size"))
     sms = _as_int(figures.get("core_count"))
     bandwidth = figures.get("memory_bandwidth")
     clock = figures.get("clock_rate")
-    device = plane.name if not prefix else f"{prefix}{plane.name}"
+
+    def copy_ms(kind: str) -> float:
+        return round(float(durations[kinds == kind].sum()) / 1e6, 3)
+
     return GpuDevice(
-        device=device,
+        device=plane.name if not prefix else f"{prefix}{plane.name}",
         host=prefix,
         model=_model_name(cc, sms, memory, figures),
         compute_capability=cc,
@@ -252,18 +269,22 @@ def _device(
         clock_mhz=round(float(clock) / 1e3, 1) if clock else None,
         window_ms=round(window / 1e6, 3),
         busy_pct=_pct(_length(busy), window),
-        kernel_pct=_pct(_length(_union(kernel_spans)), window),
+        kernel_pct=_pct(_length(_union(begins[kernel], ends[kernel])), window),
         idle_pct=round(100 - _pct(_length(busy), window), 1),
-        copies=GpuCopies(**{k: round(v, 3) for k, v in copies.model_dump().items()}),
+        copies=GpuCopies(
+            host_to_device_ms=copy_ms("h2d"),
+            device_to_host_ms=copy_ms("d2h"),
+            device_to_device_ms=copy_ms("d2d"),
+        ),
         kernels=GpuKernels(
-            count=len(durations_us),
-            total_ms=round(sum(durations_us) / 1e3, 3),
-            median_us=round(statistics.median(durations_us), 2) if durations_us else None,
-            short_share=round(sum(d < SHORT_KERNEL_US for d in durations_us) / len(durations_us), 3)
-            if durations_us
+            count=int(kernel.sum()),
+            total_ms=round(float(kernel_us.sum()) / 1e3, 3),
+            median_us=round(float(np.median(kernel_us)), 2) if len(kernel_us) else None,
+            short_share=round(float((kernel_us < SHORT_KERNEL_US).mean()), 3)
+            if len(kernel_us)
             else 0.0,
-            tensor_core_eligible_ms=round(eligible_ns / 1e6, 3),
-            tensor_core_ms=round(tensor_core_ns / 1e6, 3),
+            tensor_core_eligible_ms=round(float(durations[streams.eligible].sum()) / 1e6, 3),
+            tensor_core_ms=copy_ms("tensor_core"),
         ),
         busy_timeline_pct=_timeline(busy, start, window),
         idle_while_host_pct=idle_while,
@@ -298,94 +319,76 @@ def _as_int(value: Any) -> int | None:
     return int(value) if isinstance(value, int | float) and value else None
 
 
-def _classify(name: str, line: str, stats: dict[str, Any]) -> HostActivity | None:
-    """A host event's own activity; None for one that only encloses others while it waits."""
+_OP = "op"  # an op's own event: TF ops, or Python when it ran eagerly (read per event)
+
+
+def _classify(name: str) -> HostActivity | str | None:
+    """A host event's activity by its name; None for one that only encloses others while it
+    waits (a tf.function call, a step, a sync)."""
     if _GET_NEXT.search(name):
         return HostActivity.INPUT
-    if line.startswith("tf_data") or _TF_DATA.match(name):
+    if _TF_DATA.match(name):
         return HostActivity.TF_DATA
     if name.startswith("$"):  # the Python tracer
         return HostActivity.PYTHON
-    if _ENCLOSING_NAMES.match(name) or name in _STEP_NAMES or "step_num" in stats:
+    if _ENCLOSING_NAMES.match(name) or name in _STEP_NAMES:
         return None
-    if _OP_EVENT.match(name) and stats.get("is_eager"):
-        return HostActivity.PYTHON  # an op run eagerly: dispatched one by one from Python
+    if _OP_EVENT.match(name):
+        return _OP
     return HostActivity.TF_OPS
 
 
-def _host_self_time(plane: Any) -> dict[HostActivity, list[tuple[int, int]]]:
-    """Each host thread's time, assigned to its innermost event's activity; an event inside a
-    tf.data one is input (a map function's ops, the input's copy to the device)."""
+def _host_activity(plane: Any) -> dict[HostActivity, Intervals]:
+    """The host's traced events by activity. Where events of two activities overlap (nested
+    on one thread, or side by side on two), the order of PRIORITY decides, so an op run
+    inside the step's get-next counts as input, and Python around an op as the op."""
     names = PlaneNames(plane)
-    stat_ids_of_interest = {k for k, v in names.stats.items() if v in ("step_num", "is_eager")}
-    spans: dict[HostActivity, list[tuple[int, int]]] = defaultdict(list)
+    kind_of = {mid: _classify(name) for mid, name in names.events.items()}
+    flag_ids = {k: v for k, v in names.stats.items() if v in ("step_num", "is_eager")}
+    spans: dict[Any, tuple[list[int], list[int]]] = defaultdict(lambda: ([], []))
     for line in plane.lines:
         base = line.timestamp_ns * 1000
-        events = []
+        on_tf_data = line.name.startswith("tf_data")
         for event in line.events:
             if event.duration_ps <= 0:
                 continue
+            act = kind_of.get(event.metadata_id, HostActivity.TF_OPS)
+            if act is None:
+                continue
+            if on_tf_data and act is not HostActivity.INPUT:
+                act = HostActivity.TF_DATA
+            elif act is _OP or act is HostActivity.TF_OPS:
+                flags = {flag_ids[s.metadata_id] for s in event.stats if s.metadata_id in flag_ids}
+                if "step_num" in flags:
+                    continue
+                eager = act is _OP and "is_eager" in flags and _flag_set(event, flag_ids)
+                act = HostActivity.PYTHON if eager else HostActivity.TF_OPS
             begin = (base + event.offset_ps) // 1000
-            stats = {
-                names.stats[s.metadata_id]: names.value(s)
-                for s in event.stats
-                if s.metadata_id in stat_ids_of_interest
-            }
-            name = names.events.get(event.metadata_id, "")
-            events.append((begin, begin + event.duration_ps // 1000, name, stats))
-        events.sort(key=lambda e: (e[0], -e[1]))
-        _self_time(events, line.name, spans)
-    return spans
+            spans[act][0].append(begin)
+            spans[act][1].append(begin + event.duration_ps // 1000)
+    return {act: (np.array(b, np.int64), np.array(e, np.int64)) for act, (b, e) in spans.items()}
 
 
-def _self_time(
-    events: list[tuple[int, int, str, dict[str, Any]]],
-    line: str,
-    spans: dict[HostActivity, list[tuple[int, int]]],
-) -> None:
-    # Nested events (TraceMe scopes on one thread): a stack of [end, activity, cursor].
-    stack: list[list[Any]] = []
-
-    def emit(begin: int, finish: int, act: HostActivity | None) -> None:
-        if act is not None and finish > begin:
-            spans[act].append((begin, finish))
-
-    def pop_until(time: int) -> None:
-        while stack and stack[-1][0] <= time:
-            finish, act, cursor = stack.pop()
-            emit(cursor, finish, act)
-            if stack:
-                stack[-1][2] = max(stack[-1][2], finish)
-
-    for begin, finish, name, stats in events:
-        pop_until(begin)
-        parent = stack[-1] if stack else None
-        if parent is not None:
-            emit(parent[2], begin, parent[1])
-            finish = min(finish, parent[0])
-        act = _classify(name, line, stats)
-        if parent is not None and parent[1] in (HostActivity.INPUT, HostActivity.TF_DATA):
-            act = parent[1]
-        stack.append([finish, act, begin])
-    pop_until(2**63)
+def _flag_set(event: Any, flag_ids: dict[int, str]) -> bool:
+    return any(
+        flag_ids.get(s.metadata_id) == "is_eager" and (s.int64_value or s.uint64_value)
+        for s in event.stats
+    )
 
 
-def _host_lane(
-    busy: dict[HostActivity, list[tuple[int, int]]], start: int, window: int
-) -> HostLane:
-    """The host's activity slice by slice: input first, then TF ops, then Python, as they
-    explain a GPU's wait; `nothing` where less than a tenth of the slice was traced work."""
-    exclusive: dict[HostActivity, list[tuple[int, int]]] = {}
-    covered: list[tuple[int, int]] = []
+def _host_lane(busy: dict[HostActivity, Intervals], start: int, window: int) -> HostLane:
+    """The host's activity slice by slice, each activity counted where no earlier one in
+    PRIORITY covers it; `nothing` where less than a tenth of the slice was traced work."""
+    exclusive: dict[HostActivity, Intervals] = {}
+    covered: Intervals = (_EMPTY, _EMPTY)
     for act in PRIORITY:
         exclusive[act] = _subtract(busy[act], covered)
-        covered = _union(covered + exclusive[act])
-    per_slice = {act: _timeline(exclusive[act], start, window) for act in PRIORITY}
-    activity = []
-    for i in range(SLICES):
-        shares = {act: per_slice[act][i] for act in PRIORITY}
-        best = max(PRIORITY, key=lambda a: shares[a])
-        activity.append(best if shares[best] >= 10 else HostActivity.NOTHING)
+        covered = _merge(covered, exclusive[act])
+    per_slice = np.array([_timeline(exclusive[act], start, window) for act in PRIORITY])
+    best = per_slice.argmax(axis=0)
+    activity = [
+        PRIORITY[i] if per_slice[i, n] >= 10 else HostActivity.NOTHING for n, i in enumerate(best)
+    ]
     return HostLane(
         host="",
         window_ms=round(window / 1e6, 3),
@@ -395,68 +398,79 @@ def _host_lane(
     )
 
 
-# Intervals: sorted, disjoint (start, end) pairs in ns.
+# Intervals: (starts, ends) arrays; the functions below return them sorted and disjoint.
 
 
-def _union(spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
-    merged: list[tuple[int, int]] = []
-    for begin, finish in sorted(spans):
-        if merged and begin <= merged[-1][1]:
-            if finish > merged[-1][1]:
-                merged[-1] = (merged[-1][0], finish)
-        else:
-            merged.append((begin, finish))
-    return merged
+def _union(begins: np.ndarray, ends: np.ndarray) -> Intervals:
+    if not len(begins):
+        return _EMPTY, _EMPTY
+    order = np.argsort(begins, kind="stable")
+    b, e = begins[order], ends[order]
+    reach = np.maximum.accumulate(e)
+    new = np.ones(len(b), dtype=bool)
+    new[1:] = b[1:] > reach[:-1]
+    firsts = np.flatnonzero(new)
+    lasts = np.append(firsts[1:] - 1, len(b) - 1)
+    return b[firsts], reach[lasts]
 
 
-def _intersect(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    out, i, j = [], 0, 0
-    while i < len(a) and j < len(b):
-        begin, finish = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
-        if begin < finish:
-            out.append((begin, finish))
-        if a[i][1] < b[j][1]:
-            i += 1
-        else:
-            j += 1
-    return out
+def _merge(a: Intervals, b: Intervals) -> Intervals:
+    return _union(np.concatenate([a[0], b[0]]), np.concatenate([a[1], b[1]]))
 
 
-def _complement(spans: list[tuple[int, int]], start: int, end: int) -> list[tuple[int, int]]:
-    out, cursor = [], start
-    for begin, finish in spans:
-        if begin > cursor:
-            out.append((cursor, min(begin, end)))
-        cursor = max(cursor, finish)
-    if cursor < end:
-        out.append((cursor, end))
-    return out
+def _intersect(a: Intervals, b: Intervals) -> Intervals:
+    """Where both of two sorted, disjoint sets of intervals are: count the sets covering each
+    point (starts +1, ends -1) and keep the stretches covered by both."""
+    if not len(a[0]) or not len(b[0]):
+        return _EMPTY, _EMPTY
+    points = np.concatenate([a[0], b[0], a[1], b[1]])
+    steps = np.concatenate(
+        [np.ones(len(a[0]) + len(b[0]), np.int64), -np.ones(len(a[1]) + len(b[1]), np.int64)]
+    )
+    order = np.lexsort((steps, points))  # at one instant, ends before starts
+    points, depth = points[order], np.cumsum(steps[order])
+    inside = depth == 2
+    begins = points[:-1][inside[:-1]]
+    ends = points[1:][inside[:-1]]
+    keep = ends > begins
+    return begins[keep], ends[keep]
 
 
-def _subtract(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    if not b:
+def _complement(spans: Intervals, start: int, end: int) -> Intervals:
+    begins = np.concatenate([[start], spans[1]])
+    ends = np.concatenate([spans[0], [end]])
+    begins, ends = np.maximum(begins, start), np.minimum(ends, end)
+    keep = ends > begins
+    return begins[keep], ends[keep]
+
+
+def _subtract(a: Intervals, b: Intervals) -> Intervals:
+    if not len(b[0]) or not len(a[0]):
         return a
-    start = min(a[0][0], b[0][0]) if a else 0
-    end = max(a[-1][1], b[-1][1]) if a else 0
-    return _intersect(a, _complement(b, start, end))
+    return _intersect(a, _complement(b, int(min(a[0][0], b[0][0])), int(max(a[1][-1], b[1][-1]))))
 
 
-def _length(spans: list[tuple[int, int]]) -> int:
-    return sum(finish - begin for begin, finish in spans)
+def _length(spans: Intervals) -> int:
+    return int((spans[1] - spans[0]).sum())
 
 
 def _pct(part: float, whole: float) -> float:
     return round(100 * part / whole, 1) if whole else 0.0
 
 
-def _timeline(spans: list[tuple[int, int]], start: int, window: int) -> list[float]:
-    """The share (%) of each of SLICES equal slices of the window that `spans` cover."""
-    width = window / SLICES
-    covered = [0.0] * SLICES
-    for begin, finish in spans:
-        first = max(int((begin - start) / width), 0)
-        last = min(int((finish - start) / width), SLICES - 1)
-        for i in range(first, last + 1):
-            lo = start + i * width
-            covered[i] += max(0.0, min(finish, lo + width) - max(begin, lo))
-    return [round(min(100.0, 100 * c / width), 1) for c in covered]
+def _timeline(spans: Intervals, start: int, window: int) -> list[float]:
+    """The share (%) of each of SLICES equal slices of the window that the (sorted, disjoint)
+    `spans` cover: the covered time up to each slice's edge, differenced."""
+    edges = start + np.arange(SLICES + 1) * (window / SLICES)
+    begins, ends = spans
+    if not len(begins):
+        return [0.0] * SLICES
+    before = np.concatenate([[0], np.cumsum(ends - begins)])
+    i = np.searchsorted(ends, edges, side="right")  # intervals wholly before each edge
+    partial = np.clip(edges - begins[np.minimum(i, len(begins) - 1)], 0, None)
+    partial = np.where(
+        i < len(begins), np.minimum(partial, (ends - begins)[np.minimum(i, len(begins) - 1)]), 0
+    )
+    covered = before[i] + partial
+    shares = np.diff(covered) / (window / SLICES) * 100
+    return [round(float(min(100.0, max(0.0, v))), 1) for v in shares]

@@ -221,6 +221,13 @@ def test_busy_idle_and_the_hosts_part_are_measured_from_the_intervals(tmp_path):
         "nothing": 0.0,
     }
     assert gpu.hosts[0].busy_pct == {"input": 40.0, "tf_ops": 20.0, "python": 0.0, "tf_data": 0.0}
+    # 60 slices of 5/3 ms: idle up to 55 ms (slice 33 is 55-56.7 ms), busy from there on
+    timeline = device.busy_timeline_pct
+    assert timeline[:33] == [0.0] * 33 and timeline[33:] == [100.0] * 27
+    lane = gpu.hosts[0].activity
+    assert lane[:24] == [HostActivity.INPUT] * 24  # 0-40 ms
+    assert lane[24:36] == [HostActivity.TF_OPS] * 12  # 40-60 ms
+    assert lane[36:] == [HostActivity.NOTHING] * 24
 
 
 def test_a_capture_without_a_gpu_plane_has_no_gpu_section(tmp_path):
