@@ -42,6 +42,7 @@ class LatestAnalysis:
     device_idle_share: float | None
     findings: Mapping[tuple[str, str], int]  # (rule, severity) -> count
     host_busy_s: Mapping[str, float] = field(default_factory=dict)  # multi-worker: per host
+    gpu_busy: Mapping[str, float] = field(default_factory=dict)  # per GPU, 0-1 of the capture
 
 
 def _path(data: Any, *keys: str) -> Any:
@@ -75,6 +76,14 @@ def read_analysis(snapshot_id: str, created_at: str, doc: str) -> LatestAnalysis
     step_ms = _number(
         (_path(summary, "step_time", "avg_ms"), 1.0), (summary.get("step_time_ms_avg"), 1.0)
     )
+    gpus = [
+        d
+        for d in _path(summary, "gpu", "devices") or []
+        if isinstance(d, Mapping) and _number((d.get("busy_pct"), 1.0)) is not None
+    ]
+    active = [d["idle_pct"] for d in gpus if _path(d, "kernels", "count")]
+    # XProf gives no idle share for GPUs: the GPUs' own planes do (the ones that ran kernels).
+    gpu_idle = sum(active) / len(active) / 100 if active else None
     return LatestAnalysis(
         snapshot_id=snapshot_id,
         created_s=datetime.fromisoformat(created_at).timestamp(),
@@ -84,13 +93,16 @@ def read_analysis(snapshot_id: str, created_at: str, doc: str) -> LatestAnalysis
             (_path(summary, "input_pipeline", "input_share_pct"), 0.01),
             (summary.get("input_share_pct"), 0.01),
         ),
-        device_idle_share=_number((_path(summary, "utilisation", "device_idle_pct"), 0.01)),
+        device_idle_share=_number((_path(summary, "utilisation", "device_idle_pct"), 0.01))
+        if _path(summary, "utilisation", "device_idle_pct") is not None
+        else gpu_idle,
         findings=dict(findings),
         host_busy_s={
             str(h["host"]): h["busy_ms_avg"] / 1000.0
             for h in summary.get("per_host") or []
             if isinstance(h, Mapping) and _number((h.get("busy_ms_avg"), 1.0)) is not None
         },
+        gpu_busy={str(d.get("device")): d["busy_pct"] / 100 for d in gpus},
     )
 
 
@@ -216,6 +228,13 @@ class ServiceCollector:
             labels=["target", "host"],
             unit="seconds",
         )
+        gpu_busy = GaugeMetricFamily(
+            "profiler_latest_gpu_busy_ratio",
+            "Per GPU: share (0-1) of the newest ready snapshot's capture it ran kernels or "
+            "copies (read from its own plane); DCGM's GPU_UTIL over the capture, per kernel.",
+            labels=["target", "gpu"],
+            unit="ratio",
+        )
         regression = GaugeMetricFamily(
             "profiler_latest_step_time_regression_ratio",
             "Newest ready snapshot's step time over the target's baseline (1.1 = 10% slower).",
@@ -237,7 +256,19 @@ class ServiceCollector:
                 findings.add_metric([target, rule, severity], n)
             for host, busy_s in sorted(a.host_busy_s.items()):
                 host_busy.add_metric([target, host], busy_s)
-        yield from (info, created, step, input_share, idle, findings, host_busy, regression)
+            for gpu, share in sorted(a.gpu_busy.items()):
+                gpu_busy.add_metric([target, gpu], share)
+        yield from (
+            info,
+            created,
+            step,
+            input_share,
+            idle,
+            findings,
+            host_busy,
+            gpu_busy,
+            regression,
+        )
 
     def _baseline_of(self, target: str) -> LatestAnalysis | None:
         """The target's baseline, parsed once per baseline id (see store/baselines.py)."""
