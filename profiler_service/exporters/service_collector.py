@@ -231,7 +231,7 @@ class ServiceCollector:
         gpu_busy = GaugeMetricFamily(
             "profiler_latest_gpu_busy_ratio",
             "Per GPU: share (0-1) of the newest ready snapshot's capture it ran kernels or "
-            "copies (read from its own plane); DCGM's GPU_UTIL over the capture, per kernel.",
+            "copies (read from its own plane): what DCGM's GPU_UTIL means, over the capture.",
             labels=["target", "gpu"],
             unit="ratio",
         )
