@@ -81,7 +81,7 @@ def gate_values(snapshot: Snapshot) -> dict[GateMetric, float | None]:
     return {
         GateMetric.STEP_TIME: s.step_time.avg_ms,
         GateMetric.INPUT_SHARE: s.input_pipeline.input_share_pct,
-        GateMetric.DEVICE_IDLE: s.utilisation.device_idle_pct,
+        GateMetric.DEVICE_IDLE: s.device_idle_pct,
         GateMetric.MEMORY_PEAK: float(max(peaks)) if peaks else None,
     }
 

@@ -320,6 +320,13 @@ class Summary(BaseModel):
     notes: list[str] = Field(default_factory=list)  # what could not be read, and why
     gpu: GpuActivity | None = None  # what each GPU and its host did (None without a GPU)
 
+    @property
+    def device_idle_pct(self) -> float | None:
+        """XProf's device idle share, or, on GPUs where it gives none, the GPUs' own."""
+        if self.utilisation.device_idle_pct is not None:
+            return self.utilisation.device_idle_pct
+        return self.gpu.idle_pct if self.gpu is not None else None
+
 
 class Severity(StrEnum):
     CRITICAL = "critical"

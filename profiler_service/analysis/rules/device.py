@@ -30,10 +30,8 @@ def device_idle(summary: Summary) -> Finding | None:
     gives no idle share: it is read from the GPU's own plane (the GPUs that ran kernels, on
     average), with what the host did during the gaps, and advice for the largest part.
     """
-    idle = summary.utilisation.device_idle_pct
+    idle = summary.device_idle_pct
     gpu = summary.gpu
-    if idle is None and gpu is not None:
-        idle = gpu.idle_pct
     if not _has_device(summary) or idle is None or idle < DEVICE_IDLE_WARNING_PCT:
         return None
     severity = Severity.CRITICAL if idle >= DEVICE_IDLE_CRITICAL_PCT else Severity.WARNING
