@@ -485,6 +485,12 @@ class Settings(BaseSettings):
                 f"duration_default_s={self.duration_default_s} must lie within "
                 f"[{self.duration_min_s}, {self.duration_max_s}]"
             )
+        watch = self.memory_watch_duration_s
+        if watch is not None and not self.duration_min_s <= watch <= self.duration_max_s:
+            raise ValueError(
+                f"memory_watch_duration_s={watch} must lie within [{self.duration_min_s}, "
+                f"{self.duration_max_s}]: every capture keeps the bounds, the watch's too"
+            )
         if (
             self.capture_url
             and self.store_url

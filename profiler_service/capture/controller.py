@@ -1,8 +1,11 @@
-"""The capture controller: bounds every capture and walks it through the pipeline.
+"""The capture controller: the one place that bounds a capture and walks it through the pipeline.
 
-One capture at a time per target; a deadline of duration + grace; every failure stored in the
-snapshot with a code and a sentence. Captures run on worker threads, so callers get the snapshot
-back at once and follow it through `capturing -> analyzing -> ready | failed`.
+Every trigger (HTTP, webhooks, schedules, the memory watch, the CLI) asks `try_start()`, which
+answers started, busy or rejected: the target must be configured, the duration within
+[`duration_min_s`, `duration_max_s`] whatever the trigger parsed, one capture at a time per
+target. A deadline of duration + grace; every failure stored in the snapshot with a code and a
+sentence. Captures run on worker threads, so callers get the snapshot back at once and follow
+it through `capturing -> analyzing -> ready | failed`.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from profiler_service.analysis.analyzer import AnalysisFailed, XprofAnalyzer
 from profiler_service.analysis.models import ProcessMemory
@@ -22,7 +26,13 @@ from profiler_service.capture.capturer import CaptureFailed, CaptureJob, Capture
 from profiler_service.capture.discovery import resolve_workers
 from profiler_service.capture.remote import connect_error
 from profiler_service.config import Settings
-from profiler_service.errors import CaptureBusy, InvalidRequest, UnknownTarget
+from profiler_service.errors import (
+    CaptureBusy,
+    InvalidDuration,
+    InvalidRequest,
+    ServiceError,
+    UnknownTarget,
+)
 from profiler_service.lookback.models import LeadUp
 from profiler_service.models import (
     CaptureOptions,
@@ -35,6 +45,7 @@ from profiler_service.models import (
 )
 from profiler_service.store import SnapshotStore
 from profiler_service.targets import Target, TargetKind
+from profiler_service.trigger.duration import format_seconds
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +61,23 @@ class CaptureRequest:
     python_tracer_level: int | None = None
     device_tracer_level: int | None = None
     trigger: Trigger = field(default_factory=Trigger)
+
+
+class StartOutcome(StrEnum):
+    STARTED = "started"
+    BUSY = "busy"  # the target is being captured: `snapshot` is that capture
+    REJECTED = "rejected"  # never startable as asked: unknown target, duration out of bounds
+
+
+@dataclass(frozen=True)
+class StartResult:
+    outcome: StartOutcome
+    snapshot: Snapshot | None = None  # the new capture, or the one running when busy
+    error: ServiceError | None = None  # why it did not start: CaptureBusy, InvalidDuration...
+
+    @property
+    def started(self) -> bool:
+        return self.outcome is StartOutcome.STARTED
 
 
 @dataclass
@@ -91,11 +119,35 @@ class CaptureController:
         return target
 
     def start(self, request: CaptureRequest) -> Snapshot:
-        """Begin a capture and return its snapshot at once; CaptureBusy if the target is busy."""
-        target = self.resolve_target(request.target)
-        capturer = self.capturers.get(target.kind)
-        if capturer is None:
-            raise InvalidRequest(f"this service cannot capture {target.kind} targets")
+        """Begin a capture and return its snapshot at once; raise why not (CaptureBusy,
+        InvalidDuration, UnknownTarget, InvalidRequest) for callers that answer with errors."""
+        result = self.try_start(request)
+        if result.error is not None:
+            raise result.error
+        assert result.snapshot is not None
+        return result.snapshot
+
+    def check_duration(self, duration_s: float) -> None:
+        """The bounds every capture keeps, whichever trigger asked for it."""
+        s = self.settings
+        if not (math.isfinite(duration_s) and s.duration_min_s <= duration_s <= s.duration_max_s):
+            raise InvalidDuration(
+                f"a capture of {duration_s:g} s is out of bounds: captures last between "
+                f"{format_seconds(s.duration_min_s)} and {format_seconds(s.duration_max_s)} "
+                "(PROFILER_DURATION_MIN_S, PROFILER_DURATION_MAX_S)"
+            )
+
+    def try_start(self, request: CaptureRequest) -> StartResult:
+        """Begin a capture and return at once: started (with its snapshot), busy (with the
+        capture in the way) or rejected (with the reason)."""
+        try:
+            target = self.resolve_target(request.target)
+            capturer = self.capturers.get(target.kind)
+            if capturer is None:
+                raise InvalidRequest(f"this service cannot capture {target.kind} targets")
+            self.check_duration(request.duration_s)
+        except ServiceError as exc:
+            return StartResult(StartOutcome.REJECTED, error=exc)
         s = self.settings
         options = CaptureOptions(
             duration_ms=round(request.duration_s * 1000),
@@ -109,12 +161,14 @@ class CaptureController:
             busy = self._active.get(target.name)
             if busy is not None:
                 retry_after = self._retry_after_s(busy)
-                raise CaptureBusy(
+                error = CaptureBusy(
                     f"a capture of target {target.name!r} is already running (snapshot "
                     f"{busy.snapshot.id}); retry in about {retry_after} s",
                     headers={"Retry-After": str(retry_after)},
                     snapshot_id=busy.snapshot.id,
                 )
+                running = busy.snapshot.model_copy(deep=True)
+                return StartResult(StartOutcome.BUSY, snapshot=running, error=error)
             trigger = request.trigger.model_copy(
                 update={"labels": {**s.capture_labels, **request.trigger.labels}}
             )
@@ -145,7 +199,7 @@ class CaptureController:
             name=f"capture-{snapshot.id}",
             daemon=True,
         ).start()
-        return snapshot.model_copy(deep=True)
+        return StartResult(StartOutcome.STARTED, snapshot=snapshot.model_copy(deep=True))
 
     def wait(self, snapshot_id: str, timeout_s: float | None = None) -> bool:
         """Block until the snapshot is finished (True) or the timeout passes (False)."""

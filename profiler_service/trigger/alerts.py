@@ -36,9 +36,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from profiler_service.capture.controller import CaptureController, CaptureRequest
+from profiler_service.capture.controller import CaptureController, CaptureRequest, StartOutcome
 from profiler_service.config import Settings
-from profiler_service.errors import CaptureBusy, InvalidDuration, ServiceError
+from profiler_service.errors import InvalidDuration
 from profiler_service.models import Trigger, TriggerKind
 from profiler_service.targets import TargetMatcher
 from profiler_service.trigger.alert_log import AlertLog, AlertOutcome, Outcome
@@ -293,16 +293,15 @@ class AlertTrigger:
             )
             _set(outcome, Outcome.THROTTLED, "min_interval", detail)
             return
-        try:
-            snapshot = self.controller.start(request)
-        except CaptureBusy as exc:
-            _set(outcome, Outcome.SKIPPED_BUSY, exc.code, exc.detail)
+        result = self.controller.try_start(request)
+        if result.outcome is StartOutcome.BUSY:
+            _set(outcome, Outcome.SKIPPED_BUSY, result.error.code, result.error.detail)
             return
-        except ServiceError as exc:
-            _set(outcome, Outcome.REJECTED, exc.code, exc.detail)
+        if result.outcome is StartOutcome.REJECTED:
+            _set(outcome, Outcome.REJECTED, result.error.code, result.error.detail)
             return
-        self._remember(outcome.fingerprint, now, snapshot.id)
-        outcome.snapshot_id = snapshot.id
+        self._remember(outcome.fingerprint, now, result.snapshot.id)
+        outcome.snapshot_id = result.snapshot.id
         _set(outcome, Outcome.CAPTURED, None, "")
 
     def _remember(self, fingerprint: str, now: float, snapshot_id: str) -> None:

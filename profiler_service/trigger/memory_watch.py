@@ -22,13 +22,21 @@ import time
 from collections import Counter
 
 from profiler_service.analysis.fit import fit_line
-from profiler_service.capture.controller import CaptureController, CaptureRequest
+from profiler_service.capture.controller import (
+    CaptureController,
+    CaptureRequest,
+    StartOutcome,
+)
 from profiler_service.config import Settings
-from profiler_service.errors import ServiceError
 from profiler_service.lookback.ring import Sample, SampleRing
 from profiler_service.models import MemoryReading, Trigger, TriggerKind
 
 log = logging.getLogger(__name__)
+_OUTCOME = {
+    StartOutcome.STARTED: "captured",
+    StartOutcome.BUSY: "busy",
+    StartOutcome.REJECTED: "failed",
+}
 
 # (reading in use, its capacity, whether crossing the share counts) per memory the sources read.
 WATCHED = (
@@ -120,24 +128,23 @@ class MemoryWatch:
                 return
             s = self.settings
             duration = s.memory_watch_duration_s or s.duration_default_s
-            try:
-                snapshot = self.controller.start(
-                    CaptureRequest(
-                        duration_s=duration,
-                        target=self.target,
-                        trigger=Trigger(
-                            kind=TriggerKind.MEMORY_WATCH,
-                            source=f"memory_watch ({reading.reason}, {reading.device})",
-                            labels={"device": reading.device},
-                            memory=reading,
-                        ),
-                    )
+            result = self.controller.try_start(
+                CaptureRequest(
+                    duration_s=duration,
+                    target=self.target,
+                    trigger=Trigger(
+                        kind=TriggerKind.MEMORY_WATCH,
+                        source=f"memory_watch ({reading.reason}, {reading.device})",
+                        labels={"device": reading.device},
+                        memory=reading,
+                    ),
                 )
-            except ServiceError as exc:
-                outcome = "busy" if exc.code == "capture_in_progress" else "failed"
-                log.info("memory watch did not capture %s: %s", self.target, exc.detail)
+            )
+            outcome = _OUTCOME[result.outcome]
+            if not result.started:
+                log.info("memory watch did not capture %s: %s", self.target, result.error)
             else:
-                outcome = "captured"
+                snapshot = result.snapshot
                 self._cooldown_until = time.monotonic() + s.memory_watch_cooldown_s
                 log.warning(
                     "memory watch: %s at %s of capacity, %s s to full; capturing %s as %s",

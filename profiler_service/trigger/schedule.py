@@ -12,12 +12,21 @@ import threading
 import time
 from collections import Counter
 
-from profiler_service.capture.controller import CaptureController, CaptureRequest
+from profiler_service.capture.controller import (
+    CaptureController,
+    CaptureRequest,
+    StartOutcome,
+)
 from profiler_service.config import Schedule, Settings
-from profiler_service.errors import ServiceError
 from profiler_service.models import Trigger, TriggerKind
 
 log = logging.getLogger(__name__)
+# What a scheduled capture did, as the metrics count it.
+_OUTCOME = {
+    StartOutcome.STARTED: "started",
+    StartOutcome.BUSY: "skipped",
+    StartOutcome.REJECTED: "failed",
+}
 
 
 class CaptureScheduler:
@@ -48,20 +57,18 @@ class CaptureScheduler:
         """Start one scheduled capture now; returns what happened (for logs and metrics)."""
         duration = schedule.duration_s or self.settings.duration_default_s
         labels = {**self.settings.capture_labels, **schedule.labels}
-        try:
-            snapshot = self.controller.start(
-                CaptureRequest(
-                    duration_s=duration,
-                    target=schedule.target,
-                    trigger=Trigger(kind=TriggerKind.SCHEDULE, source="schedule", labels=labels),
-                )
+        result = self.controller.try_start(
+            CaptureRequest(
+                duration_s=duration,
+                target=schedule.target,
+                trigger=Trigger(kind=TriggerKind.SCHEDULE, source="schedule", labels=labels),
             )
-        except ServiceError as exc:
-            outcome = "skipped" if exc.code == "capture_in_progress" else "failed"
-            log.info("scheduled capture of %s %s: %s", schedule.target, outcome, exc.detail)
+        )
+        outcome = _OUTCOME[result.outcome]
+        if result.started:
+            log.info("scheduled capture of %s started: %s", schedule.target, result.snapshot.id)
         else:
-            outcome = "started"
-            log.info("scheduled capture of %s started: %s", schedule.target, snapshot.id)
+            log.info("scheduled capture of %s %s: %s", schedule.target, outcome, result.error)
         self.outcomes[(schedule.target, outcome)] += 1
         return outcome
 
