@@ -111,6 +111,17 @@ class ProfilerStepCallback(keras.callbacks.Callback):
         STEP_STATS.observe(elapsed, self.name, steps)
         self.step += steps
 
+    # tf_keras's CallbackList asks these of every callback; Keras 3's Callback lacks them, so
+    # the same callback also serves a `tf_keras` model without TF_USE_LEGACY_KERAS.
+    def _implements_train_batch_hooks(self) -> bool:
+        return True
+
+    def _implements_test_batch_hooks(self) -> bool:
+        return False
+
+    def _implements_predict_batch_hooks(self) -> bool:
+        return False
+
     def _steps_run(self, end: int) -> int:
         """Batches `begin..end` of this call; Keras 3 names a full call's last batch even when
         the epoch ends sooner, so the epoch's batch count bounds it."""
