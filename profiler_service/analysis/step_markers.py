@@ -51,9 +51,18 @@ ITER_NUM = "iter_num"  # TF executor's loop iteration stat (xplane_schema: kIter
 ROOT = "_r"  # a root (step) marker's stat: Trace(..., _r=1)
 _ROW = re.compile(r"^(?P<name>.*?)\s*(?P<num>-?\d+)$")
 
-_METADATA_FIELDS = {
+_OUTLINE_FIELDS = {
     "XSpace": [("planes", 1, F.TYPE_MESSAGE, True, "XPlane")],
-    "XPlane": [("stat_metadata", 5, F.TYPE_MESSAGE, True, "XPlane.StatMetadataEntry")],
+    "XPlane": [
+        ("name", 2, F.TYPE_STRING, False, None),
+        ("stat_metadata", 5, F.TYPE_MESSAGE, True, "XPlane.StatMetadataEntry"),
+        ("stats", 6, F.TYPE_MESSAGE, True, "XStat"),
+    ],
+    "XStat": [
+        ("metadata_id", 1, F.TYPE_INT64, False, None),
+        ("uint64_value", 3, F.TYPE_UINT64, False, None),
+        ("int64_value", 4, F.TYPE_INT64, False, None),
+    ],
     "XStatMetadata": [("name", 2, F.TYPE_STRING, False, None)],
 }
 _EVENT_FIELDS = {
@@ -83,10 +92,11 @@ _MAPS = {
 
 
 @cache
-def _metadata_space() -> Any:
-    """An XSpace that parses only the stat names: the lines stay unparsed bytes (fast)."""
+def _outline_space() -> Any:
+    """An XSpace that parses the planes' own stats and stat names only: the lines stay unparsed
+    bytes, so a 13 MB capture takes about 10 ms."""
     maps = {"XPlane.StatMetadataEntry": _MAPS["XPlane.StatMetadataEntry"]}
-    return message_classes("profiler_service.xplane_steps_md", _METADATA_FIELDS, maps)["XSpace"]
+    return message_classes("profiler_service.xplane_outline", _OUTLINE_FIELDS, maps)["XSpace"]
 
 
 @cache
@@ -127,7 +137,7 @@ def _zero_loop_iterations(path: Path) -> int:
     if not _bytes_contain(path, ITER_NUM.encode()):
         return 0
     data = path.read_bytes()
-    outline = _metadata_space()()
+    outline = _outline_space()()
     outline.ParseFromString(data)
     if not any(_stat_ids(plane, ITER_NUM) and _stat_ids(plane, ROOT) for plane in outline.planes):
         return 0
@@ -167,23 +177,29 @@ def _bytes_contain(path: Path, needle: bytes) -> bool:
 def per_training_step(step_time: StepTime, paths: Sequence[Path] = ()) -> list[str]:
     """Turn XProf's marked steps into training steps, in place; notes on what was read.
 
-    N (`steps_per_marker`) is the gap most consecutive markers of one name agree on. `paths`
-    let a capture with 4 or 5 timed markers be counted from its file (XProf may or may not
-    have set two aside).
+    N (`steps_per_marker`) is the gap most consecutive markers of one name agree on; times are
+    divided by it. The count is the training steps run while the capture ran: the marked steps
+    XProf timed, the first and last it set aside, and the steps of the calls the capture's start
+    and end cut (at most one call at each end: the capture's span in `paths`, TF's
+    `profile_start_time` / `profile_stop_time`, over the time per call).
     """
     markers = step_time.count
     step_time.markers = markers
-    if not markers:
+    if not markers or not step_time.avg_ms:
         return []
     per_marker = steps_per_marker(step_time)
-    in_capture = markers
-    if markers > XPROF_KEEPS_ALL_UP_TO:
-        in_capture = markers + 2
-    elif markers > XPROF_KEEPS_ALL_UP_TO - 2 and paths:
-        counted = _count_markers(paths, {_row_name(s.name) for s in step_time.steps})
-        if counted > XPROF_KEEPS_ALL_UP_TO:
-            in_capture = counted
-    step_time.count = in_capture * per_marker
+    span_ms = capture_span_ms(paths[0]) if paths else None
+    calls_in_span = span_ms / step_time.avg_ms if span_ms else 0.0
+    whole = markers
+    if markers > XPROF_KEEPS_ALL_UP_TO or (
+        markers > XPROF_KEEPS_ALL_UP_TO - 2 and calls_in_span >= markers + 2
+    ):
+        whole = markers + 2  # XProf set the first and last aside
+    count = whole * per_marker
+    if calls_in_span:
+        cut = round(calls_in_span * per_marker) - count
+        count += min(max(cut, 0), 2 * per_marker)
+    step_time.count = count
     step_time.steps_per_marker = per_marker
     if per_marker == 1:
         return []
@@ -200,6 +216,26 @@ def per_training_step(step_time: StepTime, paths: Sequence[Path] = ()) -> list[s
         f"each marked step held {per_marker} training steps (steps_per_execution): the step "
         f"count and times are per training step ({markers} marked steps timed)"
     ]
+
+
+def capture_span_ms(path: Path) -> float | None:
+    """How long the profiler traced, from the capture's own `profile_start_time` and
+    `profile_stop_time` (TF writes them on its "Task Environment" plane, in ns)."""
+    try:
+        space = _outline_space()()
+        space.ParseFromString(path.read_bytes())
+    except (OSError, ValueError, DecodeError):
+        return None
+    for plane in space.planes:
+        times = {
+            plane.stat_metadata[stat.metadata_id].name: stat.uint64_value or stat.int64_value
+            for stat in plane.stats
+            if stat.metadata_id in plane.stat_metadata
+        }
+        start, stop = times.get("profile_start_time"), times.get("profile_stop_time")
+        if start and stop and stop > start:
+            return (stop - start) / 1e6
+    return None
 
 
 def steps_per_marker(step_time: StepTime) -> int:
@@ -222,32 +258,7 @@ def steps_per_marker(step_time: StepTime) -> int:
     return gap
 
 
-def _row_name(row: str) -> str:
-    match = _ROW.match(row)
-    return match["name"] if match else row
-
-
 def _scaled(parts: StepBreakdown, scale: float) -> StepBreakdown:
     return StepBreakdown(
         **{name: round(value * scale, 4) for name, value in parts.model_dump().items()}
     )
-
-
-def _count_markers(paths: Sequence[Path], names: set[str]) -> int:
-    """Root markers named `names` in the first capture (one host's steps): a full parse."""
-    try:
-        space = _event_space()()
-        space.ParseFromString(paths[0].read_bytes())
-    except (OSError, ValueError, DecodeError):
-        return 0
-    count = 0
-    for plane in space.planes:
-        ids = {key for key, meta in plane.event_metadata.items() if meta.name in names}
-        roots = _stat_ids(plane, ROOT)
-        if not ids or not roots:
-            continue
-        for line in plane.lines:
-            for event in line.events:
-                if event.metadata_id in ids and any(s.metadata_id in roots for s in event.stats):
-                    count += 1
-    return count
