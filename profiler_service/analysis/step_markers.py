@@ -211,6 +211,10 @@ def per_training_step(step_time: StepTime, paths: Sequence[Path] = ()) -> list[s
     step_time.markers = markers
     if not markers or not step_time.avg_ms:
         return []
+    if len(step_time.steps) == markers:  # every row kept: XProf's own figures are rounded
+        times = [s.step_time_ms for s in step_time.steps]  # to 0.1 ms (5 % of a 2 ms step)
+        step_time.avg_ms = round(sum(times) / markers, 4)
+        step_time.min_ms, step_time.max_ms = min(times), max(times)
     per_marker = steps_per_marker(step_time)
     span_ms = capture_span_ms(paths[0]) if paths else None
     calls_in_span = span_ms / step_time.avg_ms if span_ms else 0.0

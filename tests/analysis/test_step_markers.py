@@ -217,3 +217,10 @@ def test_keras2_marks_its_own_steps_and_the_callback_adds_none():
     assert callback._marks is False  # Keras 2's fit wraps each call in Trace('train', ...)
     assert st.steps_per_marker == 4
     assert st.count == pytest.approx(steps, rel=AGREEMENT)
+
+
+def test_average_comes_from_the_rows_when_xprof_rounded_it():
+    st = step_table(list(range(0, 40, 4)), call_ms=8.02)
+    st.avg_ms = st.min_ms = st.max_ms = 8.0  # XProf's properties: 0.1 ms steps
+    per_training_step(st)
+    assert st.avg_ms == st.min_ms == st.max_ms == 2.005
