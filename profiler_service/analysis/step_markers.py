@@ -156,8 +156,13 @@ def _zero_loop_iterations(path: Path) -> int:
         for line in plane.lines:
             for event in line.events:
                 for stat in event.stats:
-                    if stat.metadata_id in iter_ids and (stat.int64_value or stat.uint64_value):
+                    if stat.metadata_id not in iter_ids:
+                        continue
+                    if stat.int64_value:  # keep the value's own field: XStat's is a oneof
                         stat.int64_value = 0
+                        zeroed += 1
+                    elif stat.uint64_value:
+                        stat.uint64_value = 0
                         zeroed += 1
     if zeroed:
         staging = path.with_name(path.name + ".steps")
