@@ -3,14 +3,21 @@
 Keras 3 `fit()` emits none by itself, so without these the overview page has no verdict
 ("No step marker observed"). Both helpers cost nothing measurable while no capture runs.
 
-Each step's wall time also feeds `profiler_training_steps_total` and
-`profiler_training_step_duration_seconds` (exporters/step_collector.py), which the embedded
-agent's `GET /metrics` exports.
+One marker wraps one call of the training function. With `steps_per_execution=N` (Keras) or a
+custom step function that runs N batches, one call holds N training steps: the marker's
+`step_num` is the index of the first of them, so consecutive markers are N apart and the
+analysis (analysis/step_markers.py) reads N from that gap and reports per-step figures.
+
+Each call's wall time also feeds `profiler_training_steps_total` and
+`profiler_training_step_duration_seconds` (exporters/step_collector.py), per training step, which
+the embedded agent's `GET /metrics` exports.
 """
 
 from __future__ import annotations
 
+import sys
 from time import perf_counter
+from typing import Any
 
 import tensorflow as tf
 from tensorflow import keras
@@ -23,10 +30,11 @@ __all__ = ["ProfilerStepCallback", "training_step"]
 class _Step:
     """A step marker that also records the step's wall time."""
 
-    __slots__ = ("_name", "_started", "_trace")
+    __slots__ = ("_name", "_started", "_steps", "_trace")
 
-    def __init__(self, step_num: int, name: str):
+    def __init__(self, step_num: int, name: str, steps: int = 1):
         self._name = name
+        self._steps = steps
         self._trace = tf.profiler.experimental.Trace(name, step_num=step_num, _r=1)
         self._started = 0.0
 
@@ -36,30 +44,88 @@ class _Step:
         return self
 
     def __exit__(self, *exc_info) -> None:
-        STEP_STATS.observe(perf_counter() - self._started, self._name)
+        STEP_STATS.observe(perf_counter() - self._started, self._name, self._steps)
         self._trace.__exit__(*exc_info)
 
 
-def training_step(step_num: int, name: str = "train") -> _Step:
-    """Mark one step of a custom training loop: `with training_step(i): train_step(batch)`."""
-    return _Step(step_num, name)
+def training_step(step_num: int, name: str = "train", steps: int = 1) -> _Step:
+    """Mark one call of a custom loop's step function: `with training_step(i): train_step(b)`.
+
+    When the call runs several training steps (a `tf.function` looping over N batches), pass
+    `steps=N` and number the calls by their first step, 0, N, 2N, ...: the analysis reads N
+    from the gap between markers, and the metrics count N steps per call.
+    """
+    return _Step(step_num, name, steps)
+
+
+def _fit_marks_steps(model: Any) -> bool:
+    """Whether this model's `fit()` marks its own steps (Keras 2 does, `Trace('train', ...)`)."""
+    for cls in type(model).__mro__:
+        module = cls.__module__ or ""
+        top = module.partition(".")[0]
+        if top in ("keras", "tf_keras"):
+            version = str(getattr(sys.modules.get(top), "__version__", "3"))
+            return version.split(".")[0].isdigit() and int(version.split(".")[0]) < 3
+        if top == "tensorflow" and ".keras" in module:  # tf.keras before Keras was split out
+            return True
+    return False
 
 
 class ProfilerStepCallback(keras.callbacks.Callback):
-    """Mark every `fit()` batch as a step: `model.fit(ds, callbacks=[ProfilerStepCallback()])`."""
+    """Mark every `fit()` call of the train function: `model.fit(ds, callbacks=[...])`.
+
+    Keras calls the batch hooks once per call of the train function, with the first and last
+    batch index it ran (N apart under `steps_per_execution=N`): the marker's `step_num` is the
+    first training step, and the metrics count every step. Under Keras 2 (tf_keras), whose
+    `fit()` already wraps each call in its own step marker, this only feeds the metrics:
+    a second marker around the same call would be a second step in XProf.
+    """
 
     def __init__(self, name: str = "train"):
         super().__init__()
         self.name = name
-        self.step = 0
-        self._trace: _Step | None = None
+        self.step = 0  # training steps marked so far: the next marker's step_num
+        self._trace: tf.profiler.experimental.Trace | None = None
+        self._begin = 0
+        self._started = 0.0
+        self._marks: bool | None = None
+
+    def on_train_begin(self, logs=None):
+        self._marks = not _fit_marks_steps(self.model)
 
     def on_train_batch_begin(self, batch, logs=None):
-        self._trace = training_step(self.step, self.name)
-        self._trace.__enter__()
+        if self._marks is None:  # on_train_begin not called (a custom loop calling the hooks)
+            self._marks = not _fit_marks_steps(self.model)
+        self._begin = batch
+        if self._marks:
+            self._trace = tf.profiler.experimental.Trace(self.name, step_num=self.step, _r=1)
+            self._trace.__enter__()
+        self._started = perf_counter()
 
     def on_train_batch_end(self, batch, logs=None):
+        elapsed = perf_counter() - self._started
+        steps = self._steps_run(batch)
         if self._trace is not None:
             self._trace.__exit__(None, None, None)
             self._trace = None
-        self.step += 1
+        STEP_STATS.observe(elapsed, self.name, steps)
+        self.step += steps
+
+    # tf_keras's CallbackList asks these of every callback; Keras 3's Callback lacks them, so
+    # the same callback also serves a `tf_keras` model without TF_USE_LEGACY_KERAS.
+    def _implements_train_batch_hooks(self) -> bool:
+        return True
+
+    def _implements_test_batch_hooks(self) -> bool:
+        return False
+
+    def _implements_predict_batch_hooks(self) -> bool:
+        return False
+
+    def _steps_run(self, end: int) -> int:
+        """Batches `begin..end` of this call; Keras 3 names a full call's last batch even when
+        the epoch ends sooner, so the epoch's batch count bounds it."""
+        per_epoch = (self.params or {}).get("steps")
+        if isinstance(per_epoch, int) and per_epoch > 0:
+            end = min(end, per_epoch - 1)
+        return max(1, end - self._begin + 1)

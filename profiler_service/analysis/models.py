@@ -32,7 +32,13 @@ class StepSample(BaseModel):
 
 
 class StepTime(BaseModel):
+    # Training steps in the capture: the marked steps XProf timed and the first and last it sets
+    # aside as maybe incomplete, times `steps_per_marker` (analysis/step_markers.py).
     count: int = 0
+    # Training steps one marked step holds (Keras `steps_per_execution`), from the gap between
+    # the markers' step numbers; every figure here is per training step.
+    steps_per_marker: int = 1
+    markers: int = 0  # the marked steps (calls) XProf timed: the rows behind `steps`
     avg_ms: float | None = None
     min_ms: float | None = None
     max_ms: float | None = None

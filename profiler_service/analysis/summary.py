@@ -24,6 +24,7 @@ from profiler_service.analysis.models import Finding, HostSummary, Summary
 from profiler_service.analysis.op_stats import host_communication_ms, read_ops, summarise_op_stats
 from profiler_service.analysis.overview import read_step_time, summarise_overview
 from profiler_service.analysis.rules import evaluate
+from profiler_service.analysis.step_markers import per_training_step, unhide_markers_in_loops
 from profiler_service.analysis.xprof_tools import ToolFailed, tool_data, tool_names
 from profiler_service.child_process import return_freed_memory
 
@@ -48,6 +49,7 @@ def summarise_run(run_dir: Path) -> Summary:
     if not paths:
         raise ToolFailed(f"no .xplane.pb in {run_dir}")
     summary = Summary(hosts=[p.name.removesuffix(".xplane.pb") for p in paths])
+    summary.notes.extend(unhide_markers_in_loops(paths))  # before any XProf tool reads them
     # XProf's converters release the GIL. The memory profile and the tool list each parse the
     # capture again, so they run beside the overview instead of after it, unless the capture is
     # large enough for their peaks to add up to too much; the memory profile only where there are
@@ -75,6 +77,7 @@ def summarise_run(run_dir: Path) -> Summary:
         summary.notes.append(f"GPU planes: {gpu.result()}")
     else:
         summary.gpu = gpu.result()
+    summary.notes.extend(per_training_step(summary.step_time, paths))
     for tool, read in _OPTIONAL_TOOLS:
         if tool in fetched:
             _optional(summary, tool, fetched[tool].result(), read)
@@ -152,6 +155,7 @@ def _host_summary(path: Path) -> HostSummary:
         link = Path(alone) / path.name
         link.symlink_to(path.resolve())
         step_time, _ = read_step_time(tool_data([link], "overview_page"))
+        per_training_step(step_time, [link])
         ops = read_ops(tool_data([link], "framework_op_stats")) if step_time.avg_ms else []
     parts = step_time.breakdown_avg
     input_share = busy = None

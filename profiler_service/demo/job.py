@@ -48,7 +48,7 @@ def compute_bound_dataset(batch_size: int = 512) -> tf.data.Dataset:
     return tf.data.Dataset.from_tensors((x, tf.reduce_sum(x, axis=1, keepdims=True))).repeat()
 
 
-def build_model(width: int) -> keras.Model:
+def build_model(width: int, steps_per_execution: int = 1) -> keras.Model:
     model = keras.Sequential(
         [
             keras.Input((FEATURES,)),
@@ -57,8 +57,29 @@ def build_model(width: int) -> keras.Model:
             keras.layers.Dense(1),
         ]
     )
-    model.compile(optimizer="adam", loss="mse")
+    model.compile(optimizer="adam", loss="mse", steps_per_execution=steps_per_execution)
     return model
+
+
+class _Clock(keras.callbacks.Callback):
+    """The job's own clock: a line `time_ns steps` after every call of the train function
+    (steps finished so far), for checking the snapshot's step figures against."""
+
+    def __init__(self, path: str):
+        super().__init__()
+        self.file = open(path, "a", buffering=1)  # noqa: SIM115 (line-buffered, closed at end)
+        self.steps = 0
+        self.begin = 0
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self.begin = batch
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.steps += batch - self.begin + 1
+        self.file.write(f"{time.time_ns()} {self.steps}\n")
+
+    def on_train_end(self, logs=None):
+        self.file.close()
 
 
 class _Deadline(keras.callbacks.Callback):
@@ -218,6 +239,10 @@ def main(argv: list[str] | None = None) -> None:
         help="input-bound: decode this slowly from AFTER_S seconds on (a step time that jumps)",
     )
     parser.add_argument("--extra-matmuls", type=int, default=0, help="multi-worker: extra work")
+    parser.add_argument(
+        "--steps-per-execution", type=int, default=1, help="fit: Keras steps per train call"
+    )
+    parser.add_argument("--clock-file", help="fit: append `time_ns steps` after every call")
     memory = parser.add_argument_group("memory workload")
     memory.add_argument("--leak-kb-per-step", type=float, default=0, help="activation kept")
     memory.add_argument("--resident-mb", type=float, default=0, help="steady footprint held")
@@ -265,17 +290,15 @@ def main(argv: list[str] | None = None) -> None:
             multi_worker_loop(args.seconds, ready, args.extra_matmuls)
         print("DONE", flush=True)
         return
+    n = args.steps_per_execution
     if args.workload == "input-bound":
-        dataset, model = input_bound_dataset(), build_model(width=64)
+        dataset, model = input_bound_dataset(), build_model(width=64, steps_per_execution=n)
     else:
-        dataset, model = compute_bound_dataset(), build_model(width=1024)
-    model.fit(
-        dataset,
-        epochs=1,
-        steps_per_epoch=10**9,
-        verbose=0,
-        callbacks=[ProfilerStepCallback(), _Deadline(args.seconds, ready)],
-    )
+        dataset, model = compute_bound_dataset(), build_model(width=1024, steps_per_execution=n)
+    callbacks = [ProfilerStepCallback(), _Deadline(args.seconds, ready)]
+    if args.clock_file:
+        callbacks.append(_Clock(args.clock_file))
+    model.fit(dataset, epochs=1, steps_per_epoch=10**9, verbose=0, callbacks=callbacks)
     print("DONE", flush=True)
     sys.exit(0)
 

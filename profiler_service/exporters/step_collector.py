@@ -1,8 +1,9 @@
 """Training step durations, recorded in the job's process and exported at scrape time.
 
 `profiler_service.steps` (the Keras callback and `training_step`) calls `STEP_STATS.observe` once
-per step: a lock, a bisect and three additions, about a microsecond. Nothing here imports
-TensorFlow, so the sidecar can import this module without pulling TF into its process.
+per marked call: a lock, a bisect and three additions, about a microsecond. A call that runs
+several training steps (Keras `steps_per_execution=N`) counts as N steps of a 1/N share each.
+Nothing here imports TensorFlow, so the sidecar can import this module without pulling TF in.
 """
 
 from __future__ import annotations
@@ -53,14 +54,21 @@ class StepStats:
         self._lock = threading.Lock()
         self._series: dict[str, _Series] = {}
 
-    def observe(self, duration_s: float, name: str = "train") -> None:
-        i = bisect.bisect_left(self.buckets_s, duration_s)
+    def observe(self, duration_s: float, name: str = "train", steps: int = 1) -> None:
+        """Record `steps` training steps that took `duration_s` together.
+
+        The metrics count training steps, not calls, so a call of N steps adds N to the count and
+        N observations of `duration_s / N` to the histogram (each step's share of the call).
+        """
+        if steps < 1:
+            return
+        i = bisect.bisect_left(self.buckets_s, duration_s / steps)
         with self._lock:
             series = self._series.get(name)
             if series is None:
                 series = self._series[name] = _Series(len(self.buckets_s))
-            series.counts[i] += 1
-            series.count += 1
+            series.counts[i] += steps
+            series.count += steps
             series.sum_s += duration_s
 
     def snapshot(self) -> dict[str, tuple[list[int], int, float]]:
@@ -86,12 +94,14 @@ class StepCollector:
     def collect(self) -> Iterator[Metric]:
         steps = CounterMetricFamily(
             "profiler_training_steps",
-            "Training steps finished in this process (Keras callback or training_step).",
+            "Training steps finished in this process (Keras callback or training_step); a "
+            "call that runs N steps (steps_per_execution) counts N.",
             labels=["name"],
         )
         durations = HistogramMetricFamily(
             "profiler_training_step_duration_seconds",
-            "Wall time of one training step, from the step marker's start to its end.",
+            "Wall time of one training step, from the step marker's start to its end (a call of "
+            "N steps: N observations of 1/N of its time).",
             labels=["name"],
             unit="seconds",
         )

@@ -65,3 +65,33 @@ def test_keras_callback_and_training_step_feed_the_process_wide_recorder():
     assert stats["train"][1] == 5  # 40 samples / batch 8
     assert stats["custom"][1] == 3
     assert all(sum_s > 0 for _, _, sum_s in stats.values())
+
+
+def test_a_call_of_n_steps_counts_n_steps_of_a_share_each():
+    stats = StepStats(buckets_s=(0.01, 0.1))
+    stats.observe(0.2, steps=4)  # 50 ms a step
+    stats.observe(0.005)
+    counts, count, sum_s = stats.snapshot()["train"]
+    assert counts == [1, 4, 0] and count == 5
+    assert abs(sum_s - 0.205) < 1e-9
+    stats.observe(0.3, steps=0)  # nothing ran: nothing counted
+    assert stats.snapshot()["train"][1] == 5
+
+
+def test_keras_callback_counts_training_steps_under_steps_per_execution():
+    from tensorflow import keras
+
+    from profiler_service.steps import ProfilerStepCallback, training_step
+
+    STEP_STATS.reset()
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse", steps_per_execution=2)
+    x = np.zeros((40, 4), np.float32)
+    callback = ProfilerStepCallback()
+    # 5 batches in calls of 2, 2 and 1: Keras names the last call's end batch 5, past the epoch.
+    model.fit(x, x[:, :1], batch_size=8, epochs=2, verbose=0, callbacks=[callback])
+    with training_step(0, name="custom", steps=3):
+        pass
+    stats = STEP_STATS.snapshot()
+    assert stats["train"][1] == 10 and callback.step == 10
+    assert stats["custom"][1] == 3

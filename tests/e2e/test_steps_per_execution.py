@@ -1,0 +1,114 @@
+"""Real Keras jobs compiled with `steps_per_execution=N`, captured through the agent and the
+sidecar: the snapshot's step count and time per step agree with the job's own clock.
+
+The job's clock is the demo job's `--clock-file` (the wall time and steps finished after every
+call of the train function), read over the window the profiler itself says it traced (the
+capture's `profile_start_time` / `profile_stop_time`). Before the fix, N=4 gave 0 steps.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from helpers import free_port, start_job, wait_for_status
+from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+AGREEMENT = 0.10  # the issue's bound between the snapshot's figures and the job's clock
+
+
+def traced_window_ns(xplane: Path) -> tuple[int, int]:
+    space = xplane_pb2.XSpace()
+    space.ParseFromString(xplane.read_bytes())
+    for plane in space.planes:
+        names = {k: m.name for k, m in plane.stat_metadata.items()}
+        times = {names.get(s.metadata_id): s.uint64_value for s in plane.stats}
+        if times.get("profile_start_time") and times.get("profile_stop_time"):
+            return times["profile_start_time"], times["profile_stop_time"]
+    raise AssertionError(f"{xplane} does not say when the profiler traced")
+
+
+def clock_ticks(clock_file: Path, until_ns: int, timeout_s: float = 30) -> list[tuple[int, int]]:
+    """The job's clock, once it has ticked past `until_ns`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        lines = clock_file.read_text().splitlines()
+        ticks = [(int(t), int(steps)) for t, steps in (line.split() for line in lines[:-1])]
+        if (ticks and ticks[-1][0] > until_ns) or time.monotonic() > deadline:
+            return ticks
+        time.sleep(0.2)
+
+
+def job_clock(ticks: list[tuple[int, int]], start_ns: int, stop_ns: int) -> tuple[float, float]:
+    """Steps the job ran inside the window (its cumulative count, interpolated between calls
+    at the window's ends), and its own ms per step there."""
+    inside = [(t, steps) for t, steps in ticks if start_ns <= t <= stop_ns]
+    assert len(inside) >= 3, f"the job's clock has {len(inside)} ticks in the window"
+
+    def steps_at(t_ns: int) -> float:
+        for (t0, s0), (t1, s1) in itertools.pairwise(ticks):
+            if t0 <= t_ns <= t1:
+                return s0 + (s1 - s0) * (t_ns - t0) / (t1 - t0)
+        raise AssertionError(f"the job's clock ({ticks[0][0]}..{ticks[-1][0]}) misses {t_ns}")
+
+    (t0, s0), (t1, s1) = inside[0], inside[-1]
+    return steps_at(stop_ns) - steps_at(start_ns), (t1 - t0) / 1e6 / (s1 - s0)
+
+
+def capture(url: str, store: Path, duration: str = "2s") -> tuple[dict, Path]:
+    with httpx.Client(base_url=url, timeout=120) as client:
+        accepted = client.post("/profile", params={"duration": duration})
+        assert accepted.status_code == 202, accepted.text
+        body = wait_for_status(client, accepted.json()["id"], {"ready", "failed"}, 180)
+    assert body["status"] == "ready", body.get("error")
+    return body, store / "plugins" / "profile" / body["id"] / body["files"][0]["name"]
+
+
+def assert_agrees_with_job(body: dict, xplane: Path, clock_file: Path, n: int) -> None:
+    steps = body["summary"]["step_time"]
+    start_ns, stop_ns = traced_window_ns(xplane)
+    job_steps, job_ms = job_clock(clock_ticks(clock_file, stop_ns), start_ns, stop_ns)
+    assert steps["steps_per_marker"] == n
+    assert steps["count"] == pytest.approx(job_steps, rel=AGREEMENT), (steps, job_steps)
+    assert steps["avg_ms"] == pytest.approx(job_ms, rel=AGREEMENT), (steps["avg_ms"], job_ms)
+
+
+@pytest.mark.parametrize(
+    ("n", "decode_ms"),
+    [
+        (1, "0.2"),  # small steps, one per call: the figures as before
+        (4, "2"),  # four 70 ms steps per call: about 7 calls in the capture
+    ],
+)
+def test_agent_counts_and_times_each_training_step(tmp_path, n, decode_ms):
+    store, clock = tmp_path / "store", tmp_path / "clock.txt"
+    job = start_job(
+        "--workload", "input-bound", "--decode-ms", decode_ms, "--steps-per-execution", str(n),
+        "--clock-file", str(clock), "--agent", "--store", str(store), "--seconds", "120",
+    )  # fmt: skip
+    try:
+        body, xplane = capture(job.ready["agent_url"], store)
+        assert_agrees_with_job(body, xplane, clock, n)
+    finally:
+        job.stop()
+    # The findings that need steps still come: this job waits on Python decoding.
+    assert body["summary"]["input_pipeline"]["classification"] == "highly"
+    assert body["findings"][0]["rule"] == "input_bound"
+
+
+def test_sidecar_reads_the_same_steps_from_a_remote_capture(tmp_path, service_factory):
+    n, clock = 3, tmp_path / "clock.txt"
+    job = start_job(
+        "--workload", "input-bound", "--decode-ms", "0.3", "--steps-per-execution", str(n),
+        "--clock-file", str(clock), "--profiler-port", str(free_port()), "--seconds", "120",
+    )  # fmt: skip
+    try:
+        service = service_factory([job.address])
+        body, xplane = capture(service.url, service.store)
+        assert_agrees_with_job(body, xplane, clock, n)
+    finally:
+        job.stop()
+    assert body["findings"][0]["rule"] == "input_bound"
