@@ -1,6 +1,6 @@
 """Step markers around calls that run several training steps: per-step figures from XProf's step
-table, loops that would hide the markers, and real captures of such jobs (Keras 3, Keras 2 when
-tf_keras is installed, and a custom loop)."""
+table, loops that would hide the markers, and real captures of such jobs (Keras 3, Keras 2 through
+tf_keras, which scripts/setup installs for the tests, and a custom loop)."""
 
 from __future__ import annotations
 
@@ -207,7 +207,7 @@ def test_keras3_fit_with_steps_per_execution_is_timed_per_training_step():
 
 
 def test_keras2_marks_its_own_steps_and_the_callback_adds_none():
-    tf_keras = pytest.importorskip("tf_keras")
+    import tf_keras  # scripts/setup installs it with the test extras
 
     from profiler_service.steps import ProfilerStepCallback
 
