@@ -82,7 +82,7 @@ _TENSOR_CORE_KERNEL = re.compile(
 )
 _COPY = re.compile(r"^Memcpy(H2D|D2H|D2D|P2P|DtoD|HtoD|DtoH|PtoP)?")
 
-# Known GPUs: (compute capability, SMs, memory in GiB on the box) -> name. The plane gives the
+# Known GPUs: (name, compute capability, SMs, nominal memory in GiB). The plane gives the
 # usable memory, a little under the nominal size; a name is given only where one GPU matches.
 KNOWN_GPUS: tuple[tuple[str, str, int, int], ...] = (
     ("Tesla K80", "3.7", 13, 12),
@@ -99,7 +99,8 @@ KNOWN_GPUS: tuple[tuple[str, str, int, int], ...] = (
     ("GeForce RTX 2070", "7.5", 36, 8),
     ("GeForce RTX 2080", "7.5", 46, 8),
     ("GeForce RTX 2080 Ti", "7.5", 68, 11),
-    ("Quadro RTX 6000/8000", "7.5", 72, 24),
+    ("Quadro RTX 6000", "7.5", 72, 24),
+    ("Quadro RTX 8000", "7.5", 72, 48),
     ("A100-40GB", "8.0", 108, 40),
     ("A100-80GB", "8.0", 108, 80),
     ("A30", "8.0", 56, 24),
