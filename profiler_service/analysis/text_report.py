@@ -26,7 +26,8 @@ def format_summary(summary: Summary) -> list[str]:
     st = summary.step_time
     if st.count:
         lines.append(
-            f"{st.count} steps, step time avg {st.avg_ms} ms (min {st.min_ms}, max {st.max_ms}); "
+            f"{st.count} steps, step time avg {format_ms(st.avg_ms)} ms (min "
+            f"{format_ms(st.min_ms)}, max {format_ms(st.max_ms)}); "
             f"XProf's bottleneck: {summary.bottleneck}"
         )
     if summary.input_pipeline.conclusion:
@@ -69,6 +70,13 @@ def _short_model(model: str | None) -> str | None:
         if model and model.startswith(prefix):
             return model.removeprefix(prefix)
     return model
+
+
+def format_ms(value: float | None) -> str:
+    """Milliseconds to the precision that matters at their size: 41.0, 2.50, 0.123."""
+    if value is None:
+        return "-"
+    return f"{value:.1f}" if value >= 10 else f"{value:.2f}" if value >= 1 else f"{value:.3f}"
 
 
 def format_findings(findings: list[Finding], width: int = 100) -> list[str]:

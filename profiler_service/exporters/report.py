@@ -8,6 +8,7 @@ from functools import cache
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from profiler_service.analysis.compare import Comparison
+from profiler_service.analysis.text_report import format_ms
 from profiler_service.config import Settings
 from profiler_service.exporters import charts
 from profiler_service.exporters.links import snapshot_links
@@ -23,6 +24,7 @@ def _environment() -> Environment:
         autoescape=select_autoescape(["html"]),
     )
     env.filters["bytes"] = charts.format_bytes
+    env.filters["ms"] = format_ms
     return env
 
 
