@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from profiler_service.capture.controller import StartOutcome, StartResult
 from profiler_service.config import Settings
 from profiler_service.errors import CaptureBusy
 from profiler_service.exporters.step_collector import StepStats
@@ -48,11 +49,13 @@ class Recorder:
         self.requests = []
         self.busy = busy
 
-    def start(self, request):
+    def try_start(self, request):
         if self.busy:
-            raise CaptureBusy("a capture of target 'job' is already running")
+            error = CaptureBusy("a capture of target 'job' is already running")
+            return StartResult(StartOutcome.BUSY, error=error)
         self.requests.append(request)
-        return type("Snapshot", (), {"id": f"snap-{len(self.requests)}"})()
+        snapshot = type("Snapshot", (), {"id": f"snap-{len(self.requests)}"})()
+        return StartResult(StartOutcome.STARTED, snapshot=snapshot)
 
 
 def watch(controller, **settings) -> tuple[MemoryWatch, SampleRing]:
