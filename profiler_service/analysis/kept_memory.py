@@ -39,6 +39,7 @@ XPLANE_FIELDS = {
     "XEvent": [
         ("metadata_id", 1, F.TYPE_INT64, False, None),
         ("offset_ps", 2, F.TYPE_INT64, False, None),
+        ("duration_ps", 3, F.TYPE_INT64, False, None),
         ("stats", 4, F.TYPE_MESSAGE, True, "XStat"),
     ],
     "XStat": [
@@ -78,6 +79,13 @@ def has_memory_events(xplane: Path) -> bool:
 @cache
 def _xspace_class() -> Any:
     return message_classes("profiler_service.xplane", XPLANE_FIELDS, XPLANE_MAPS)["XSpace"]
+
+
+def read_xspace(xplane: Path) -> Any:
+    """The capture's XSpace, with the fields declared above (host_events.py reads it too)."""
+    space = _xspace_class()()
+    space.ParseFromString(xplane.read_bytes())
+    return space
 
 
 def kept_allocations_in_capture(

@@ -1,0 +1,84 @@
+"""How often each tf.function traced and XLA compiled during the capture, and what it cost.
+
+Each call of a `tf.function` leaves an event named after the function with the mode TF ran it
+in (`tf_function_call`: `traced-nonXla`, `notTraced-xla`, ...) and its running count of traces.
+A traced call builds the graph (`tf.function-graph_building`) and instantiates a new concrete
+function before running it: its cost is the call's time outside the kernel execution
+(`EagerKernelExecute`) inside it. XLA compiles inside that execution, on the first run of each
+new shape: from the compiled op's start to the end of the compiler's backend
+(`CpuCompiler::RunBackend`, `GpuCompiler::RunBackend`), a span no other event marks. Warm-up
+traces before the capture are not in it, so a job that traced once before is silent here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+
+from profiler_service.analysis.host_events import HostEvents, Span, enclosing
+from profiler_service.analysis.models import TfFunctionCalls, TfFunctions
+
+_CONCRETE = re.compile(r"^__inference_(?P<name>.+?)_\d+(?::|$)")
+MAX_FUNCTIONS = 5
+
+
+def _ms(ps: float) -> float:
+    return round(ps / 1e9, 3)
+
+
+def function_name(op_name: str) -> str:
+    """`__inference_train_step_123:__inference_train_step_123` -> `train_step`;
+    `cluster_0:_XlaCompile` -> `cluster_0`."""
+    match = _CONCRETE.match(op_name)
+    return match["name"] if match else op_name.split(":", 1)[0]
+
+
+def summarise_tf_functions(events: HostEvents, host: str) -> TfFunctions | None:
+    """Per function: calls, traces and their cost, XLA compilations and theirs; None when the
+    capture has neither calls nor compilations."""
+    if not events.calls and not events.compiles:
+        return None
+    parent_call = enclosing(events.calls, events.calls)
+    top_calls = [c for c, parent in zip(events.calls, parent_call, strict=True) if parent is None]
+    running_ps: dict[Span, int] = defaultdict(int)
+    for kernel, call in zip(
+        events.kernel_executions, enclosing(top_calls, events.kernel_executions), strict=True
+    ):
+        if call is not None:
+            running_ps[call] += kernel.end_ps - kernel.start_ps
+    functions: dict[str, TfFunctionCalls] = {}
+
+    def record(name: str) -> TfFunctionCalls:
+        if name not in functions:
+            functions[name] = TfFunctionCalls(name=name, calls=0, traces=0, tracing_ms=0.0)
+        return functions[name]
+
+    for call in top_calls:
+        mode = str(call.stats.get("tf_function_call", ""))
+        f = record(call.name)
+        f.calls += 1
+        f.jit_compile = f.jit_compile or mode.endswith("-xla")
+        count = call.stats.get("tracing_count")
+        if isinstance(count, int) and count:
+            f.traced_in_all = count
+        if mode.startswith("traced"):
+            f.traces += 1
+            tracing_ps = max(0, call.end_ps - call.start_ps - running_ps[call])
+            f.tracing_ms = round(f.tracing_ms + _ms(tracing_ps), 3)
+    compiled_in = enclosing(events.compiled_ops, events.compiles)
+    called_in = enclosing(top_calls, events.compiles)
+    previous_end: dict[Span, int] = {}
+    for compile_span, op, call in zip(events.compiles, compiled_in, called_in, strict=True):
+        start = compile_span.start_ps
+        if op is not None:  # the op's first run: conversion, HLO passes, then the backend
+            start = max(op.start_ps, previous_end.get(op, op.start_ps))
+            previous_end[op] = compile_span.end_ps
+        name = call.name if call is not None else function_name(op.name if op else "unknown")
+        f = record(name)
+        f.jit_compile = True
+        f.compiles += 1
+        f.compile_ms = round(f.compile_ms + _ms(compile_span.end_ps - start), 3)
+    ranked = sorted(
+        functions.values(), key=lambda f: (-(f.tracing_ms + f.compile_ms), -f.calls, f.name)
+    )
+    return TfFunctions(host=host, span_ms=_ms(events.span_ps), functions=ranked[:MAX_FUNCTIONS])
