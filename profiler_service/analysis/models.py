@@ -234,6 +234,9 @@ class TfFunctionCalls(BaseModel):
     jit_compile: bool = False
     compiles: int = 0  # XLA compilations during its calls
     compile_ms: float = 0.0  # from the compiled op's start to the end of XLA's backend
+    # Over the steps marked in the capture (traces or compiles inside them / their count).
+    traces_per_step: float | None = None
+    compiles_per_step: float | None = None
 
 
 class TfFunctions(BaseModel):

@@ -13,6 +13,7 @@ traces before the capture are not in it, so a job that traced once before is sil
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from collections import defaultdict
 
 from profiler_service.analysis.host_events import HostEvents, Span, enclosing
@@ -47,6 +48,8 @@ def summarise_tf_functions(events: HostEvents, host: str) -> TfFunctions | None:
         if call is not None:
             running_ps[call] += kernel.end_ps - kernel.start_ps
     functions: dict[str, TfFunctionCalls] = {}
+    in_steps: dict[str, list[int]] = defaultdict(lambda: [0, 0])  # traces, compiles
+    inside_step = _inside_steps(events.steps)
 
     def record(name: str) -> TfFunctionCalls:
         if name not in functions:
@@ -63,6 +66,7 @@ def summarise_tf_functions(events: HostEvents, host: str) -> TfFunctions | None:
             f.traced_in_all = count
         if mode.startswith("traced"):
             f.traces += 1
+            in_steps[call.name][0] += inside_step(call)
             tracing_ps = max(0, call.end_ps - call.start_ps - running_ps[call])
             f.tracing_ms = round(f.tracing_ms + _ms(tracing_ps), 3)
     compiled_in = enclosing(events.compiled_ops, events.compiles)
@@ -77,8 +81,24 @@ def summarise_tf_functions(events: HostEvents, host: str) -> TfFunctions | None:
         f = record(name)
         f.jit_compile = True
         f.compiles += 1
+        in_steps[name][1] += inside_step(compile_span)
         f.compile_ms = round(f.compile_ms + _ms(compile_span.end_ps - start), 3)
+    if events.steps:
+        for name, (traces, compiles) in in_steps.items():
+            functions[name].traces_per_step = round(traces / len(events.steps), 3)
+            functions[name].compiles_per_step = round(compiles / len(events.steps), 3)
     ranked = sorted(
         functions.values(), key=lambda f: (-(f.tracing_ms + f.compile_ms), -f.calls, f.name)
     )
     return TfFunctions(host=host, span_ms=_ms(events.span_ps), functions=ranked[:MAX_FUNCTIONS])
+
+
+def _inside_steps(steps: list[Span]):
+    """Whether an event starts inside a marked step (steps sorted by start)."""
+    starts = [s.start_ps for s in steps]
+
+    def inside(span: Span) -> int:
+        i = bisect_right(starts, span.start_ps) - 1
+        return int(i >= 0 and span.start_ps <= steps[i].end_ps)
+
+    return inside

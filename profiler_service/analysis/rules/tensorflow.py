@@ -37,25 +37,19 @@ DOCS_XLA = "https://www.tensorflow.org/xla"
 DOCS_MEMORY = "https://www.tensorflow.org/guide/profiler#memory_profile_tool"
 
 
-def _steps_ms(summary: Summary) -> float | None:
-    """Total step time of the capture (XProf's marked steps), else the capture's length."""
-    st = summary.step_time
-    if st.count and st.avg_ms:
-        return st.count * st.avg_ms
+def _capture_ms(summary: Summary) -> float | None:
+    """The capture's length, which the counted traces and compiles all fall in: XProf's step
+    count leaves out the steps cut by the capture's edges, whose compiles are in."""
     return summary.tf_functions.span_ms if summary.tf_functions else None
 
 
 def _share(part_ms: float, whole_ms: float | None) -> float:
-    """Of step time; at most 1: a step cut by the capture's edge can hold a whole compile."""
+    """Of the capture's time, which a busy job spends in its steps; at most 1."""
     return round(min(1.0, part_ms / whole_ms), 4) if whole_ms else 0.0
 
 
-def _per_step(count: int, summary: Summary) -> float | None:
-    return round(count / summary.step_time.count, 3) if summary.step_time.count else None
-
-
-def _often(count: int, minimum: int, min_per_step: float, summary: Summary) -> bool:
-    per_step = _per_step(count, summary)
+def _often(count: int, per_step: float | None, minimum: int, min_per_step: float) -> bool:
+    """Often enough in the capture, and per marked step when there are steps."""
     return count >= minimum and (per_step is None or per_step >= min_per_step)
 
 
@@ -73,14 +67,14 @@ def retracing(summary: Summary) -> Finding | None:
     candidates = [
         f
         for f in _functions(summary)
-        if _often(f.traces, RETRACING_MIN_TRACES, RETRACING_MIN_PER_STEP, summary)
+        if _often(f.traces, f.traces_per_step, RETRACING_MIN_TRACES, RETRACING_MIN_PER_STEP)
     ]
     if not candidates:
         return None
     f = max(candidates, key=lambda c: (c.tracing_ms, c.traces))
-    whole = _steps_ms(summary)
+    whole = _capture_ms(summary)
     cost = _share(f.tracing_ms, whole)
-    per_step = _per_step(f.traces, summary)
+    per_step = f.traces_per_step
     rate = f"{per_step:.2g} times per step" if per_step is not None else f"{f.traces} times"
     if f.traces >= f.calls:
         cause = (
@@ -132,14 +126,14 @@ def xla_recompilation(summary: Summary) -> Finding | None:
     candidates = [
         f
         for f in _functions(summary)
-        if _often(f.compiles, XLA_MIN_COMPILES, XLA_MIN_PER_STEP, summary)
+        if _often(f.compiles, f.compiles_per_step, XLA_MIN_COMPILES, XLA_MIN_PER_STEP)
     ]
     if not candidates:
         return None
     f = max(candidates, key=lambda c: (c.compile_ms, c.compiles))
-    whole = _steps_ms(summary)
+    whole = _capture_ms(summary)
     cost = _share(f.compile_ms, whole)
-    per_step = _per_step(f.compiles, summary)
+    per_step = f.compiles_per_step
     rate = f"{per_step:.2g} times per step" if per_step is not None else f"{f.compiles} times"
     why = (
         "each new trace is a new program to compile"
