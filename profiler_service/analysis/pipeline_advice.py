@@ -35,6 +35,7 @@ PARALLEL_KINDS = (
 )
 FILE_SOURCES = ("TFRecord", "TextLine", "FixedLengthRecord", "SSTable", "ArrayRecord")
 
+GENERIC_CODES = ("parallel_calls", "prefetch", "cache", "parallel_reads")
 GENERIC_ADVICE = (
     "parallelise the map: `.map(fn, num_parallel_calls=tf.data.AUTOTUNE)`",
     "overlap input with training: end the pipeline with `.prefetch(tf.data.AUTOTUNE)`",
@@ -78,17 +79,27 @@ def _label(iterator: InputIterator) -> str:
 class PipelineAdvice:
     """What to change (the most useful first), what is already there, and the reading."""
 
-    lacks: list[str] = field(default_factory=list)
+    lacks: list[str] = field(default_factory=list)  # sentences, the most useful first
     has: list[str] = field(default_factory=list)
+    lacks_codes: list[str] = field(default_factory=list)  # the same, short, for the evidence
+    has_codes: list[str] = field(default_factory=list)
     expensive_stage: str | None = None
     generic: bool = False  # no iterators were named: the usual remedies, said as such
+
+    def need(self, code: str, sentence: str) -> None:
+        self.lacks_codes.append(code)
+        self.lacks.append(sentence)
+
+    def got(self, code: str, sentence: str) -> None:
+        self.has_codes.append(code)
+        self.has.append(sentence)
 
     @property
     def evidence(self) -> dict:
         return {
             "expensive_stage": self.expensive_stage,
-            "pipeline_lacks": self.lacks,
-            "pipeline_has": self.has,
+            "pipeline_lacks": self.lacks_codes,
+            "pipeline_has": self.has_codes,
             "generic_advice": self.generic,
         }
 
@@ -103,11 +114,14 @@ def advise(pipeline: InputPipeline) -> PipelineAdvice:
     stage = expensive_stage(iterators)
     if stage is None:
         advice.generic = True
-        advice.lacks = ([python] if pipeline.python_in_pipeline else []) + list(GENERIC_ADVICE)
+        if pipeline.python_in_pipeline:
+            advice.need("python", python)
+        for code, sentence in zip(GENERIC_CODES, GENERIC_ADVICE, strict=True):
+            advice.need(code, sentence)
         return advice
     advice.expensive_stage = stage.path
     if pipeline.python_in_pipeline:
-        advice.lacks.append(python)
+        advice.need("python", python)
     k = kind(stage)
     last_resort = (
         f"the slowest stage, {_label(stage)}, needs to be cheaper: simplify its work or "
@@ -116,39 +130,43 @@ def advise(pipeline: InputPipeline) -> PipelineAdvice:
     if k in MAP_KINDS or k == "Interleave" or k.startswith("ParallelInterleave"):
         if sequential(stage):
             verb = "interleave" if "Interleave" in k else "map"
-            advice.lacks.append(
+            advice.need(
+                "parallel_calls",
                 f"the slowest stage, {_label(stage)}, runs its {verb} one element at a time: "
-                f"give that `.{verb}()` `num_parallel_calls=tf.data.AUTOTUNE`"
+                f"give that `.{verb}()` `num_parallel_calls=tf.data.AUTOTUNE`",
             )
         else:
             how = "autotuned" if stage.autotune else "fixed"
             width = f" ({how}, {stage.parallelism} at a time)" if stage.parallelism else ""
-            advice.has.append(f"the slowest stage, `{k}`, runs in parallel{width}")
+            advice.got("parallel_calls", f"the slowest stage, `{k}`, runs in parallel{width}")
             last_resort = (
                 f"the slowest stage, {_label(stage)}, is parallel and still too slow: make its "
                 "function cheaper, preprocess offline, or give the input more CPU cores "
                 "(tf.data service)"
             )
     elif k.startswith(FILE_SOURCES):
-        advice.lacks.append(
+        advice.need(
+            "parallel_reads",
             f"the slowest stage reads files ({_label(stage)}): read several at once with "
-            "`interleave(..., num_parallel_calls=tf.data.AUTOTUNE)` and larger read buffers"
+            "`interleave(..., num_parallel_calls=tf.data.AUTOTUNE)` and larger read buffers",
         )
     kinds_by_depth = sorted(iterators, key=depth)
     prefetches = [i for i in kinds_by_depth if kind(i) == "Prefetch"]
     top = next((i for i in kinds_by_depth if kind(i) != "Root"), None)
     if not prefetches:
-        advice.lacks.append(
+        advice.need(
+            "prefetch",
             "nothing overlaps input with training: end the pipeline with "
-            "`.prefetch(tf.data.AUTOTUNE)`"
+            "`.prefetch(tf.data.AUTOTUNE)`",
         )
     elif top is not None and kind(top) != "Prefetch":
-        advice.lacks.append(
+        advice.need(
+            "prefetch_last",
             f"`prefetch` is not the last step (`{kind(top)}` runs after it, on the training "
-            "thread): move `.prefetch(tf.data.AUTOTUNE)` to the end"
+            "thread): move `.prefetch(tf.data.AUTOTUNE)` to the end",
         )
     else:
-        advice.has.append("it ends with `prefetch`")
+        advice.got("prefetch", "it ends with `prefetch`")
     caches = [i for i in iterators if "Cache" in kind(i)]
     later_maps = [
         i
@@ -156,13 +174,14 @@ def advise(pipeline: InputPipeline) -> PipelineAdvice:
         if kind(i) in MAP_KINDS and depth(i) < depth(stage) and stage.path.startswith(i.path)
     ]
     if caches:
-        advice.has.append(f"it caches (`{kind(caches[0])}`)")
+        advice.got("cache", f"it caches (`{kind(caches[0])}`)")
     elif later_maps and k in MAP_KINDS:
-        advice.lacks.append(
+        advice.need(
+            "cache",
             f"if the output of the slowest stage, `{k}`, is the same every epoch, `.cache()` "
             f"it: right after it, before the later {_label(max(later_maps, key=depth))}, so "
-            "any random augmentation stays after the cache"
+            "any random augmentation stays after the cache",
         )
     if not advice.lacks or not sequential(stage):
-        advice.lacks.append(last_resort)
+        advice.need("cheaper_stage", last_resort)
     return advice

@@ -72,7 +72,7 @@ CACHED = (
 def test_a_sequential_map_without_prefetch_lacks_both():
     advice = advise(pipeline(*SEQUENTIAL))
     assert advice.expensive_stage == "Iterator::Root::MapAndBatch"
-    assert len(advice.lacks) == 2 and advice.has == []
+    assert (advice.lacks_codes, advice.has_codes) == (["parallel_calls", "prefetch"], [])
     assert "one element at a time" in advice.lacks[0] and "num_parallel_calls" in advice.lacks[0]
     assert "end the pipeline with `.prefetch" in advice.lacks[1]
     assert not advice.generic
@@ -85,6 +85,10 @@ def test_a_tuned_pipeline_is_told_what_it_has_and_only_the_last_resort():
         "the slowest stage, `MapAndBatch`, runs in parallel (autotuned, 2 at a time)",
         "it ends with `prefetch`",
     ]
+    assert (advice.lacks_codes, advice.has_codes) == (
+        ["cheaper_stage"],
+        ["parallel_calls", "prefetch"],
+    )
     [lack] = advice.lacks
     assert "is parallel and still too slow" in lack and "prefetch" not in lack
 

@@ -105,7 +105,10 @@ def test_a_sequential_map_without_prefetch_is_told_both(service_factory):
     assert "end the pipeline with `.prefetch" in advice
     assert "Python" not in advice  # no py_function in this pipeline
     assert ".cache()" not in advice  # nothing after the augmenting map to cache before
-    assert evidence["pipeline_has"] == []
+    assert (evidence["pipeline_lacks"], evidence["pipeline_has"]) == (
+        ["parallel_calls", "prefetch"],
+        [],
+    )
 
 
 def test_a_tuned_pipeline_is_not_told_what_it_already_does(service_factory):
@@ -113,8 +116,9 @@ def test_a_tuned_pipeline_is_not_told_what_it_already_does(service_factory):
     finding = findings(body)["input_bound"]  # still input-bound: 2 cores cannot decode faster
     advice = finding["recommendation"]
     assert finding["evidence"]["generic_advice"] is False
-    lacks = " ".join(finding["evidence"]["pipeline_lacks"])
-    assert "prefetch" not in lacks and "one element at a time" not in lacks
+    assert finding["evidence"]["pipeline_lacks"] == ["cheaper_stage"]
+    assert finding["evidence"]["pipeline_has"] == ["parallel_calls", "prefetch"]
+    assert "one element at a time" not in advice and "end the pipeline with" not in advice
     assert "Already there:" in advice and "ends with `prefetch`" in advice
     assert "runs in parallel (autotuned" in advice
 
