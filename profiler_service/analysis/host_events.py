@@ -23,6 +23,7 @@ GRAPH_BUILDING = "tf.function-graph_building"
 KERNEL_EXECUTE = "EagerKernelExecute"
 ALLOCATION, DEALLOCATION = "MemoryAllocation", "MemoryDeallocation"
 _INDEX = re.compile(r"\[\d+\]")
+SPAN_TAIL_EVENTS = 64  # a line's last events, whose latest end closes the capture's span
 
 
 @dataclass(frozen=True)
@@ -81,30 +82,36 @@ def read_host_events(xplane: Path, memory_allocator: str | None = None) -> HostE
     stat_names = {k: v.name for k, v in plane.stat_metadata.items()}
     by_stat = {name: k for k, name in stat_names.items()}
     call_stat, step_stat = by_stat.get("tf_function_call"), by_stat.get("step_num")
-    kinds: dict[int, str | None] = {}
+    kinds: dict[int, str] = {}
+    iterators_read: set[int] = set()
     first_ps, last_ps = None, 0
     for line_index, line in enumerate(plane.lines):
         base_ps = line.timestamp_ns * 1000
+        if not line.events:
+            continue
+        # Events are written in start order: the span is read from each line's ends only.
+        start = base_ps + line.events[0].offset_ps
+        first_ps = start if first_ps is None else min(first_ps, start)
+        for event in line.events[-SPAN_TAIL_EVENTS:]:
+            last_ps = max(last_ps, base_ps + event.offset_ps + event.duration_ps)
         for event in line.events:
-            start = base_ps + event.offset_ps
-            end = start + event.duration_ps
-            first_ps = start if first_ps is None or start < first_ps else first_ps
-            last_ps = max(last_ps, end)
             meta = event.metadata_id
-            if meta not in kinds:
-                kind = _kind(event_names.get(meta, ""))
-                if kind is None:
+            kind = kinds.get(meta)
+            if kind is None:
+                kind = _kind(event_names.get(meta, "")) or ""
+                if not kind:
                     ids = {s.metadata_id for s in event.stats}
                     kind = "calls" if call_stat in ids else "steps" if step_stat in ids else ""
                 kinds[meta] = kind
-            kind = kinds[meta]
             if not kind:
                 continue
             name = event_names[meta]
             if kind == "iterators":
-                path = _INDEX.sub("", name)
-                if path not in found.iterators or not found.iterators[path]:
-                    found.iterators[path] = _stats(event, stat_names)
+                if meta not in iterators_read:
+                    stats = _stats(event, stat_names)
+                    if stats:
+                        iterators_read.add(meta)
+                        found.iterators.setdefault(_INDEX.sub("", name), stats)
                 continue
             if kind == "memory":
                 if memory_allocator is None:
@@ -114,6 +121,8 @@ def read_host_events(xplane: Path, memory_allocator: str | None = None) -> HostE
                     continue
             else:
                 stats = _stats(event, stat_names) if kind in ("calls", "steps") else {}
+            start = base_ps + event.offset_ps
+            end = start + event.duration_ps
             getattr(found, kind).append(Span(line_index, start, end, name, stats))
     found.span_ps = last_ps - (first_ps or 0)
     for kind in ("calls", "graph_building", "kernel_executions", "compiles", "compiled_ops"):
