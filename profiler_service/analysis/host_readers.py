@@ -10,7 +10,7 @@ from google.protobuf.message import DecodeError
 
 from profiler_service.analysis.host_events import read_host_events
 from profiler_service.analysis.input_pipeline import add_iterator_stats
-from profiler_service.analysis.models import AllocatorMemory, Summary
+from profiler_service.analysis.models import AllocatorMemory, Summary, TfFunctions
 from profiler_service.analysis.step_allocations import (
     allocations_by_op,
     step_swing_bytes,
@@ -42,5 +42,5 @@ def summarise_host_events(
             memory.allocations_by_op = allocations_by_op(events)
 
 
-def _cost_ms(functions) -> float:
+def _cost_ms(functions: TfFunctions) -> float:
     return sum(f.tracing_ms + f.compile_ms for f in functions.functions)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from bisect import bisect_right
 from collections import defaultdict
+from collections.abc import Callable
 
 from profiler_service.analysis.host_events import HostEvents, Span, enclosing
 from profiler_service.analysis.models import TfFunctionCalls, TfFunctions
@@ -84,16 +85,17 @@ def summarise_tf_functions(events: HostEvents, host: str) -> TfFunctions | None:
         in_steps[name][1] += inside_step(compile_span)
         f.compile_ms = round(f.compile_ms + _ms(compile_span.end_ps - start), 3)
     if events.steps:
-        for name, (traces, compiles) in in_steps.items():
-            functions[name].traces_per_step = round(traces / len(events.steps), 3)
-            functions[name].compiles_per_step = round(compiles / len(events.steps), 3)
+        for name, f in functions.items():
+            traces, compiles = in_steps[name]
+            f.traces_per_step = round(traces / len(events.steps), 3)
+            f.compiles_per_step = round(compiles / len(events.steps), 3)
     ranked = sorted(
         functions.values(), key=lambda f: (-(f.tracing_ms + f.compile_ms), -f.calls, f.name)
     )
     return TfFunctions(host=host, span_ms=_ms(events.span_ps), functions=ranked[:MAX_FUNCTIONS])
 
 
-def _inside_steps(steps: list[Span]):
+def _inside_steps(steps: list[Span]) -> Callable[[Span], int]:
     """Whether an event starts inside a marked step (steps sorted by start)."""
     starts = [s.start_ps for s in steps]
 
