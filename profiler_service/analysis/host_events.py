@@ -21,6 +21,8 @@ from profiler_service.analysis.kept_memory import HOST_PLANE, read_xspace
 
 GRAPH_BUILDING = "tf.function-graph_building"
 KERNEL_EXECUTE = "EagerKernelExecute"
+# An asynchronous op's start on an executor thread: where Keras's `jit_compile` step compiles.
+ASYNC_OP_START = "ExecutorState::ProcessAsync::Start"
 ALLOCATION, DEALLOCATION = "MemoryAllocation", "MemoryDeallocation"
 _INDEX = re.compile(r"\[\d+\]")
 SPAN_TAIL_EVENTS = 64  # a line's last events, whose latest end closes the capture's span
@@ -44,7 +46,9 @@ class HostEvents:
     graph_building: list[Span] = field(default_factory=list)
     kernel_executions: list[Span] = field(default_factory=list)
     compiles: list[Span] = field(default_factory=list)  # `<Backend>Compiler::RunBackend`
-    compiled_ops: list[Span] = field(default_factory=list)  # the ops XLA compiles on first run
+    # The ops XLA compiles on first run: a jit-compiled function's own op on the calling
+    # thread, `_XlaCompile`, or an asynchronous op on an executor thread (Keras's train step).
+    compiled_ops: list[Span] = field(default_factory=list)
     steps: list[Span] = field(default_factory=list)  # events with a `step_num`
     # Iterator path ([indices] removed) -> the stats of its first event.
     iterators: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -59,8 +63,10 @@ def _kind(name: str) -> str | None:
         return "kernel_executions"
     if name.endswith("Compiler::RunBackend"):
         return "compiles"
-    if (name.startswith("__inference_") and ":" in name) or name.endswith(
-        (":_XlaCompile", ":XlaLaunch")
+    if (
+        (name.startswith("__inference_") and ":" in name)
+        or name.endswith((":_XlaCompile", ":XlaLaunch"))
+        or name == ASYNC_OP_START
     ):
         return "compiled_ops"
     if name.startswith("Iterator::"):
@@ -120,7 +126,7 @@ def read_host_events(xplane: Path, memory_allocator: str | None = None) -> HostE
                 if stats.get("allocator_name") != memory_allocator:
                     continue
             else:
-                stats = _stats(event, stat_names) if kind in ("calls", "steps") else {}
+                stats = _stats(event, stat_names) if kind in ("calls", "steps", "compiles") else {}
             start = base_ps + event.offset_ps
             end = start + event.duration_ps
             getattr(found, kind).append(Span(line_index, start, end, name, stats))

@@ -5,8 +5,10 @@ in (`tf_function_call`: `traced-nonXla`, `notTraced-xla`, ...) and its running c
 A traced call builds the graph (`tf.function-graph_building`) and instantiates a new concrete
 function before running it: its cost is the call's time outside the kernel execution
 (`EagerKernelExecute`) inside it. XLA compiles inside that execution, on the first run of each
-new shape: from the compiled op's start to the end of the compiler's backend
-(`CpuCompiler::RunBackend`, `GpuCompiler::RunBackend`), a span no other event marks. Warm-up
+new shape: from the compiled op's start (the function's own op on the calling thread, or, in
+Keras's `jit_compile` step, an asynchronous op on an executor thread) to the end of the
+compiler's backend (`CpuCompiler::RunBackend`, `GpuCompiler::RunBackend`), a span no other event
+marks; the backend's event names the XLA module, hence the function. Warm-up
 traces before the capture are not in it, so a job that traced once before is silent here.
 """
 
@@ -21,6 +23,8 @@ from profiler_service.analysis.host_events import HostEvents, Span, enclosing
 from profiler_service.analysis.models import TfFunctionCalls, TfFunctions
 
 _CONCRETE = re.compile(r"^__inference_(?P<name>.+?)_\d+(?::|$)")
+# XLA's module: `a_inference_one_step_on_data_872__.6`, `a_inference_step_fn_84__XlaMustCompile...`
+_MODULE = re.compile(r"_inference_(?P<name>.+?)_\d+__")
 MAX_FUNCTIONS = 5
 
 
@@ -78,7 +82,13 @@ def summarise_tf_functions(events: HostEvents, host: str) -> TfFunctions | None:
         if op is not None:  # the op's first run: conversion, HLO passes, then the backend
             start = max(op.start_ps, previous_end.get(op, op.start_ps))
             previous_end[op] = compile_span.end_ps
-        name = call.name if call is not None else function_name(op.name if op else "unknown")
+        module = _MODULE.search(str(compile_span.stats.get("name", "")))
+        if module:
+            name = module["name"]
+        elif call is not None:
+            name = call.name
+        else:
+            name = function_name(op.name if op else "unknown")
         f = record(name)
         f.jit_compile = True
         f.compiles += 1

@@ -8,6 +8,7 @@ multi-worker, or memory (the article's second case: activations kept across step
     python -m profiler_service.demo.job --workload function --arg new-shapes --jit-compile
     python -m profiler_service.demo.job --workload pipeline --pipeline sequential
     python -m profiler_service.demo.job --workload temporaries --temporaries-mb 64
+    python -m profiler_service.demo.job --workload xla-fit --batches varying
 
 The function, pipeline and temporaries workloads are in tf_pathologies.py.
 
@@ -217,6 +218,7 @@ def main(argv: list[str] | None = None) -> None:
             "function",
             "pipeline",
             "temporaries",
+            "xla-fit",
         ],
         default="input-bound",
     )
@@ -293,6 +295,9 @@ def main(argv: list[str] | None = None) -> None:
         dataset, model = input_bound_dataset(), build_model(width=64)
     elif args.workload == "pipeline":
         dataset, model = tf_pathologies.pipeline_dataset(args.pipeline), build_model(width=64)
+    elif args.workload == "xla-fit":
+        dataset, model = tf_pathologies.batches_dataset(args.batches), build_model(width=64)
+        model.compile(optimizer="adam", loss="mse", jit_compile=True)
     else:
         dataset, model = compute_bound_dataset(), build_model(width=1024)
     model.fit(

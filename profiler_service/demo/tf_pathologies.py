@@ -8,6 +8,8 @@
   `--pipeline sequential`: a random-augmenting map, one element at a time, no prefetch;
   `tuned`: the same with `num_parallel_calls` and `prefetch`; `augment-after-decode`: an
   expensive deterministic decode, then a random augmentation, nothing cached between them.
+- `xla-fit`: Keras `fit` with `jit_compile=True`; `--batches varying` gives each step a new
+  batch size (up to 240 of them), `fixed` always 256: XLA compiles each new shape once.
 - `temporaries`: each step stacks and concatenates slices into large temporaries, freed by the
   end of the step (the article's second case study, without the leak): `--temporaries-mb`.
 """
@@ -34,6 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--reduce-retracing", action="store_true", help="function: one trace")
     group.add_argument("--pipeline", choices=PIPELINE_KINDS, default="sequential")
     group.add_argument("--temporaries-mb", type=float, default=64, help="temporaries per step")
+    group.add_argument("--batches", choices=("varying", "fixed"), default="varying")
 
 
 def _loop(seconds: float, ready: dict, step: Callable[[int], object]) -> None:
@@ -108,6 +111,15 @@ def pipeline_dataset(kind: str, batch_size: int = 32) -> tf.data.Dataset:
         ds = ds.map(_decode, num_parallel_calls=tf.data.AUTOTUNE).map(_augment)
         ds = ds.batch(batch_size).prefetch(tf.data.AUTOTUNE)
     return ds
+
+
+def batches_dataset(batches: str, batch_size: int = 256) -> tf.data.Dataset:
+    """(features, label) batches of `batch_size`, or, `varying`, of 16 to 255 rows at random."""
+    ds = tf.data.Dataset.range(1 << 40).map(lambda i: tf.random.normal((FEATURES,)))
+    ds = ds.batch(batch_size)
+    if batches == "varying":
+        ds = ds.map(lambda x: x[: 16 + tf.random.uniform((), 0, batch_size - 16, tf.int32)])
+    return ds.map(lambda x: (x, tf.reduce_sum(x, axis=1, keepdims=True))).prefetch(2)
 
 
 def temporaries_loop(seconds: float, ready: dict, args: argparse.Namespace) -> None:

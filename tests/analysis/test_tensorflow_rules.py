@@ -88,8 +88,14 @@ def test_xla_recompilation_at_its_thresholds_and_its_cause():
     retraced = RULES["xla_recompilation"](functions(compiled(40, 0.4, share_ms - 1, traces=40)))
     assert retraced.severity is Severity.INFO
     assert "each new trace is a new program" in retraced.recommendation
-    assert RULES["xla_recompilation"](functions(compiled(at - 1, 1.0, 500.0))) is None
     assert RULES["xla_recompilation"](functions(compiled(9, per_step * 0.99, 500.0))) is None
+    # One compile: only when it came in at least its share of the marked steps (a capture too
+    # short to hold the next one), never without steps to judge by.
+    one = tf_rules.XLA_ONE_COMPILE_MIN_PER_STEP
+    assert at - 1 == 1
+    assert RULES["xla_recompilation"](functions(compiled(1, one, 500.0))) is not None
+    assert RULES["xla_recompilation"](functions(compiled(1, one * 0.99, 500.0))) is None
+    assert RULES["xla_recompilation"](functions(compiled(1, None, 500.0))) is None
 
 
 def test_shares_are_of_the_capture_and_never_above_one():

@@ -88,6 +88,28 @@ def test_xla_with_one_shape_compiles_once_before_the_capture(service_factory):
     assert function["calls"] > 100 and function["compiles"] == 0
 
 
+def test_keras_fit_with_jit_compile_recompiles_for_new_batch_sizes(service_factory):
+    """Keras compiles its train step on an executor thread, inside no call of ours: the
+    compiler's event names the XLA module (`a_inference_one_step_on_data_...`)."""
+    args = ("--workload", "xla-fit", "--batches", "varying")
+    found = findings(capture(args, service_factory, duration="3s"))
+    assert "xla_recompilation" in found, found
+    evidence = found["xla_recompilation"]["evidence"]
+    assert evidence["function"] == "one_step_on_data"
+    assert evidence["compiles"] >= 1 and evidence["compiles_per_step"] >= 0.5
+    assert evidence["traces"] == 0  # Keras traces with reduce_retracing=True
+
+
+def test_keras_fit_with_jit_compile_and_fixed_batches_compiles_before_the_capture(
+    service_factory,
+):
+    body = capture(("--workload", "xla-fit", "--batches", "fixed"), service_factory)
+    assert "xla_recompilation" not in findings(body), body["findings"]
+    functions = body["summary"]["tf_functions"]["functions"]
+    assert functions and sum(f["compiles"] for f in functions) == 0
+    assert any(f["calls"] > 20 for f in functions), "Keras's steps were read"
+
+
 # --- input pipelines ------------------------------------------------------------------------
 
 

@@ -23,9 +23,12 @@ from profiler_service.analysis.step_allocations import step_swing_bytes
 RETRACING_MIN_TRACES = 2
 RETRACING_MIN_PER_STEP = 0.05
 RETRACING_WARNING_SHARE = 0.10
-# xla_recompilation: the same for XLA compilations.
+# xla_recompilation: the same for XLA compilations; and a single compile counts when it came in
+# at least this many of the marked steps: a compile takes long enough (0.4-1 s for the demo's
+# small Keras model, seconds for real ones) that a short capture holds only one.
 XLA_MIN_COMPILES = 2
 XLA_MIN_PER_STEP = 0.05
+XLA_ONE_COMPILE_MIN_PER_STEP = 0.5
 XLA_WARNING_SHARE = 0.10
 # step_temporaries: one step allocates and frees at least this much above its low point, and
 # it is at least this share of the peak.
@@ -53,6 +56,12 @@ def _often(count: int, per_step: float | None, minimum: int, min_per_step: float
     return count >= minimum and (per_step is None or per_step >= min_per_step)
 
 
+def _rate(per_step: float | None, count: int) -> str:
+    if per_step is None:
+        return f"{count} times in the capture"
+    return "at every step" if round(per_step, 1) == 1.0 else f"{per_step:.2g} times per step"
+
+
 def _functions(summary: Summary) -> list[TfFunctionCalls]:
     return summary.tf_functions.functions if summary.tf_functions else []
 
@@ -75,7 +84,7 @@ def retracing(summary: Summary) -> Finding | None:
     whole = _capture_ms(summary)
     cost = _share(f.tracing_ms, whole)
     per_step = f.traces_per_step
-    rate = f"{per_step:.2g} times per step" if per_step is not None else f"{f.traces} times"
+    rate = _rate(per_step, f.traces)
     if f.traces >= f.calls:
         cause = (
             f"Every call of `{f.name}` traced a new graph, so something in its arguments is new "
@@ -119,14 +128,16 @@ def retracing(summary: Summary) -> Finding | None:
 @rule("xla_recompilation")
 def xla_recompilation(summary: Summary) -> Finding | None:
     """XLA compiled one function at least `XLA_MIN_COMPILES` times during the capture and at
-    least `XLA_MIN_PER_STEP` times per step (info); warning once compiling takes
-    `XLA_WARNING_SHARE` of step time. XProf reports no compile time for these (0.0 on CPU):
-    the time is read from the compiler's own events.
+    least `XLA_MIN_PER_STEP` times per step, or once in at least `XLA_ONE_COMPILE_MIN_PER_STEP`
+    of the marked steps (a capture too short for the next compile) (info); warning once
+    compiling takes `XLA_WARNING_SHARE` of step time. XProf reports no compile time for these
+    (0.0 on CPU): the time is read from the compiler's own events.
     """
     candidates = [
         f
         for f in _functions(summary)
         if _often(f.compiles, f.compiles_per_step, XLA_MIN_COMPILES, XLA_MIN_PER_STEP)
+        or (f.compiles == 1 and (f.compiles_per_step or 0) >= XLA_ONE_COMPILE_MIN_PER_STEP)
     ]
     if not candidates:
         return None
@@ -134,7 +145,7 @@ def xla_recompilation(summary: Summary) -> Finding | None:
     whole = _capture_ms(summary)
     cost = _share(f.compile_ms, whole)
     per_step = f.compiles_per_step
-    rate = f"{per_step:.2g} times per step" if per_step is not None else f"{f.compiles} times"
+    rate = _rate(per_step, f.compiles)
     why = (
         "each new trace is a new program to compile"
         if f.traces
