@@ -197,3 +197,18 @@ def test_traces_and_compiles_per_step_count_only_those_inside_marked_steps(tmp_p
     [f] = summarise_tf_functions(events, "host").functions
     assert (f.traces, f.compiles) == (4, 4)
     assert (f.traces_per_step, f.compiles_per_step) == (1.0, 1.0)
+
+
+def test_a_compile_on_an_executor_thread_is_named_by_its_xla_module(tmp_path):
+    """Keras's `jit_compile` train step: the compile runs inside an asynchronous op on a
+    `tf_Compute` thread, in no tf.function call; the backend's event names the module."""
+    p = Plane()
+    p.event("multi_step_on_iterator", 0, 460, tf_function_call="notTraced-nonXla")
+    p.event("ExecutorState::ProcessAsync::Start", 1, 455, line=1, name="StatefulPartitionedCall")
+    p.event("HLO passes through layout assignment", 76, 4, line=1)
+    p.event("CpuCompiler::RunBackend", 82, 355, line=1, name="a_inference_one_step_on_data_872__.6")
+    events = read_host_events(p.write(tmp_path / "host.xplane.pb"))
+    by_name = {f.name: f for f in summarise_tf_functions(events, "host").functions}
+    compiled = by_name["one_step_on_data"]
+    assert (compiled.compiles, compiled.compile_ms, compiled.calls) == (1, 436.0, 0)
+    assert by_name["multi_step_on_iterator"].compiles == 0
