@@ -13,6 +13,7 @@ the one furthest from the root whose self time is still a large part of the larg
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from profiler_service.analysis.models import InputIterator, InputPipeline
@@ -33,6 +34,9 @@ PARALLEL_KINDS = (
     "ParallelInterleaveV4",
     "ParallelBatch",
 )
+# A `.map()` written without `num_parallel_calls` (the dataset the job built, before tf.data's
+# rewrites), as the iterator events name it: `MapDataset:1`, `fused(MapDataset:1,Batch...)`.
+_WRITTEN_SEQUENTIAL = re.compile(r"(?<!Parallel)MapDataset:")
 FILE_SOURCES = ("TFRecord", "TextLine", "FixedLengthRecord", "SSTable", "ArrayRecord")
 
 GENERIC_CODES = ("parallel_calls", "prefetch", "cache", "parallel_reads")
@@ -138,7 +142,15 @@ def advise(pipeline: InputPipeline) -> PipelineAdvice:
         else:
             how = "autotuned" if stage.autotune else "fixed"
             width = f" ({how}, {stage.parallelism} at a time)" if stage.parallelism else ""
-            advice.got("parallel_calls", f"the slowest stage, `{k}`, runs in parallel{width}")
+            if _WRITTEN_SEQUENTIAL.search(stage.datasets):
+                advice.got(
+                    "parallel_calls",
+                    f"the slowest stage's `.map()` was written without `num_parallel_calls`, "
+                    f"but tf.data already runs it in parallel{width}: setting it yourself "
+                    "changes nothing here",
+                )
+            else:
+                advice.got("parallel_calls", f"the slowest stage, `{k}`, runs in parallel{width}")
             last_resort = (
                 f"the slowest stage, {_label(stage)}, is parallel and still too slow: make its "
                 "function cheaper, preprocess offline, or give the input more CPU cores "

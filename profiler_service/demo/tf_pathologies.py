@@ -7,7 +7,9 @@
 - `pipeline`: a plain-TF tf.data pipeline (no Python in it) that the model waits on.
   `--pipeline sequential`: a random-augmenting map, one element at a time, no prefetch;
   `tuned`: the same with `num_parallel_calls` and `prefetch`; `augment-after-decode`: an
-  expensive deterministic decode, then a random augmentation, nothing cached between them.
+  expensive deterministic decode, then a random augmentation, nothing cached between them;
+  `deterministic`: the decode alone in a `map` without `num_parallel_calls`, no prefetch
+  (tf.data parallelises such a map by itself).
 - `xla-fit`: Keras `fit` with `jit_compile=True`; `--batches varying` gives each step a new
   batch size (up to 240 of them), `fixed` always 256: XLA compiles each new shape once.
 - `temporaries`: each step stacks and concatenates slices into large temporaries, freed by the
@@ -25,7 +27,7 @@ import tensorflow as tf
 from profiler_service.steps import training_step
 
 FEATURES = 64
-PIPELINE_KINDS = ("sequential", "tuned", "augment-after-decode")
+PIPELINE_KINDS = ("sequential", "tuned", "augment-after-decode", "deterministic")
 FUNCTION_ARGS = ("tensor", "python-number", "new-shapes")
 
 
@@ -90,7 +92,10 @@ def _decode(i: tf.Tensor) -> tf.Tensor:
 
 def _augment(x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     """Random, so tf.data cannot parallelise or cache it by itself; adds the label."""
-    x = x + tf.random.uniform((FEATURES,), 0.0, 0.01)
+    return _label(x + tf.random.uniform((FEATURES,), 0.0, 0.01))
+
+
+def _label(x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     return x, tf.reduce_sum(x, keepdims=True)
 
 
@@ -107,6 +112,8 @@ def pipeline_dataset(kind: str, batch_size: int = 32) -> tf.data.Dataset:
     elif kind == "tuned":
         ds = ds.map(_decode_and_augment, num_parallel_calls=tf.data.AUTOTUNE)
         ds = ds.batch(batch_size).prefetch(tf.data.AUTOTUNE)
+    elif kind == "deterministic":
+        ds = ds.map(lambda i: _label(_decode(i))).batch(batch_size)
     else:
         ds = ds.map(_decode, num_parallel_calls=tf.data.AUTOTUNE).map(_augment)
         ds = ds.batch(batch_size).prefetch(tf.data.AUTOTUNE)

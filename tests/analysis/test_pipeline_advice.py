@@ -155,3 +155,18 @@ def test_iterator_events_add_parallelism_autotune_and_the_datasets_built():
         False,
         "fused(MapDataset:1,BatchDatasetV2:2)",
     )
+
+
+def test_a_map_written_sequential_that_tf_data_parallelised_is_said_so():
+    """A deterministic `.map(fn)` without `num_parallel_calls`: tf.data's own rewrite made it
+    parallel (measured: `fused(MapDataset:1,BatchDatasetV2:2)`, autotuned, 2 at a time)."""
+    p = pipeline(*TUNED)
+    p.iterators[0].datasets = "fused(MapDataset:1,BatchDatasetV2:2)"
+    advice = advise(p)
+    assert advice.has_codes == ["parallel_calls", "prefetch"]
+    assert (
+        "written without `num_parallel_calls`, but tf.data already runs it in parallel"
+        in (advice.has[0])
+    )
+    p.iterators[0].datasets = "fused(ParallelMapDatasetV2:1,BatchDatasetV2:2)"
+    assert "written without" not in advise(p).has[0]

@@ -133,6 +133,19 @@ def test_a_sequential_map_without_prefetch_is_told_both(service_factory):
     )
 
 
+def test_a_deterministic_map_tf_data_parallelised_is_not_told_to_parallelise(service_factory):
+    """`.map(decode)` without `num_parallel_calls`: tf.data made it parallel by itself."""
+    body = capture(("--workload", "pipeline", "--pipeline", "deterministic"), service_factory)
+    finding = findings(body)["input_bound"]
+    evidence, advice = finding["evidence"], finding["recommendation"]
+    assert evidence["pipeline_lacks"] == ["prefetch", "cheaper_stage"]
+    assert evidence["pipeline_has"] == ["parallel_calls"]
+    assert "written without `num_parallel_calls`, but tf.data already runs it in parallel" in (
+        advice
+    )
+    assert "one element at a time" not in advice
+
+
 def test_a_tuned_pipeline_is_not_told_what_it_already_does(service_factory):
     body = capture(("--workload", "pipeline", "--pipeline", "tuned"), service_factory)
     finding = findings(body)["input_bound"]  # still input-bound: 2 cores cannot decode faster
