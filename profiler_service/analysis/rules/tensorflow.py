@@ -19,7 +19,8 @@ from profiler_service.analysis.step_allocations import step_swing_bytes
 
 # retracing: a function traced at least this often in the capture, at least this often per
 # step; warning once tracing takes this share of step time. A job that traced before the
-# capture traces 0 times in it; one new shape (a last partial batch) traces once.
+# capture traces 0 times in it (measured: 0 in 2,690 calls); one new shape (a last partial
+# batch) traces once; a Python number or a new shape as argument traced 1.0 times per step.
 RETRACING_MIN_TRACES = 2
 RETRACING_MIN_PER_STEP = 0.05
 RETRACING_WARNING_SHARE = 0.10
@@ -31,7 +32,9 @@ XLA_MIN_PER_STEP = 0.05
 XLA_ONE_COMPILE_MIN_PER_STEP = 0.5
 XLA_WARNING_SHARE = 0.10
 # step_temporaries: one step allocates and frees at least this much above its low point, and
-# it is at least this share of the peak.
+# it is at least this share of the peak. Measured: stack/concat temporaries 91.6 MiB (94 % of
+# the peak) and a 64 MiB scratch tensor over 256 MiB held (20 %) fire; the compute-bound demo
+# (12 MiB) and 64 MiB over 1 GiB held (6 %) do not.
 TEMPORARIES_MIN_SWING_BYTES = 32 << 20
 TEMPORARIES_MIN_SWING_SHARE = 0.10
 
