@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from collections.abc import Callable
 
@@ -49,7 +50,7 @@ def _loop(seconds: float, ready: dict, step: Callable[[int], object]) -> None:
         with training_step(i):
             step(i)
         if i == 0:
-            print("READY " + __import__("json").dumps(ready), flush=True)
+            print("READY " + json.dumps(ready), flush=True)
         i += 1
 
 
