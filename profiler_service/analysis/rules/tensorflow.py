@@ -224,8 +224,9 @@ def step_temporaries(summary: Summary) -> Finding | None:
     return Finding(
         rule="step_temporaries",
         severity=Severity.INFO,
-        title=f"Each step allocates and frees up to {_mib(swing)} on {m.allocator}; "
-        f"`{top.op_name}` allocates the most ({_mib(top.bytes_per_step)} per step)",
+        title=f"Each step allocates and frees up to {_mib(swing)} on {m.allocator} (peak "
+        f"{_mib(m.peak_bytes_in_use)}); `{top.op_name}` allocates the most "
+        f"({_mib(top.bytes_per_step)} per step)",
         evidence={
             "allocator": m.allocator,
             "swing_bytes": swing,
