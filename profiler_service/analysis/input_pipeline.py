@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-from profiler_service.analysis.models import InputOp, Summary
+import re
+from collections import defaultdict
+from typing import Any
+
+from profiler_service.analysis.models import InputIterator, InputOp, InputPipeline, Summary
 from profiler_service.analysis.xprof_tools import as_float, rows_as_dicts, table_with
 
 TOP_INPUT_OPS = 5
+_INDEX = re.compile(r"\[\d+\]")  # Interleave[0], ForeverRepeat[12]: one stage, many instances
 
 # XProf's host-side input time properties -> the stage names we show.
 STAGES = {
@@ -38,3 +43,29 @@ def summarise_input_pipeline(tables: list[dict], summary: Summary) -> None:
         for row in rows_as_dicts(table)
     ]
     pipeline.slowest_ops = sorted(ops, key=lambda op: op.self_time_ms, reverse=True)[:TOP_INPUT_OPS]
+    pipeline.iterators = _iterators(ops)
+
+
+def _iterators(ops: list[InputOp]) -> list[InputIterator]:
+    """XProf's input ops that are tf.data iterators, one per stage (instances summed)."""
+    self_ms: dict[str, float] = defaultdict(float)
+    for op in ops:
+        if op.name.startswith("Iterator::"):
+            self_ms[_INDEX.sub("", op.name)] += op.self_time_ms
+    return [
+        InputIterator(path=path, self_time_ms=round(ms, 3))
+        for path, ms in sorted(self_ms.items(), key=lambda kv: -kv[1])
+    ]
+
+
+def add_iterator_stats(pipeline: InputPipeline, stats_by_path: dict[str, dict[str, Any]]) -> None:
+    """What the capture's iterator events add to XProf's names: parallelism, autotune, and the
+    datasets each iterator runs as the job built them (before tf.data's rewrites)."""
+    for iterator in pipeline.iterators:
+        stats = stats_by_path.get(iterator.path) or {}
+        parallelism = stats.get("parallelism")
+        if isinstance(parallelism, int):
+            iterator.parallelism = parallelism
+        if stats.get("autotune") in ("true", "false"):
+            iterator.autotune = stats["autotune"] == "true"
+        iterator.datasets = str(stats.get("name") or "")

@@ -65,6 +65,19 @@ class InputOp(BaseModel):
     self_time_share: float
 
 
+class InputIterator(BaseModel):
+    """One tf.data iterator, as XProf's input pipeline analyzer names it: the path from the root
+    (`Iterator::Root::Prefetch::MapAndBatch`, indices like `[3]` removed) says the pipeline's
+    shape after tf.data's own rewrites. Its parallelism is read from the capture's iterator
+    events, which XProf does not report."""
+
+    path: str
+    self_time_ms: float
+    parallelism: int | None = None
+    autotune: bool | None = None
+    datasets: str = ""  # the datasets it runs, as the job built them: "fused(MapDataset:1,...)"
+
+
 class InputPipeline(BaseModel):
     classification: InputBound = InputBound.UNKNOWN
     input_share_pct: float | None = None  # of step time, waiting for input
@@ -74,6 +87,8 @@ class InputPipeline(BaseModel):
     slowest_stage: str | None = None
     slowest_ops: list[InputOp] = Field(default_factory=list)
     python_in_pipeline: bool = False  # py_function / numpy_function in the slowest input ops
+    # Every iterator XProf's input pipeline analyzer names (self time summed over indices).
+    iterators: list[InputIterator] = Field(default_factory=list)
 
 
 class Utilisation(BaseModel):
@@ -156,6 +171,16 @@ class PeakAllocation(BaseModel):
     time_ms: float  # from the start of the timeline
 
 
+class OpAllocations(BaseModel):
+    """What one op allocates on an allocator in each step, and the most of it alive at once."""
+
+    op_name: str
+    shapes: list[str] = Field(default_factory=list)  # its largest allocations' shapes
+    bytes_per_step: float
+    count_per_step: float
+    peak_alive_bytes: int  # the most bytes of its allocations alive at one time
+
+
 class AllocatorMemory(BaseModel):
     allocator: str
     peak_bytes_in_use: int
@@ -176,6 +201,9 @@ class AllocatorMemory(BaseModel):
     alive_before_capture_bytes: int = 0
     # XProf's active allocations at the peak, the largest first.
     alive_at_peak: list[PeakAllocation] = Field(default_factory=list)
+    # What each op allocates per marked step, the most first; read from the capture's memory
+    # events only when the steps rise and fall without growing (step_allocations.py).
+    allocations_by_op: list[OpAllocations] = Field(default_factory=list)
 
 
 class ProcessMemory(BaseModel):
@@ -287,6 +315,30 @@ class GpuActivity(BaseModel):
     def idle_pct(self) -> float | None:
         active = self.active
         return round(sum(d.idle_pct for d in active) / len(active), 1) if active else None
+class TfFunctionCalls(BaseModel):
+    """One tf.function's calls in the capture. TF records with each call whether it traced (built
+    a new concrete function, `__inference_<name>_<id>`) and whether XLA compiles it; XProf reads
+    these into its tf-function statistics but its tools do not report them."""
+
+    name: str
+    calls: int
+    traces: int  # calls that traced it again
+    tracing_ms: float  # in those calls, time not spent running it: graph building, instantiation
+    traced_in_all: int | None = None  # TF's own count of its traces, at its last call
+    jit_compile: bool = False
+    compiles: int = 0  # XLA compilations during its calls
+    compile_ms: float = 0.0  # from the compiled op's start to the end of XLA's backend
+    # Over the steps marked in the capture (traces or compiles inside them / their count).
+    traces_per_step: float | None = None
+    compiles_per_step: float | None = None
+
+
+class TfFunctions(BaseModel):
+    """The tf.function calls and XLA compilations of the capture's busiest host."""
+
+    host: str
+    span_ms: float  # of the host events read: the capture's length
+    functions: list[TfFunctionCalls] = Field(default_factory=list)
 
 
 class HostSummary(BaseModel):
@@ -325,6 +377,7 @@ class Summary(BaseModel):
     xprof_flags: dict[str, str] = Field(default_factory=dict)
     notes: list[str] = Field(default_factory=list)  # what could not be read, and why
     gpu: GpuActivity | None = None  # what each GPU and its host did (None without a GPU)
+    tf_functions: TfFunctions | None = None  # from the capture's own events (tf_functions.py)
 
     @property
     def device_idle_pct(self) -> float | None:

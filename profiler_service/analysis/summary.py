@@ -16,6 +16,7 @@ from google.protobuf.message import DecodeError
 from pydantic import BaseModel, Field
 
 from profiler_service.analysis.gpu_activity import read_gpu_activity
+from profiler_service.analysis.host_readers import summarise_host_events
 from profiler_service.analysis.input_pipeline import summarise_input_pipeline
 from profiler_service.analysis.kept_memory import has_memory_events, kept_allocations_in_capture
 from profiler_service.analysis.kernels import summarise_kernels
@@ -81,6 +82,7 @@ def summarise_run(run_dir: Path) -> Summary:
     for tool, read in _OPTIONAL_TOOLS:
         if tool in fetched:
             _optional(summary, tool, fetched[tool].result(), read)
+    allocators = {}
     for path, profile in zip(paths, memory_profiles, strict=True):
         if profile is None:
             continue
@@ -89,6 +91,7 @@ def summarise_run(run_dir: Path) -> Summary:
             continue
         before = len(summary.memory)
         summarise_memory(profile, summary)
+        allocators[path] = summary.memory[before:]
         for allocator in summary.memory[before:]:
             if may_be_growing(allocator):
                 try:
@@ -97,6 +100,7 @@ def summarise_run(run_dir: Path) -> Summary:
                     )
                 except (OSError, ValueError, DecodeError) as exc:
                     summary.notes.append(f"memory events of {path.name}: {exc}")
+    summarise_host_events(paths, summary, allocators)
     if len(paths) > 1:
         summary.per_host = [_host_summary(path) for path in paths]
     return summary

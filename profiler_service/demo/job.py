@@ -4,6 +4,13 @@ multi-worker, or memory (the article's second case: activations kept across step
     python -m profiler_service.demo.job --workload input-bound --agent --store ./profiles
     python -m profiler_service.demo.job --workload compute-bound --profiler-port 6009
     python -m profiler_service.demo.job --workload memory --leak-kb-per-step 512 --oom-growth-mb 800
+    python -m profiler_service.demo.job --workload function --arg python-number  # retracing
+    python -m profiler_service.demo.job --workload function --arg new-shapes --jit-compile
+    python -m profiler_service.demo.job --workload pipeline --pipeline sequential
+    python -m profiler_service.demo.job --workload temporaries --temporaries-mb 64
+    python -m profiler_service.demo.job --workload xla-fit --batches varying
+
+The function, pipeline and temporaries workloads are in tf_pathologies.py.
 
 Prints one line `READY {json}` once training has started (with the agent's URL when embedded),
 then trains until --seconds pass or it is stopped.
@@ -20,6 +27,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow import keras
 
+from profiler_service.demo import tf_pathologies
 from profiler_service.steps import ProfilerStepCallback, training_step
 
 FEATURES = 64
@@ -222,7 +230,17 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--workload",
-        choices=["input-bound", "compute-bound", "eager", "multi-worker", "memory"],
+        choices=[
+            "input-bound",
+            "compute-bound",
+            "eager",
+            "multi-worker",
+            "memory",
+            "function",
+            "pipeline",
+            "temporaries",
+            "xla-fit",
+        ],
         default="input-bound",
     )
     parser.add_argument("--seconds", type=float, default=600, help="stop training after this long")
@@ -250,6 +268,7 @@ def main(argv: list[str] | None = None) -> None:
     memory.add_argument("--step-ms", type=float, default=20, help="host time per step")
     memory.add_argument("--oom-growth-mb", type=float, default=0, help="die (137) past this growth")
     memory.add_argument("--stats-file", help="append the job's own figures each second")
+    tf_pathologies.add_arguments(parser)
     args = parser.parse_args(argv)
     global DECODE_S
     DECODE_S = args.decode_ms / 1000
@@ -281,6 +300,13 @@ def main(argv: list[str] | None = None) -> None:
 
         embedded = agent.start(port=args.agent_port, store=args.store, **limits)
         ready["agent_url"] = embedded.url
+    if args.workload in ("function", "temporaries"):
+        loop = tf_pathologies.function_loop
+        if args.workload == "temporaries":
+            loop = tf_pathologies.temporaries_loop
+        loop(args.seconds, ready, args)
+        print("DONE", flush=True)
+        return
     if args.workload in ("eager", "multi-worker", "memory"):
         if args.workload == "eager":
             eager_loop(args.seconds, ready)
@@ -293,6 +319,11 @@ def main(argv: list[str] | None = None) -> None:
     n = args.steps_per_execution
     if args.workload == "input-bound":
         dataset, model = input_bound_dataset(), build_model(width=64, steps_per_execution=n)
+    elif args.workload == "pipeline":
+        dataset, model = tf_pathologies.pipeline_dataset(args.pipeline), build_model(width=64)
+    elif args.workload == "xla-fit":
+        dataset, model = tf_pathologies.batches_dataset(args.batches), build_model(width=64)
+        model.compile(optimizer="adam", loss="mse", jit_compile=True)
     else:
         dataset, model = compute_bound_dataset(), build_model(width=1024, steps_per_execution=n)
     callbacks = [ProfilerStepCallback(), _Deadline(args.seconds, ready)]

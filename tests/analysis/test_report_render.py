@@ -401,3 +401,23 @@ def test_memory_card_names_what_is_kept_and_the_evidence_line_stays_readable(set
     )[1]
     assert "bytes_per_s" in evidence and "kept_allocations" not in evidence
     assert "100.0 MiB/s, 10.0 MiB per step" in html
+
+
+def test_report_shows_tf_functions_and_what_each_op_allocates_per_step(settings):
+    from profiler_service.analysis.models import OpAllocations, TfFunctionCalls, TfFunctions
+
+    base = summary()
+    base.tf_functions = TfFunctions(
+        host="worker-0",
+        span_ms=2000.0,
+        functions=[TfFunctionCalls(name=f"step{XSS}", calls=90, traces=88, tracing_ms=1899.5)],
+    )
+    base.memory[0].allocations_by_op = [
+        OpAllocations(op_name="concat", shapes=["[32,1365,256]"], bytes_per_step=44 * 2**20,
+                      count_per_step=1.0, peak_alive_bytes=44 * 2**20)
+    ]  # fmt: skip
+    html = render_report(snapshot(summary=base), settings)
+    functions = re.search(r'<table id="tf-functions">.*?</table>', html, re.S)[0]
+    assert ESCAPED in functions and ">88<" in functions and ">1899.5<" in functions
+    by_op = re.search(r'<table class="by-op">.*?</table>', html, re.S)[0]
+    assert "concat" in by_op and "[32,1365,256]" in by_op and "44.0 MiB" in by_op

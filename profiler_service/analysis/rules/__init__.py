@@ -12,6 +12,7 @@ from profiler_service.analysis.rules import (  # noqa: F401
     host,
     input_pipeline,
     memory,
+    tensorflow,
 )
 from profiler_service.analysis.rules.registry import RULES, evaluate, rule, share
 

@@ -10,6 +10,7 @@ from profiler_service.analysis.models import (
     Severity,
     Summary,
 )
+from profiler_service.analysis.pipeline_advice import advise
 from profiler_service.analysis.rules.registry import rule
 
 DOCS = "https://www.tensorflow.org/guide/data_performance"
@@ -44,8 +45,11 @@ def gpu_input_verdict(summary: Summary) -> tuple[InputBound, float] | None:
 def input_bound(summary: Summary) -> Finding | None:
     """XProf classifies the job HIGHLY (input > 20 % of step time: critical) or MODERATELY
     (> 5 %: warning) input-bound; names the slowest tf.data stage and whether Python runs in
-    the pipeline. On a GPU, the same thresholds apply to the share of the capture the GPU
-    idled while the host waited in the tf.data iterator, where that says more than XProf.
+    the pipeline. The advice reads the pipeline's iterators: what it lacks (parallel calls on a
+    sequential slowest map, `prefetch` at the end, `cache` between an expensive stage and a later
+    map, Python out of it) and what it already has; the usual list only when XProf named none.
+    On a GPU, the same thresholds apply to the share of the capture the GPU idled while the host
+    waited in the tf.data iterator, where that says more than XProf.
     """
     pipeline = summary.input_pipeline
     from_gpu = gpu_input_verdict(summary)
@@ -62,17 +66,14 @@ def input_bound(summary: Summary) -> Finding | None:
         return None
     pct = pipeline.input_share_pct or 0.0
     slowest = pipeline.slowest_ops[0].name if pipeline.slowest_ops else None
-    advice = [
-        "parallelise the map: `.map(fn, num_parallel_calls=tf.data.AUTOTUNE)`",
-        "overlap input with training: end the pipeline with `.prefetch(tf.data.AUTOTUNE)`",
-        "`.cache()` what does not change between epochs (after decoding, before augmentation)",
-        "store records as TFRecord and read them with `interleave(..., num_parallel_calls=...)`",
-    ]
-    if pipeline.python_in_pipeline:
-        advice.insert(
-            0,
-            "move the Python decoding (tf.py_function / tf.numpy_function) into "
-            "TensorFlow ops: Python runs one element at a time under the GIL",
+    advice = advise(pipeline)
+    recommendation = _sentence("; ".join(advice.lacks))
+    if advice.has:
+        recommendation += " Already there: " + "; ".join(advice.has) + "."
+    if advice.generic:
+        recommendation = (
+            "XProf named no tf.data iterators, so this is the usual list, not a reading of this "
+            "pipeline. " + recommendation
         )
     where = f"; the slowest stage is {pipeline.slowest_stage}" if pipeline.slowest_stage else ""
     waits = "of the capture the GPU waits on input" if from_gpu else "of step time waits on input"
@@ -91,8 +92,9 @@ def input_bound(summary: Summary) -> Finding | None:
             "slowest_input_op": slowest,
             "python_in_pipeline": pipeline.python_in_pipeline,
             "stage_time_us": pipeline.stage_time_us,
+            **advice.evidence,
         },
-        recommendation=_sentence("; ".join(advice)),
+        recommendation=recommendation,
         docs=DOCS,
         impact_share=pct / 100,
     )

@@ -1,0 +1,244 @@
+"""TensorFlow's own pathologies: tf.function retracing, XLA recompilation, step temporaries.
+
+Read from the capture's own events (tf_functions.py, step_allocations.py), where XProf's tools
+report nothing: on TF 2.21 CPU captures its overview gave `compile_time_ms_avg` 0.0 for steps
+that spent 60 of 69 ms compiling, and no tf-function statement for a job retracing every step.
+"""
+
+from __future__ import annotations
+
+from profiler_service.analysis.models import (
+    AllocatorMemory,
+    Finding,
+    Severity,
+    Summary,
+    TfFunctionCalls,
+)
+from profiler_service.analysis.rules.registry import rule
+from profiler_service.analysis.step_allocations import step_swing_bytes
+
+# retracing: a function traced at least this often in the capture, at least this often per
+# step; warning once tracing takes this share of step time. A job that traced before the
+# capture traces 0 times in it (measured: 0 in 2,690 calls); one new shape (a last partial
+# batch) traces once; a Python number or a new shape as argument traced 1.0 times per step.
+RETRACING_MIN_TRACES = 2
+RETRACING_MIN_PER_STEP = 0.05
+RETRACING_WARNING_SHARE = 0.10
+# xla_recompilation: the same for XLA compilations; and a single compile counts when it came in
+# at least this many of the marked steps: a compile takes long enough (0.4-1 s for the demo's
+# small Keras model, seconds for real ones) that a short capture holds only one.
+XLA_MIN_COMPILES = 2
+XLA_MIN_PER_STEP = 0.05
+XLA_ONE_COMPILE_MIN_PER_STEP = 0.5
+XLA_WARNING_SHARE = 0.10
+# step_temporaries: one step allocates and frees at least this much above its low point, and
+# it is at least this share of the peak. Measured: stack/concat temporaries 91.6 MiB (94 % of
+# the peak) and a 64 MiB scratch tensor over 256 MiB held (20 %) fire; the compute-bound demo
+# (12 MiB) and 64 MiB over 1 GiB held (6 %) do not.
+TEMPORARIES_MIN_SWING_BYTES = 32 << 20
+TEMPORARIES_MIN_SWING_SHARE = 0.10
+
+DOCS_RETRACING = "https://www.tensorflow.org/guide/function#controlling_retracing"
+DOCS_XLA = "https://www.tensorflow.org/xla"
+DOCS_MEMORY = "https://www.tensorflow.org/guide/profiler#memory_profile_tool"
+
+
+def _capture_ms(summary: Summary) -> float | None:
+    """The capture's length, which the counted traces and compiles all fall in: XProf's step
+    count leaves out the steps cut by the capture's edges, whose compiles are in."""
+    return summary.tf_functions.span_ms if summary.tf_functions else None
+
+
+def _share(part_ms: float, whole_ms: float | None) -> float:
+    """Of the capture's time, which a busy job spends in its steps; at most 1."""
+    return round(min(1.0, part_ms / whole_ms), 4) if whole_ms else 0.0
+
+
+def _often(count: int, per_step: float | None, minimum: int, min_per_step: float) -> bool:
+    """Often enough in the capture, and per marked step when there are steps."""
+    return count >= minimum and (per_step is None or per_step >= min_per_step)
+
+
+def _rate(per_step: float | None, count: int) -> str:
+    if per_step is None:
+        return f"{count} times in the capture"
+    return "at every step" if round(per_step, 1) == 1.0 else f"{per_step:.2g} times per step"
+
+
+def _functions(summary: Summary) -> list[TfFunctionCalls]:
+    return summary.tf_functions.functions if summary.tf_functions else []
+
+
+@rule("retracing")
+def retracing(summary: Summary) -> Finding | None:
+    """A `tf.function` traced again at least `RETRACING_MIN_TRACES` times during the capture
+    and at least `RETRACING_MIN_PER_STEP` times per step (info); warning once tracing takes
+    `RETRACING_WARNING_SHARE` of step time. Counted from TF's own call events (traced or not),
+    so warm-up tracing before the capture does not count.
+    """
+    candidates = [
+        f
+        for f in _functions(summary)
+        if _often(f.traces, f.traces_per_step, RETRACING_MIN_TRACES, RETRACING_MIN_PER_STEP)
+    ]
+    if not candidates:
+        return None
+    f = max(candidates, key=lambda c: (c.tracing_ms, c.traces))
+    whole = _capture_ms(summary)
+    cost = _share(f.tracing_ms, whole)
+    per_step = f.traces_per_step
+    rate = _rate(per_step, f.traces)
+    if f.traces >= f.calls:
+        cause = (
+            f"Every call of `{f.name}` traced a new graph, so something in its arguments is new "
+            "at every call: a Python number or object (a learning rate, a step counter, a list) "
+            "is part of the trace's key, pass it as a tensor (`tf.constant(x)`, or a "
+            "`tf.Variable` you assign) instead; a new shape each call is the other cause: give "
+            "the function an `input_signature` with `None` for the dimensions that vary, or "
+            "`reduce_retracing=True`."
+        )
+    else:
+        cause = (
+            f"{f.traces} of {f.calls} calls of `{f.name}` traced a new graph: its arguments "
+            "keep taking new shapes or Python values. Give it an `input_signature` with `None` "
+            "for the dimensions that vary (or `reduce_retracing=True`), and pass Python numbers "
+            "as tensors."
+        )
+    if f.jit_compile:
+        cause += " Each trace of this XLA function is compiled again too (see xla_recompilation)."
+    return Finding(
+        rule="retracing",
+        severity=Severity.WARNING if cost >= RETRACING_WARNING_SHARE else Severity.INFO,
+        title=f"tf.function `{f.name}` was traced again {rate}: "
+        f"{cost:.0%} of step time building graphs",
+        evidence={
+            "function": f.name,
+            "traces": f.traces,
+            "calls": f.calls,
+            "steps": summary.step_time.count,
+            "traces_per_step": per_step,
+            "tracing_ms": f.tracing_ms,
+            "tracing_share": cost,
+            "traced_in_all": f.traced_in_all,
+            "jit_compile": f.jit_compile,
+        },
+        recommendation=cause,
+        docs=DOCS_RETRACING,
+        impact_share=cost,
+    )
+
+
+@rule("xla_recompilation")
+def xla_recompilation(summary: Summary) -> Finding | None:
+    """XLA compiled one function at least `XLA_MIN_COMPILES` times during the capture and at
+    least `XLA_MIN_PER_STEP` times per step, or once in at least `XLA_ONE_COMPILE_MIN_PER_STEP`
+    of the marked steps (a capture too short for the next compile) (info); warning once
+    compiling takes `XLA_WARNING_SHARE` of step time. XProf reports no compile time for these
+    (0.0 on CPU): the time is read from the compiler's own events.
+    """
+    candidates = [
+        f
+        for f in _functions(summary)
+        if _often(f.compiles, f.compiles_per_step, XLA_MIN_COMPILES, XLA_MIN_PER_STEP)
+        or (f.compiles == 1 and (f.compiles_per_step or 0) >= XLA_ONE_COMPILE_MIN_PER_STEP)
+    ]
+    if not candidates:
+        return None
+    f = max(candidates, key=lambda c: (c.compile_ms, c.compiles))
+    whole = _capture_ms(summary)
+    cost = _share(f.compile_ms, whole)
+    per_step = f.compiles_per_step
+    rate = _rate(per_step, f.compiles)
+    why = (
+        "each new trace is a new program to compile"
+        if f.traces
+        else "the function did not retrace, but XLA compiles once per input shape"
+    )
+    return Finding(
+        rule="xla_recompilation",
+        severity=Severity.WARNING if cost >= XLA_WARNING_SHARE else Severity.INFO,
+        title=f"XLA compiled `{f.name}` {rate}: {cost:.0%} of step time compiling",
+        evidence={
+            "function": f.name,
+            "compiles": f.compiles,
+            "compiles_per_step": per_step,
+            "compile_ms": f.compile_ms,
+            "compile_ms_per_compile": round(f.compile_ms / f.compiles, 3),
+            "compile_share": cost,
+            "traces": f.traces,
+            "calls": f.calls,
+            "xprof_compile_ms_avg": summary.step_time.breakdown_avg.compile_ms,
+        },
+        recommendation=f"The shapes `{f.name}` is called with keep changing, and {why}. "
+        "Feed it few shapes: fixed batches (`batch(..., drop_remainder=True)`), sequences "
+        "padded to a fixed length or to a few buckets (`padded_batch`, "
+        "`bucket_by_sequence_length`), the last partial batch padded or dropped; or leave "
+        "this function out of `jit_compile`.",
+        docs=DOCS_XLA,
+        impact_share=cost,
+    )
+
+
+def _sawtooth(m: AllocatorMemory) -> bool:
+    swing = step_swing_bytes(m)
+    return bool(
+        m.allocations_by_op
+        and swing >= TEMPORARIES_MIN_SWING_BYTES
+        and m.peak_bytes_in_use
+        and swing >= TEMPORARIES_MIN_SWING_SHARE * m.peak_bytes_in_use
+    )
+
+
+def _mib(n: float) -> str:
+    return f"{n / 2**20:,.1f} MiB"
+
+
+@rule("step_temporaries")
+def step_temporaries(summary: Summary) -> Finding | None:
+    """Memory rises and falls inside every step without growing: the peak stands at least
+    `TEMPORARIES_MIN_SWING_BYTES` and `TEMPORARIES_MIN_SWING_SHARE` of the peak above the steps'
+    low point (info). Names the ops allocating the most per step, from the capture's memory
+    events. Never a leak: read only when the low points do not climb.
+    """
+    sawtooth = [m for m in summary.memory if _sawtooth(m)]
+    if not sawtooth:
+        return None
+    m = max(sawtooth, key=step_swing_bytes)
+    swing = step_swing_bytes(m)
+    ops = [
+        {
+            "op": a.op_name,
+            "shapes": a.shapes,
+            "bytes_per_step": a.bytes_per_step,
+            "count_per_step": a.count_per_step,
+            "peak_alive_bytes": a.peak_alive_bytes,
+        }
+        for a in m.allocations_by_op
+    ]
+    top = m.allocations_by_op[0]
+    named = ", ".join(
+        f"`{a.op_name}` ({_mib(a.bytes_per_step)} in {a.count_per_step:g} allocations, "
+        f"up to {_mib(a.peak_alive_bytes)} alive)"
+        for a in m.allocations_by_op[:3]
+    )
+    return Finding(
+        rule="step_temporaries",
+        severity=Severity.INFO,
+        title=f"Each step allocates and frees up to {_mib(swing)} on {m.allocator} (peak "
+        f"{_mib(m.peak_bytes_in_use)}); `{top.op_name}` allocates the most "
+        f"({_mib(top.bytes_per_step)} per step)",
+        evidence={
+            "allocator": m.allocator,
+            "swing_bytes": swing,
+            "peak_bytes_in_use": m.peak_bytes_in_use,
+            "swing_share_of_peak": round(swing / m.peak_bytes_in_use, 4),
+            "ops": ops,
+        },
+        recommendation=f"Not a leak: the memory comes back at the end of every step. Per step: "
+        f"{named}. To lower the peak, release references early (`del` intermediate tensors "
+        "you no longer need), avoid `tf.concat`/`tf.stack` over many pieces kept alive until "
+        "the end (write into a `tf.TensorArray` or a preallocated tensor), and compute in "
+        "smaller chunks (smaller batches, or a loop over slices).",
+        docs=DOCS_MEMORY,
+        impact_share=0.0,
+    )

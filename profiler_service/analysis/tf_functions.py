@@ -1,0 +1,116 @@
+"""How often each tf.function traced and XLA compiled during the capture, and what it cost.
+
+Each call of a `tf.function` leaves an event named after the function with the mode TF ran it
+in (`tf_function_call`: `traced-nonXla`, `notTraced-xla`, ...) and its running count of traces.
+A traced call builds the graph (`tf.function-graph_building`) and instantiates a new concrete
+function before running it: its cost is the call's time outside the kernel execution
+(`EagerKernelExecute`) inside it. XLA compiles inside that execution, on the first run of each
+new shape: from the compiled op's start (the function's own op on the calling thread, or, in
+Keras's `jit_compile` step, an asynchronous op on an executor thread) to the end of the
+compiler's backend (`CpuCompiler::RunBackend`, `GpuCompiler::RunBackend`), a span no other event
+marks; the backend's event names the XLA module, hence the function. Warm-up
+traces before the capture are not in it, so a job that traced once before is silent here.
+"""
+
+from __future__ import annotations
+
+import re
+from bisect import bisect_right
+from collections import defaultdict
+from collections.abc import Callable
+
+from profiler_service.analysis.host_events import HostEvents, Span, enclosing
+from profiler_service.analysis.models import TfFunctionCalls, TfFunctions
+
+_CONCRETE = re.compile(r"^__inference_(?P<name>.+?)_\d+(?::|$)")
+# XLA's module: `a_inference_one_step_on_data_872__.6`, `a_inference_step_fn_84__XlaMustCompile...`
+_MODULE = re.compile(r"_inference_(?P<name>.+?)_\d+__")
+MAX_FUNCTIONS = 5
+
+
+def _ms(ps: float) -> float:
+    return round(ps / 1e9, 3)
+
+
+def function_name(op_name: str) -> str:
+    """`__inference_train_step_123:__inference_train_step_123` -> `train_step`;
+    `cluster_0:_XlaCompile` -> `cluster_0`."""
+    match = _CONCRETE.match(op_name)
+    return match["name"] if match else op_name.split(":", 1)[0]
+
+
+def summarise_tf_functions(events: HostEvents, host: str) -> TfFunctions | None:
+    """Per function: calls, traces and their cost, XLA compilations and theirs; None when the
+    capture has neither calls nor compilations."""
+    if not events.calls and not events.compiles:
+        return None
+    parent_call = enclosing(events.calls, events.calls)
+    top_calls = [c for c, parent in zip(events.calls, parent_call, strict=True) if parent is None]
+    running_ps: dict[Span, int] = defaultdict(int)
+    for kernel, call in zip(
+        events.kernel_executions, enclosing(top_calls, events.kernel_executions), strict=True
+    ):
+        if call is not None:
+            running_ps[call] += kernel.end_ps - kernel.start_ps
+    functions: dict[str, TfFunctionCalls] = {}
+    in_steps: dict[str, list[int]] = defaultdict(lambda: [0, 0])  # traces, compiles
+    inside_step = _inside_steps(events.steps)
+
+    def record(name: str) -> TfFunctionCalls:
+        if name not in functions:
+            functions[name] = TfFunctionCalls(name=name, calls=0, traces=0, tracing_ms=0.0)
+        return functions[name]
+
+    for call in top_calls:
+        mode = str(call.stats.get("tf_function_call", ""))
+        f = record(call.name)
+        f.calls += 1
+        f.jit_compile = f.jit_compile or mode.endswith("-xla")
+        count = call.stats.get("tracing_count")
+        if isinstance(count, int) and count:
+            f.traced_in_all = count
+        if mode.startswith("traced"):
+            f.traces += 1
+            in_steps[call.name][0] += inside_step(call)
+            tracing_ps = max(0, call.end_ps - call.start_ps - running_ps[call])
+            f.tracing_ms = round(f.tracing_ms + _ms(tracing_ps), 3)
+    compiled_in = enclosing(events.compiled_ops, events.compiles)
+    called_in = enclosing(top_calls, events.compiles)
+    previous_end: dict[Span, int] = {}
+    for compile_span, op, call in zip(events.compiles, compiled_in, called_in, strict=True):
+        start = compile_span.start_ps
+        if op is not None:  # the op's first run: conversion, HLO passes, then the backend
+            start = max(op.start_ps, previous_end.get(op, op.start_ps))
+            previous_end[op] = compile_span.end_ps
+        module = _MODULE.search(str(compile_span.stats.get("name", "")))
+        if module:
+            name = module["name"]
+        elif call is not None:
+            name = call.name
+        else:
+            name = function_name(op.name if op else "unknown")
+        f = record(name)
+        f.jit_compile = True
+        f.compiles += 1
+        in_steps[name][1] += inside_step(compile_span)
+        f.compile_ms = round(f.compile_ms + _ms(compile_span.end_ps - start), 3)
+    if events.steps:
+        for name, f in functions.items():
+            traces, compiles = in_steps[name]
+            f.traces_per_step = round(traces / len(events.steps), 3)
+            f.compiles_per_step = round(compiles / len(events.steps), 3)
+    ranked = sorted(
+        functions.values(), key=lambda f: (-(f.tracing_ms + f.compile_ms), -f.calls, f.name)
+    )
+    return TfFunctions(host=host, span_ms=_ms(events.span_ps), functions=ranked[:MAX_FUNCTIONS])
+
+
+def _inside_steps(steps: list[Span]) -> Callable[[Span], int]:
+    """Whether an event starts inside a marked step (steps sorted by start)."""
+    starts = [s.start_ps for s in steps]
+
+    def inside(span: Span) -> int:
+        i = bisect_right(starts, span.start_ps) - 1
+        return int(i >= 0 and span.start_ps <= steps[i].end_ps)
+
+    return inside

@@ -1,0 +1,142 @@
+"""retracing, xla_recompilation and step_temporaries fire at their named thresholds and not just
+below them; the figures in the summaries are of the shape tf_functions.py and
+step_allocations.py read from real captures."""
+
+from __future__ import annotations
+
+from profiler_service.analysis.models import (
+    AllocatorMemory,
+    MemoryPoint,
+    OpAllocations,
+    Severity,
+    StepTime,
+    Summary,
+    TfFunctionCalls,
+    TfFunctions,
+)
+from profiler_service.analysis.rules import RULES
+from profiler_service.analysis.rules import tensorflow as tf_rules
+
+MIB = 2**20
+
+
+def functions(*calls: TfFunctionCalls, span_ms: float = 2000.0, steps: int = 100) -> Summary:
+    return Summary(
+        step_time=StepTime(count=steps, avg_ms=span_ms / steps),
+        tf_functions=TfFunctions(host="h", span_ms=span_ms, functions=list(calls)),
+    )
+
+
+def traced(traces: int, per_step: float | None, tracing_ms: float, calls: int = 100, **kw):
+    return TfFunctionCalls(
+        name="train_step",
+        calls=calls,
+        traces=traces,
+        tracing_ms=tracing_ms,
+        traces_per_step=per_step,
+        **kw,
+    )
+
+
+def compiled(compiles: int, per_step: float | None, compile_ms: float, traces: int = 0):
+    return TfFunctionCalls(
+        name="train_step",
+        calls=100,
+        traces=traces,
+        tracing_ms=0.0,
+        jit_compile=True,
+        compiles=compiles,
+        compile_ms=compile_ms,
+        compiles_per_step=per_step,
+    )
+
+
+def test_retracing_needs_enough_traces_in_the_capture_and_per_step():
+    at = tf_rules.RETRACING_MIN_TRACES
+    per_step = tf_rules.RETRACING_MIN_PER_STEP
+    assert RULES["retracing"](functions(traced(at, per_step, 10.0))) is not None
+    assert RULES["retracing"](functions(traced(at - 1, 1.0, 10.0))) is None
+    assert RULES["retracing"](functions(traced(50, per_step * 0.99, 10.0))) is None
+    assert RULES["retracing"](functions(traced(0, 0.0, 0.0))) is None
+    # Without step markers, the count in the capture decides.
+    assert RULES["retracing"](functions(traced(at, None, 10.0))) is not None
+
+
+def test_retracing_warns_once_tracing_takes_its_share_and_names_the_cause():
+    share_ms = tf_rules.RETRACING_WARNING_SHARE * 2000
+    warning = RULES["retracing"](functions(traced(100, 1.0, share_ms)))
+    assert warning.severity is Severity.WARNING
+    assert warning.evidence["tracing_share"] == tf_rules.RETRACING_WARNING_SHARE
+    assert warning.impact_share == tf_rules.RETRACING_WARNING_SHARE
+    assert "Every call of `train_step` traced" in warning.recommendation
+    assert "pass it as a tensor" in warning.recommendation
+    info = RULES["retracing"](functions(traced(30, 0.3, share_ms - 1)))
+    assert info.severity is Severity.INFO
+    assert "30 of 100 calls" in info.recommendation and "input_signature" in info.recommendation
+    xla = RULES["retracing"](functions(traced(30, 0.3, 1.0, jit_compile=True)))
+    assert "compiled again too" in xla.recommendation
+
+
+def test_xla_recompilation_at_its_thresholds_and_its_cause():
+    at, per_step = tf_rules.XLA_MIN_COMPILES, tf_rules.XLA_MIN_PER_STEP
+    share_ms = tf_rules.XLA_WARNING_SHARE * 2000
+    finding = RULES["xla_recompilation"](functions(compiled(at, per_step, share_ms)))
+    assert finding.severity is Severity.WARNING
+    assert finding.evidence["compile_ms_per_compile"] == share_ms / at
+    assert "XLA compiles once per input shape" in finding.recommendation
+    assert "drop_remainder=True" in finding.recommendation
+    retraced = RULES["xla_recompilation"](functions(compiled(40, 0.4, share_ms - 1, traces=40)))
+    assert retraced.severity is Severity.INFO
+    assert "each new trace is a new program" in retraced.recommendation
+    assert RULES["xla_recompilation"](functions(compiled(9, per_step * 0.99, 500.0))) is None
+    # One compile: only when it came in at least its share of the marked steps (a capture too
+    # short to hold the next one), never without steps to judge by.
+    one = tf_rules.XLA_ONE_COMPILE_MIN_PER_STEP
+    assert at - 1 == 1
+    assert RULES["xla_recompilation"](functions(compiled(1, one, 500.0))) is not None
+    assert RULES["xla_recompilation"](functions(compiled(1, one * 0.99, 500.0))) is None
+    assert RULES["xla_recompilation"](functions(compiled(1, None, 500.0))) is None
+
+
+def test_shares_are_of_the_capture_and_never_above_one():
+    finding = RULES["xla_recompilation"](functions(compiled(20, 1.2, 2100.0)))
+    assert finding.evidence["compile_share"] == 1.0
+
+
+def sawtooth(peak: int, floor: int, ops: bool = True) -> Summary:
+    return Summary(
+        memory=[
+            AllocatorMemory(
+                allocator="mklcpu",
+                peak_bytes_in_use=peak,
+                step_floors=[MemoryPoint(time_ms=t, bytes_in_use=floor) for t in range(10)],
+                allocations_by_op=[
+                    OpAllocations(
+                        op_name="concat",
+                        shapes=["[32,1365,256]"],
+                        bytes_per_step=44 * MIB,
+                        count_per_step=1.0,
+                        peak_alive_bytes=44 * MIB,
+                    )
+                ]
+                if ops
+                else [],
+            )
+        ]
+    )
+
+
+def test_step_temporaries_at_its_swing_in_bytes_and_share_of_peak():
+    swing = tf_rules.TEMPORARIES_MIN_SWING_BYTES
+    finding = RULES["step_temporaries"](sawtooth(peak=swing + 8 * MIB, floor=8 * MIB))
+    assert finding is not None and finding.severity is Severity.INFO
+    assert finding.evidence["swing_bytes"] == swing
+    assert "`concat`" in finding.title and "Not a leak" in finding.recommendation
+    assert RULES["step_temporaries"](sawtooth(peak=swing + 8 * MIB - 1, floor=8 * MIB)) is None
+    # 1 GiB held all along and a 64 MiB sawtooth: 6 % of the peak, below the share.
+    share = tf_rules.TEMPORARIES_MIN_SWING_SHARE
+    big = int(64 * MIB / share)
+    assert RULES["step_temporaries"](sawtooth(peak=big, floor=big - 64 * MIB)) is not None
+    assert RULES["step_temporaries"](sawtooth(peak=2**30 + 64 * MIB, floor=2**30)) is None
+    # Nothing read by op (growing memory is never read): silent.
+    assert RULES["step_temporaries"](sawtooth(peak=200 * MIB, floor=0, ops=False)) is None
