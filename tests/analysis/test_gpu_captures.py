@@ -363,3 +363,24 @@ def test_the_command_line_summary_names_the_gpu_and_the_hosts_part(tmp_path):
     gpu_line = next(line for line in lines if line.startswith("GPUs:"))
     assert "RTX 2060 (7.5); idle 98." in gpu_line
     assert "waiting on tf.data 44." in gpu_line
+
+
+def test_one_piece_of_precision_advice_where_both_rules_would_give_it():
+    from profiler_service.analysis.models import Kernel, Kernels
+
+    matmul = Kernel(
+        name="volta_sgemm_128x64_nn",
+        op_name="dense/MatMul",
+        occurrences=10,
+        total_us=900.0,
+        tensor_core_eligible=True,
+        uses_tensor_core=False,
+    )
+    xprof_kernels = Kernels(total_us=1000.0, top=[matmul], eligible_unused_us=900.0)
+    fp32 = {"device_compute_16bit_pct": 0.0, "device_compute_32bit_pct": 100.0}
+    summary = on_gpu(device(compute_capability="7.0", kernel_pct=80.0), **fp32)
+    summary.kernels = xprof_kernels
+    fired = {f.rule for f in rules.evaluate(summary)}
+    assert "mixed_precision" in fired and "tensor_cores_unused" not in fired
+    summary.gpu.devices[0].compute_capability = "6.0"  # no mixed_precision: XProf's rule speaks
+    assert "tensor_cores_unused" in {f.rule for f in rules.evaluate(summary)}

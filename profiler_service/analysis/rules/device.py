@@ -9,6 +9,7 @@ from profiler_service.analysis.models import (
     Severity,
     Summary,
 )
+from profiler_service.analysis.rules.gpu import mixed_precision
 from profiler_service.analysis.rules.registry import rule, share
 
 DEVICE_IDLE_CRITICAL_PCT = 50.0
@@ -199,8 +200,11 @@ def host_device_transfer(summary: Summary) -> Finding | None:
 @rule("tensor_cores_unused")
 def tensor_cores_unused(summary: Summary) -> Finding | None:
     """At least `TENSOR_CORE_UNUSED_SHARE` of kernel time is in Tensor-Core-eligible ops
-    whose kernels do not use them.
+    whose kernels do not use them (XProf's kernel stats); silent where mixed_precision fires,
+    which gives the same advice from the GPU's precision.
     """
+    if mixed_precision(summary) is not None:
+        return None
     k = summary.kernels
     unused = share(k.eligible_unused_us, k.total_us)
     if unused < TENSOR_CORE_UNUSED_SHARE:
