@@ -112,11 +112,13 @@ def capture(config, seconds: float, server: str, logdir: Path) -> list[Path]:
     )
     if config == "agent":  # on a thread of its own, as the service's controller runs it
         done: dict[str, list[Path]] = {}
-        thread = threading.Thread(target=lambda: done.update(p=InProcessCapturer().capture(job)))
+        thread = threading.Thread(
+            target=lambda: done.update(p=InProcessCapturer().capture(job).paths)
+        )
         thread.start()
         thread.join()
         return done["p"]
-    return RemoteCapturer().capture(job)
+    return RemoteCapturer().capture(job).paths
 
 
 def run_workload(workload: str, rounds: int, seconds: float, root: Path) -> dict[str, Arm]:

@@ -6,6 +6,8 @@ import importlib.util
 from collections.abc import Callable
 from pathlib import Path
 
+from profiler_service.analysis.models import ProcessMemory
+from profiler_service.analysis.rules import evaluate
 from profiler_service.analysis.summary import AnalysisResult
 from profiler_service.analysis.warm_workers import WarmWorkers
 
@@ -53,7 +55,9 @@ class XprofAnalyzer:
             )
         return None
 
-    def analyze(self, run_dir: Path) -> AnalysisResult:
+    def analyze(self, run_dir: Path, process_memory: ProcessMemory | None = None) -> AnalysisResult:
+        """XProf's tools on the worker, then the rules here, once, with what the service read
+        beside the capture (the job's memory and its limit, from the look-back sampler)."""
         unavailable = self._unavailable()
         if unavailable is not None:
             raise AnalysisFailed("analysis_unavailable", unavailable)
@@ -80,7 +84,9 @@ class XprofAnalyzer:
                 "Lower PROFILER_ANALYSIS_MAX_MEMORY_BYTES below the container's limit",
             )
         if run.result is not None:
-            return AnalysisResult.model_validate_json(run.result)
+            summary = AnalysisResult.model_validate_json(run.result).summary
+            summary.process_memory = process_memory
+            return AnalysisResult(summary=summary, findings=evaluate(summary))
         reason = _last_error_line(run.stderr) or f"exit status {run.returncode}"
         raise AnalysisFailed(
             "analysis_failed",

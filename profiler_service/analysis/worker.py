@@ -29,7 +29,7 @@ def main() -> None:
     parent_pid, idle_s = int(sys.argv[1]), float(sys.argv[2])
     die_with_parent(parent_pid)
     lower_priority()
-    from profiler_service.analysis.summary import analyse_run
+    from profiler_service.analysis.summary import AnalysisResult, summarise_run
     from profiler_service.analysis.xprof_tools import load_xprof
 
     load_xprof()
@@ -39,7 +39,8 @@ def main() -> None:
         if not line:
             return  # the service closed our stdin: it is done with us
         try:
-            result = analyse_run(Path(line.strip()))
+            # The rules run in the service, once, with what it knows beside the capture.
+            result = AnalysisResult(summary=summarise_run(Path(line.strip())))
         except Exception as exc:  # reported, and the service retires this worker
             report(ERROR_MARKER, f"{type(exc).__name__}: {exc}".replace("\n", " ")[:2000])
             continue

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Protocol
 
@@ -20,6 +21,15 @@ class CaptureJob:
     timeout_s: float
 
 
+@dataclass(frozen=True)
+class Captured:
+    """What a capture wrote, and when its trace began where that was before the capture was
+    asked for (the look-back trace): the snapshot's `lookback_ms`."""
+
+    paths: list[Path]
+    trace_began: datetime | None = None
+
+
 class CaptureFailed(Exception):
     """A capture that produced nothing usable; `code` is stored in the snapshot's error."""
 
@@ -33,12 +43,12 @@ class Capturer(Protocol):
     # False when the capturer cannot honour tracer levels (TF 2.21 in-process ignores them).
     applies_tracer_levels: bool
 
-    def capture(self, job: CaptureJob) -> list[Path]:
+    def capture(self, job: CaptureJob) -> Captured:
         """Run the trace; return the `.xplane.pb` files written, or raise CaptureFailed."""
         ...
 
 
-def collect_xplanes(job: CaptureJob) -> list[Path]:
+def collect_xplanes(job: CaptureJob) -> Captured:
     """The files the profiler wrote; missing and 0-byte files are failures, not captures."""
     paths = sorted(job.logdir.glob("plugins/profile/*/*.xplane.pb"))
     if not paths:
@@ -55,4 +65,4 @@ def collect_xplanes(job: CaptureJob) -> list[Path]:
             f"the profiler wrote empty files ({', '.join(empty)}); an XSpace over 2 GB is written "
             "as 0 bytes: capture for a shorter duration or with lower tracer levels",
         )
-    return paths
+    return Captured(paths)

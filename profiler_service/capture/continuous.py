@@ -20,6 +20,7 @@ goes through it, and an in-process `tf.profiler` call in the job fails as busy.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -30,7 +31,7 @@ from typing import Any
 
 import grpc
 
-from profiler_service.capture.capturer import CaptureFailed, CaptureJob, collect_xplanes
+from profiler_service.capture.capturer import Captured, CaptureFailed, CaptureJob, collect_xplanes
 from profiler_service.config import Settings
 from profiler_service.proto_subset import F, message_classes
 from profiler_service.targets import Target
@@ -213,7 +214,6 @@ class ContinuousCapturer:
             if uses_lookback_trace(t)
         }
         self._cancel = threading.Event()
-        self._began: dict[str, datetime] = {}
 
     def start(self) -> None:
         for session in self.sessions.values():
@@ -224,17 +224,13 @@ class ContinuousCapturer:
         for session in self.sessions.values():
             session.close()
 
-    def trace_began(self, snapshot_id: str) -> datetime | None:
-        """When the trace written for this snapshot began: before the capture was asked for."""
-        return self._began.pop(snapshot_id, None)
-
-    def capture(self, job: CaptureJob) -> list[Path]:
+    def capture(self, job: CaptureJob) -> Captured:
+        """The trace begins before the capture was asked for: it says when."""
         session = self.sessions.get(job.target.name)
         if session is None:
             return self.fallback.capture(job)
         _, began = session.capture(job, self._cancel)
-        self._began[job.snapshot_id] = began
-        return collect_xplanes(job)
+        return dataclasses.replace(collect_xplanes(job), trace_began=began)
 
 
 def uses_lookback_trace(target: Target) -> bool:

@@ -21,8 +21,7 @@ from enum import StrEnum
 
 from profiler_service.analysis.analyzer import AnalysisFailed, XprofAnalyzer
 from profiler_service.analysis.models import ProcessMemory
-from profiler_service.analysis.rules import evaluate
-from profiler_service.capture.capturer import CaptureFailed, CaptureJob, Capturer
+from profiler_service.capture.capturer import Captured, CaptureFailed, CaptureJob, Capturer
 from profiler_service.capture.discovery import resolve_workers
 from profiler_service.capture.remote import connect_error
 from profiler_service.config import Settings
@@ -237,20 +236,19 @@ class CaptureController:
             snapshot.capture_started_at = utcnow()
             self.store.update(snapshot)
             self.analyzer.warm()  # imports XProf while the capture runs
-            paths = _with_deadline(capturer, job)
+            captured = _with_deadline(capturer, job)
             snapshot.capture_finished_at = utcnow()
-            began = getattr(capturer, "trace_began", lambda _: None)(snapshot.id)
+            began = captured.trace_began
             if began is not None:
                 snapshot.capture.lookback_ms = max(
                     0, round((snapshot.capture_started_at - began).total_seconds() * 1000)
                 )
             self._record_lead_up(snapshot)
-            run_dir = self.store.adopt_capture(snapshot, paths)
+            run_dir = self.store.adopt_capture(snapshot, captured.paths)
             snapshot.status = SnapshotStatus.ANALYZING
             self.store.update(snapshot)
-            analysis = self.analyzer.analyze(run_dir)
+            analysis = self.analyzer.analyze(run_dir, _process_memory(snapshot.lead_up))
             snapshot.summary, snapshot.findings = analysis.summary, analysis.findings
-            _add_process_memory(snapshot)
             _note_missing_workers(snapshot)
             if found > len(target.workers):
                 snapshot.summary.notes.append(
@@ -298,13 +296,13 @@ class CaptureController:
             log.exception("could not record the failure of snapshot %s", snapshot.id)
 
 
-def _with_deadline(capturer: Capturer, job: CaptureJob):
+def _with_deadline(capturer: Capturer, job: CaptureJob) -> Captured:
     """Enforce the deadline even on capturers that block in C++ (the in-process profiler)."""
     result: dict = {}
 
     def run() -> None:
         try:
-            result["paths"] = capturer.capture(job)
+            result["captured"] = capturer.capture(job)
         except BaseException as exc:
             result["error"] = exc
 
@@ -318,26 +316,26 @@ def _with_deadline(capturer: Capturer, job: CaptureJob):
         )
     if "error" in result:
         raise result["error"]
-    return result["paths"]
+    return result["captured"]
 
 
-def _add_process_memory(snapshot: Snapshot) -> None:
-    """The job's RSS and memory limit at the capture's end, from the lead-up, for the memory
-    rules (a host allocator's real capacity); the findings are drawn again with it."""
-    if snapshot.lead_up is None or snapshot.summary is None:
-        return
+def _process_memory(lead_up: LeadUp | None) -> ProcessMemory | None:
+    """The job's RSS and memory limit at the capture's end, from the lead-up: for the memory
+    rules, a host allocator's real capacity."""
+    if lead_up is None:
+        return None
     last = {}
-    for series in snapshot.lead_up.series:
+    for series in lead_up.series:
         own = series.source != "prometheus"
         if own and series.labels.get("device") == "host" and series.points:
             last[series.name] = (series.points[-1][1], series.source)
-    if "memory_in_use_bytes" in last and "memory_capacity_bytes" in last:
-        snapshot.summary.process_memory = ProcessMemory(
-            rss_bytes=int(last["memory_in_use_bytes"][0]),
-            limit_bytes=int(last["memory_capacity_bytes"][0]),
-            source=last["memory_in_use_bytes"][1],
-        )
-        snapshot.findings = evaluate(snapshot.summary)
+    if "memory_in_use_bytes" not in last or "memory_capacity_bytes" not in last:
+        return None
+    return ProcessMemory(
+        rss_bytes=int(last["memory_in_use_bytes"][0]),
+        limit_bytes=int(last["memory_capacity_bytes"][0]),
+        source=last["memory_in_use_bytes"][1],
+    )
 
 
 def _note_missing_workers(snapshot: Snapshot) -> None:

@@ -5,9 +5,8 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from pathlib import Path
 
-from profiler_service.capture.capturer import CaptureFailed, CaptureJob, collect_xplanes
+from profiler_service.capture.capturer import Captured, CaptureFailed, CaptureJob, collect_xplanes
 
 
 class InProcessCapturer:
@@ -21,7 +20,7 @@ class InProcessCapturer:
         """End a running capture early (service shutdown); what was traced is still saved."""
         self._cancel.set()
 
-    def capture(self, job: CaptureJob) -> list[Path]:
+    def capture(self, job: CaptureJob) -> Captured:
         import tensorflow as tf
 
         options = tf.profiler.experimental.ProfilerOptions(

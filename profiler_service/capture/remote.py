@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import json
 import socket
-from pathlib import Path
 
-from profiler_service.capture.capturer import CaptureFailed, CaptureJob, collect_xplanes
+from profiler_service.capture.capturer import Captured, CaptureFailed, CaptureJob, collect_xplanes
 from profiler_service.capture.failures import classify_remote_failure
 from profiler_service.child_process import run_worker
 
@@ -29,7 +28,7 @@ class RemoteCapturer:
 
             self.capture_url = CaptureUrl(capture_url)
 
-    def capture(self, job: CaptureJob) -> list[Path]:
+    def capture(self, job: CaptureJob) -> Captured:
         if self.capture_url is None:
             self._trace(job, str(job.logdir))
             return collect_xplanes(job)

@@ -245,7 +245,7 @@ def cpu_capture(compute_bound_job, tmp_path_factory) -> list[Path]:
             duration_ms=1000, host_tracer_level=2, python_tracer_level=0, device_tracer_level=1
         ),
     )
-    return RemoteCapturer().capture(job)
+    return RemoteCapturer().capture(job).paths
 
 
 def test_a_tree_of_cpu_runs_says_cpu_and_has_no_verdict_then(cpu_capture, tmp_path):

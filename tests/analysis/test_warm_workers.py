@@ -36,7 +36,7 @@ def capture(compute_bound_job, tmp_path_factory) -> list[Path]:
             duration_ms=1000, host_tracer_level=2, python_tracer_level=0, device_tracer_level=1
         ),
     )
-    return RemoteCapturer().capture(job)
+    return RemoteCapturer().capture(job).paths
 
 
 @pytest.fixture

@@ -7,30 +7,14 @@ only writes whole files); everything after it is real: store, controller, XProf'
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
 import pytest
+from fakes import WritesBytes
 
-from profiler_service.capture.capturer import CaptureJob, collect_xplanes
 from profiler_service.capture.controller import CaptureRequest
 from profiler_service.config import Settings
 from profiler_service.service import build_service
 from profiler_service.targets import TargetKind
-
-
-class WritesBytes:
-    """Writes `payload` as the profiler would: <logdir>/plugins/profile/<id>/<host>.xplane.pb."""
-
-    applies_tracer_levels = True
-
-    def __init__(self, payload: bytes):
-        self.payload = payload
-
-    def capture(self, job: CaptureJob) -> list[Path]:
-        run = job.logdir / "plugins" / "profile" / job.snapshot_id
-        run.mkdir(parents=True)
-        (run / "worker-0.xplane.pb").write_bytes(self.payload)
-        return collect_xplanes(job)
 
 
 @pytest.mark.parametrize(

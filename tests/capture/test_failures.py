@@ -159,7 +159,7 @@ def test_collect_xplanes_returns_every_host_file_sorted(tmp_path: Path):
     run.mkdir(parents=True)
     for host in ("worker-b", "worker-a"):
         (run / f"{host}.xplane.pb").write_bytes(b"data")
-    assert collect_xplanes(make_job(tmp_path)) == [
+    assert collect_xplanes(make_job(tmp_path)).paths == [
         run / "worker-a.xplane.pb",
         run / "worker-b.xplane.pb",
     ]

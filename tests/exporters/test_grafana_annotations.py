@@ -11,12 +11,11 @@ import socket
 import threading
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
+from fakes import FailingCapturer
 from grafana_standin import GrafanaStandIn
 
-from profiler_service.capture.capturer import CaptureFailed, CaptureJob
 from profiler_service.capture.controller import CaptureRequest
 from profiler_service.config import Settings
 from profiler_service.exporters.grafana import GrafanaAnnotator, annotation_for
@@ -162,13 +161,6 @@ def closed_port() -> int:
         return s.getsockname()[1]
 
 
-class QuickFailure:
-    applies_tracer_levels = True
-
-    def capture(self, job: CaptureJob) -> list[Path]:
-        raise CaptureFailed("target_unreachable", "stand-in capturer")
-
-
 def test_grafana_down_never_fails_or_delays_a_capture(tmp_path):
     settings = Settings(
         store=tmp_path / "store",
@@ -177,7 +169,7 @@ def test_grafana_down_never_fails_or_delays_a_capture(tmp_path):
         grafana_token=TOKEN,
         grafana_annotation_attempts=2,
     )
-    service = build_service(settings, capturers={TargetKind.GRPC: QuickFailure()})
+    service = build_service(settings, capturers={TargetKind.GRPC: FailingCapturer()})
     try:
         started = time.monotonic()
         snapshot = service.controller.start(CaptureRequest(duration_s=1, target="trainer"))
@@ -199,7 +191,7 @@ def test_an_alert_capture_is_annotated_on_the_alerts_panel(tmp_path, grafana):
         grafana_token=TOKEN,
         public_url="http://profiler.example:8080/",
     )
-    service = build_service(settings, capturers={TargetKind.GRPC: QuickFailure()})
+    service = build_service(settings, capturers={TargetKind.GRPC: FailingCapturer()})
     try:
         payload = {
             "receiver": "profiler",

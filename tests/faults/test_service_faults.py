@@ -10,12 +10,12 @@ import os
 import signal
 from pathlib import Path
 
+from fakes import WritesBytes
 from fastapi.testclient import TestClient
 from fault_helpers import assert_nothing_half_written, fingerprint
 from helpers import no_process_mentions, wait_for_status
 
 from profiler_service.api import create_app
-from profiler_service.capture.capturer import CaptureJob, collect_xplanes
 from profiler_service.config import Settings
 from profiler_service.service import build_service
 from profiler_service.targets import TargetKind
@@ -83,21 +83,11 @@ def test_index_deleted_or_corrupt_while_stopped_is_rebuilt_with_the_same_listing
         restarted.stop()
 
 
-class WritesGarbage:
-    """Writes a corrupt capture where the profiler would; everything after it is real."""
-
-    applies_tracer_levels = True
-
-    def capture(self, job: CaptureJob) -> list[Path]:
-        run = job.logdir / "plugins" / "profile" / job.snapshot_id
-        run.mkdir(parents=True)
-        (run / "worker-0.xplane.pb").write_bytes(b"\x0a\xff\xff\x7f" + os.urandom(4000))
-        return collect_xplanes(job)
-
-
 def test_corrupt_capture_through_the_api_is_a_failed_snapshot_with_its_file(tmp_path):
     settings = Settings(store=tmp_path / "store", targets="grpc://127.0.0.1:9")
-    service = build_service(settings, {TargetKind.GRPC: WritesGarbage()})
+    service = build_service(
+        settings, {TargetKind.GRPC: WritesBytes(b"\x0a\xff\xff\x7f" + os.urandom(4000))}
+    )
     with TestClient(create_app(service)) as client:
         body = client.post("/profile", params={"duration": "100ms", "wait": "true"}).json()
         assert body["status"] == "failed"

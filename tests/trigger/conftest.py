@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from standins import HeldCapturer
+from fakes import HeldCapturer
 
 from profiler_service.config import Settings
 from profiler_service.service import Service, build_service

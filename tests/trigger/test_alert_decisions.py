@@ -6,7 +6,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from alert_samples import alertmanager, am_alert, grafana
-from standins import FakeClock
+from fakes import FakeClock
 
 from profiler_service.models import TriggerKind
 from profiler_service.store import SnapshotQuery

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from standins import HeldCapturer
+from fakes import HeldCapturer
 
 from profiler_service.analysis.analyzer import XprofAnalyzer
 from profiler_service.capture.controller import (

@@ -4,32 +4,17 @@ from __future__ import annotations
 
 import random
 import threading
-from pathlib import Path
 
-from profiler_service.capture.capturer import CaptureJob
+from fakes import HeldCapturer
+
 from profiler_service.config import Schedule, Settings
 from profiler_service.service import build_service
 from profiler_service.targets import Target, TargetKind
 from profiler_service.trigger.schedule import CaptureScheduler
 
 
-class HoldsTheTarget:
-    """A capture stage stand-in that blocks until released (nothing is dialled)."""
-
-    applies_tracer_levels = True
-
-    def __init__(self) -> None:
-        self.release = threading.Event()
-
-    def capture(self, job: CaptureJob) -> list[Path]:
-        from profiler_service.capture.capturer import CaptureFailed
-
-        self.release.wait(30)
-        raise CaptureFailed("no_trace_events", "stand-in")
-
-
 def make(tmp_path, **settings):
-    capturer = HoldsTheTarget()
+    capturer = HeldCapturer("no_trace_events")
     config = Settings(
         store=tmp_path / "store",
         targets=[Target(name="trainer", workers=["127.0.0.1:9"])],
@@ -60,7 +45,7 @@ def test_a_due_capture_starts_with_its_labels_and_a_busy_target_is_skipped(tmp_p
     assert running.trigger.kind == "schedule"
     assert running.trigger.labels == {"cluster": "eu-1", "model_version": "v7"}
     assert scheduler.fire(schedule) == "skipped"  # not queued behind the running one
-    capturer.release.set()
+    capturer.release()
     assert service.controller.wait(running.id, 30)
     assert scheduler.outcomes == {("trainer", "started"): 1, ("trainer", "skipped"): 1}
     service.close()
@@ -68,7 +53,7 @@ def test_a_due_capture_starts_with_its_labels_and_a_busy_target_is_skipped(tmp_p
 
 def test_the_loop_fires_when_due_and_stops_promptly(tmp_path, monkeypatch):
     service, capturer = make(tmp_path)
-    capturer.release.set()
+    capturer.release()
     scheduler = CaptureScheduler(service.settings, service.controller)
     monkeypatch.setattr(scheduler, "next_delay_s", lambda schedule: 0.05)
     fired = threading.Event()

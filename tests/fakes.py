@@ -1,0 +1,71 @@
+"""The test suite's stand-ins, in one place: capturers for the decisions around a capture, and a
+clock the test moves.
+
+What they stand in for is the capture stage alone: the controller, store, analysis, API and
+exporters around them are real. Real captures of real jobs are in tests/e2e/.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from profiler_service.capture.capturer import Captured, CaptureFailed, CaptureJob, collect_xplanes
+
+
+class HeldCapturer:
+    """Each capture blocks until `release()` (the decisions under test, such as busy, dedupe
+    and cooldown, depend on a capture still running), then fails with `code`."""
+
+    applies_tracer_levels = True
+
+    def __init__(self, code: str = "target_unreachable") -> None:
+        self.code = code
+        self.started: list[CaptureJob] = []
+        self._release = threading.Event()
+
+    def capture(self, job: CaptureJob) -> Captured:
+        self.started.append(job)
+        self._release.wait(60)
+        raise CaptureFailed(self.code, "stand-in capturer: released by the test")
+
+    def release(self) -> None:
+        self._release.set()
+
+
+class FailingCapturer:
+    """Fails every capture at once with `code`."""
+
+    applies_tracer_levels = True
+
+    def __init__(self, code: str = "target_unreachable") -> None:
+        self.code = code
+
+    def capture(self, job: CaptureJob) -> Captured:
+        raise CaptureFailed(self.code, "stand-in capturer")
+
+
+class WritesBytes:
+    """Writes `payload` where the profiler would (<logdir>/plugins/profile/<id>/worker-0.xplane.pb):
+    everything after the capture is real."""
+
+    applies_tracer_levels = True
+
+    def __init__(self, payload: bytes) -> None:
+        self.payload = payload
+
+    def capture(self, job: CaptureJob) -> Captured:
+        run = job.logdir / "plugins" / "profile" / job.snapshot_id
+        run.mkdir(parents=True)
+        (run / "worker-0.xplane.pb").write_bytes(self.payload)
+        return collect_xplanes(job)
+
+
+class FakeClock:
+    def __init__(self, now_s: float = 1_800_000_000.0) -> None:
+        self.now_s = now_s
+
+    def __call__(self) -> float:
+        return self.now_s
+
+    def advance(self, seconds: float) -> None:
+        self.now_s += seconds
