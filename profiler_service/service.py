@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import psutil
+from prometheus_client import CollectorRegistry
 
 from profiler_service.analysis.analyzer import XprofAnalyzer
 from profiler_service.analysis.warm_workers import WarmWorkers
@@ -16,7 +17,7 @@ from profiler_service.capture.remote import RemoteCapturer
 from profiler_service.config import Settings
 from profiler_service.exporters.gpu_collector import GpuCollector
 from profiler_service.exporters.grafana import GrafanaAnnotator, grafana_annotator
-from profiler_service.exporters.metrics import ServiceMetrics
+from profiler_service.exporters.metrics import CaptureMetrics, ServiceMetrics
 from profiler_service.exporters.tf_collector import TFMemoryCollector
 from profiler_service.lookback.lead_up import LeadUpRecorder
 from profiler_service.lookback.ring import SampleRing
@@ -115,6 +116,12 @@ def build_service(
 
             continuous = ContinuousCapturer(settings, fallback=remote)
         capturers = {TargetKind.GRPC: continuous or remote}
+    gpu = GpuCollector(max_age_s=1.5 * settings.lookback_interval_s)
+    tf_memory = TFMemoryCollector(max_age_s=1.5 * settings.lookback_interval_s)
+    sampler = build_sampler(settings, gpu, tf_memory)
+    annotator = grafana_annotator(settings)
+    registry = CollectorRegistry()
+    captures = CaptureMetrics(registry, [t.name for t in settings.targets])
     controller = CaptureController(
         settings,
         store,
@@ -130,21 +137,16 @@ def build_service(
                 idle_s=settings.analysis_worker_idle_s,
             ),
         ),
+        lead_up=LeadUpRecorder(settings, sampler),  # records nothing while it has no source
+        on_finished=[captures.observe] + ([annotator.on_finished] if annotator else []),
     )
     alerts = AlertTrigger(
         settings, controller, AlertLog(store.root / "webhooks" / "alerts.jsonl").open()
     )
-    gpu = GpuCollector(max_age_s=1.5 * settings.lookback_interval_s)
-    tf_memory = TFMemoryCollector(max_age_s=1.5 * settings.lookback_interval_s)
-    sampler = build_sampler(settings, gpu, tf_memory)
-    controller.lead_up = LeadUpRecorder(settings, sampler)  # None while it has no source
     memory_watch = None
     if sampler is not None and settings.memory_watch:
         memory_watch = MemoryWatch(settings, controller, sampler.ring, sampler.source_of)
         sampler.listeners.append(memory_watch)
-    annotator = grafana_annotator(settings)
-    if annotator is not None:
-        controller.on_finished.append(annotator.on_finished)
     service = Service(
         settings,
         store,
@@ -165,6 +167,8 @@ def build_service(
         settings,
         controller,
         store,
+        registry,
+        captures,
         alert_counts=alerts.log.counts,
         annotation_counts=annotator.counts if annotator is not None else None,
         sampler=sampler,

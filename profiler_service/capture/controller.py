@@ -15,7 +15,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -93,18 +93,22 @@ class CaptureController:
         store: SnapshotStore,
         capturers: Mapping[TargetKind, Capturer],
         analyzer: XprofAnalyzer,
+        *,
+        lead_up: Callable[[Snapshot], LeadUp | None] | None = None,
+        on_finished: Sequence[Callable[[Snapshot], None]] = (),
     ):
+        """`lead_up` records the minutes before a capture once its trace is done
+        (lookback/lead_up.py); `on_finished` get every finished snapshot, ready or failed
+        (metrics, annotations)."""
         self.settings = settings
         self.store = store
         self.capturers = capturers
         self.analyzer = analyzer
+        self.lead_up = lead_up
+        self.on_finished = tuple(on_finished)
         self._lock = threading.Lock()
         self._active: dict[str, _Active] = {}  # by target name
         self._done: dict[str, threading.Event] = {}  # by snapshot id, while in flight
-        # Called with every finished snapshot (ready, failed): metrics, annotations, notifications.
-        self.on_finished: list[Callable[[Snapshot], None]] = []
-        # The minutes before the capture (lookback/lead_up.py), recorded once the trace is done.
-        self.lead_up: Callable[[Snapshot], LeadUp | None] | None = None
 
     def resolve_target(self, name: str | None) -> Target:
         target = self.settings.target(name)

@@ -1,6 +1,7 @@
 """`GET /metrics`: one registry per service, the collectors in it, and the exposition.
 
-    metrics = ServiceMetrics(settings, controller, store, alert_counts=alerts.log.counts, ...)
+    captures = CaptureMetrics(registry, targets)      # handed to the controller's on_finished
+    metrics = ServiceMetrics(settings, controller, store, registry, captures, ...)
     body, content_type = metrics.render(accept)    # OpenMetrics when the scraper asks for it
 
 Events (a capture finished) are counted by instrumented metrics fed from the controller's
@@ -103,14 +104,16 @@ class CaptureMetrics:
 
 
 class ServiceMetrics:
-    """Every metric the service exports, in `registry` (a fresh one per service by default)."""
+    """Every metric the service exports, in `registry` (one per service): `captures` was
+    registered in it and handed to the controller first, which calls it for every capture."""
 
     def __init__(
         self,
         settings: Settings,
         controller: CaptureController,
         store: SnapshotStore,
-        registry: CollectorRegistry | None = None,
+        registry: CollectorRegistry,
+        captures: CaptureMetrics,
         *,
         alert_counts: Callable[[], dict[tuple[str, str], int]] = dict,
         annotation_counts: Callable[[], dict[str, int]] | None = None,
@@ -120,9 +123,8 @@ class ServiceMetrics:
         tf_memory: TFMemoryCollector | None = None,
         steps: StepStats = STEP_STATS,
     ):
-        self.registry = registry if registry is not None else CollectorRegistry()
-        self.captures = CaptureMetrics(self.registry, [t.name for t in settings.targets])
-        controller.on_finished.append(self.captures.observe)
+        self.registry = registry
+        self.captures = captures  # observes finished captures: the controller's on_finished
         self.gpu = gpu or GpuCollector()
         collectors = [
             ServiceCollector(controller, store),
