@@ -398,7 +398,7 @@ class Severity(StrEnum):
 
 
 class Finding(BaseModel):
-    rule: str
+    rule: str = ""  # stamped by the registry (rules/registry.py), under the name it registered
     severity: Severity
     title: str
     evidence: dict[str, Any] = Field(default_factory=dict)

@@ -73,7 +73,7 @@ def _names_read(func: Callable[..., Any]) -> list[str]:
     same module's helper functions included, in order of first use."""
     module = inspect.getmodule(func)
     seen: list[str] = []
-    todo = [func.__code__]
+    todo = [inspect.unwrap(func).__code__]  # the rule itself, not the registry's stamping
     done: set[types.CodeType] = set()
     while todo:
         co = todo.pop(0)
@@ -85,7 +85,7 @@ def _names_read(func: Callable[..., Any]) -> list[str]:
                 seen.append(name)
             helper = getattr(module, name, None)
             if inspect.isfunction(helper) and helper.__module__ == module.__name__:
-                todo.append(helper.__code__)
+                todo.append(inspect.unwrap(helper).__code__)
         todo += [c for c in co.co_consts if isinstance(c, types.CodeType)]
     return seen
 

@@ -202,8 +202,7 @@ def test_keras3_fit_with_steps_per_execution_is_timed_per_training_step():
     st = analyse_run(run_dir).summary.step_time
     assert callback._marks is True
     assert st.steps_per_marker == 4
-    # fit() itself (its set-up between epochs) is outside the markers: count only.
-    assert st.count == pytest.approx(steps, rel=AGREEMENT)
+    assert_counted(st.count, steps, steps_per_call=16)
 
 
 def test_keras2_marks_its_own_steps_and_the_callback_adds_none():
@@ -216,7 +215,14 @@ def test_keras2_marks_its_own_steps_and_the_callback_adds_none():
     st = analyse_run(run_dir).summary.step_time
     assert callback._marks is False  # Keras 2's fit wraps each call in Trace('train', ...)
     assert st.steps_per_marker == 4
-    assert st.count == pytest.approx(steps, rel=AGREEMENT)
+    assert_counted(st.count, steps, steps_per_call=16)
+
+
+def assert_counted(count: int, steps: int, steps_per_call: int) -> None:
+    """Every step the job ran while traced, and at most one call more at each end: the count
+    adds the calls the capture's start and stop cut, estimated from its span, which here also
+    holds each fit()'s own set-up between calls (a few calls in all on a loaded machine)."""
+    assert steps <= count <= steps + 2 * steps_per_call, (count, steps)
 
 
 def test_average_comes_from_the_rows_when_xprof_rounded_it():

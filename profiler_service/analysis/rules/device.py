@@ -57,7 +57,6 @@ def device_idle(summary: Summary) -> Finding | None:
         )
         advice = IDLE_ADVICE[cause]
     return Finding(
-        rule="device_idle",
         severity=severity,
         title=title,
         evidence=evidence,
@@ -109,7 +108,6 @@ def op_dominates(summary: Summary) -> Finding | None:
         return None
     top = ops[0]
     return Finding(
-        rule="op_dominates",
         severity=Severity.INFO,
         title=f"One op, {top.name} ({top.type}), takes {top.self_time_share:.0%} of "
         f"{side.lower()} op time",
@@ -138,7 +136,6 @@ def communication_bound(summary: Summary) -> Finding | None:
     if comm < COMMUNICATION_WARNING_SHARE:
         return None
     return Finding(
-        rule="communication_bound",
         severity=Severity.WARNING,
         title=f"{comm:.0%} of step time is collectives and device-to-device copies",
         evidence={
@@ -185,7 +182,6 @@ def host_device_transfer(summary: Summary) -> Finding | None:
     if transfer < TRANSFER_WARNING_SHARE:
         return None
     return Finding(
-        rule="host_device_transfer",
         severity=Severity.WARNING,
         title=title,
         evidence=evidence,
@@ -213,7 +209,6 @@ def tensor_cores_unused(summary: Summary) -> Finding | None:
         kern.op_name for kern in k.top if kern.tensor_core_eligible and not kern.uses_tensor_core
     ]
     return Finding(
-        rule="tensor_cores_unused",
         severity=Severity.WARNING,
         title=f"{unused:.0%} of kernel time could use Tensor Cores but does not",
         evidence={"eligible_unused_share": round(unused, 4), "ops": names[:5]},

@@ -41,7 +41,6 @@ def straggler(summary: Summary) -> Finding | None:
     parts = slow.breakdown_avg
     cause = "its input pipeline" if parts.input_ms >= slow.busy_ms_avg / 2 else "its own compute"
     return Finding(
-        rule="straggler",
         severity=Severity.WARNING,
         title=f"Worker {slow.host} is the straggler: busy {slow.busy_ms_avg:g} ms per step "
         f"against {fast.busy_ms_avg:g} ms on {fast.host}; the others wait for it",

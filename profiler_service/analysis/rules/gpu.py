@@ -72,7 +72,6 @@ def mixed_precision(summary: Summary) -> Finding | None:
     severity = Severity.WARNING if kernel_pct >= PRECISION_WARNING_KERNEL_PCT else Severity.INFO
     name = device.model or f"GPU (compute capability {device.compute_capability})"
     return Finding(
-        rule="mixed_precision",
         severity=severity,
         title=f"The {name} has Tensor Cores but computes in 32-bit: {basis}",
         evidence={
@@ -144,7 +143,6 @@ def kernel_launch_bound(summary: Summary) -> Finding | None:
         )
         impact = (100 - busiest.busy_pct) / 100 / 2
     return Finding(
-        rule="kernel_launch_bound",
         severity=Severity.WARNING,
         title=title,
         evidence=evidence,
@@ -192,7 +190,6 @@ def gpu_imbalance(summary: Summary) -> Finding | None:
             "equal shards and batch sizes, and check that nothing else runs on it."
         )
     return Finding(
-        rule="gpu_imbalance",
         severity=Severity.WARNING,
         title=title,
         evidence={

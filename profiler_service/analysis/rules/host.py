@@ -34,7 +34,6 @@ def host_overhead(summary: Summary) -> Finding | None:
     else:
         return None
     return Finding(
-        rule="host_overhead",
         severity=severity,
         title=f"{other:.0%} of step time is 'All Others' time: Python or I/O between TF ops",
         evidence={
@@ -59,7 +58,6 @@ def eager_execution(summary: Summary) -> Finding | None:
     if pct < EAGER_WARNING_PCT or summary.step_time.count == 0:
         return None
     return Finding(
-        rule="eager_execution",
         severity=Severity.WARNING,
         title=f"{pct:g}% of host op time runs eagerly, one Python call per op",
         evidence={"host_eager_pct": pct, "device_eager_pct": summary.utilisation.device_eager_pct},
@@ -79,7 +77,6 @@ def compile_time(summary: Summary) -> Finding | None:
     if compile_share < COMPILE_WARNING_SHARE:
         return None
     return Finding(
-        rule="compile_time",
         severity=Severity.WARNING,
         title=f"{compile_share:.0%} of step time is compilation",
         evidence={
@@ -100,7 +97,6 @@ def no_step_markers(summary: Summary) -> Finding | None:
     if summary.step_time.count > 0 or not summary.tools:
         return None
     return Finding(
-        rule="no_step_markers",
         severity=Severity.WARNING,
         title="No training steps were marked, so step time cannot be analysed",
         evidence={"steps": 0},
@@ -117,7 +113,6 @@ def short_capture(summary: Summary) -> Finding | None:
     if not 0 < summary.step_time.count < MIN_STEPS:
         return None
     return Finding(
-        rule="short_capture",
         severity=Severity.INFO,
         title=f"Only {summary.step_time.count} steps were captured: the figures are rough",
         evidence={"steps": summary.step_time.count, "step_time_ms_avg": summary.step_time.avg_ms},

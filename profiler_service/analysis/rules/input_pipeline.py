@@ -78,7 +78,6 @@ def input_bound(summary: Summary) -> Finding | None:
     where = f"; the slowest stage is {pipeline.slowest_stage}" if pipeline.slowest_stage else ""
     waits = "of the capture the GPU waits on input" if from_gpu else "of step time waits on input"
     return Finding(
-        rule="input_bound",
         severity=severity,
         title=f"Your input pipeline is the bottleneck: {pct:g}% {waits}{where}",
         evidence={

@@ -43,7 +43,6 @@ def memory_pressure(summary: Summary) -> Finding | None:
         Severity.CRITICAL if m.peak_share_of_capacity >= PEAK_CRITICAL_SHARE else Severity.WARNING
     )
     return Finding(
-        rule="memory_pressure",
         severity=severity,
         title=f"Memory peaks at {m.peak_share_of_capacity:.0%} of {m.allocator}'s capacity",
         evidence={
@@ -72,7 +71,6 @@ def memory_fragmentation(summary: Summary) -> Finding | None:
     ):
         return None
     return Finding(
-        rule="memory_fragmentation",
         severity=Severity.WARNING,
         title=f"{m.allocator} is {m.fragmentation_share:.0%} fragmented at its peak",
         evidence={
@@ -100,7 +98,6 @@ def memory_temporaries(summary: Summary) -> Finding | None:
     if temp_share < TEMPORARIES_WARNING_SHARE:
         return None
     return Finding(
-        rule="memory_temporaries",
         severity=Severity.WARNING,
         title=f"{temp_share:.0%} of peak memory is temporaries from concat/stack-style ops",
         evidence={
@@ -215,7 +212,6 @@ def memory_growth(summary: Summary) -> Finding | None:
     else:
         culprit = ""
     return Finding(
-        rule="memory_growth",
         severity=Severity.CRITICAL if critical else Severity.WARNING,
         title=f"Memory in use on {m.allocator} grows by {rate} at every step's low point{when}",
         evidence={

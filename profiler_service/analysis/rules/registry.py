@@ -6,6 +6,7 @@ that imports it (tests/test_import_cycles.py).
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 
@@ -18,11 +19,22 @@ RULES: dict[str, Rule] = {}
 
 
 def rule(name: str) -> Callable[[Rule], Rule]:
+    """Register a rule under `name`, the one place its name is written: the registry stamps it
+    on every finding the rule returns."""
+
     def register(func: Rule) -> Rule:
         if name in RULES:
             raise ValueError(f"rule {name!r} registered twice")
-        RULES[name] = func
-        return func
+
+        @functools.wraps(func)
+        def stamped(summary: Summary) -> Finding | None:
+            finding = func(summary)
+            if finding is not None:
+                finding.rule = name
+            return finding
+
+        RULES[name] = stamped
+        return stamped
 
     return register
 

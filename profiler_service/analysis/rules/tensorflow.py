@@ -107,7 +107,6 @@ def retracing(summary: Summary) -> Finding | None:
     if f.jit_compile:
         cause += " Each trace of this XLA function is compiled again too (see xla_recompilation)."
     return Finding(
-        rule="retracing",
         severity=Severity.WARNING if cost >= RETRACING_WARNING_SHARE else Severity.INFO,
         title=f"tf.function `{f.name}` was traced again {rate}: "
         f"{cost:.0%} of step time building graphs",
@@ -155,7 +154,6 @@ def xla_recompilation(summary: Summary) -> Finding | None:
         else "the function did not retrace, but XLA compiles once per input shape"
     )
     return Finding(
-        rule="xla_recompilation",
         severity=Severity.WARNING if cost >= XLA_WARNING_SHARE else Severity.INFO,
         title=f"XLA compiled `{f.name}` {rate}: {cost:.0%} of step time compiling",
         evidence={
@@ -222,7 +220,6 @@ def step_temporaries(summary: Summary) -> Finding | None:
         for a in m.allocations_by_op[:3]
     )
     return Finding(
-        rule="step_temporaries",
         severity=Severity.INFO,
         title=f"Each step allocates and frees up to {_mib(swing)} on {m.allocator} (peak "
         f"{_mib(m.peak_bytes_in_use)}); `{top.op_name}` allocates the most "
