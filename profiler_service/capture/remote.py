@@ -16,9 +16,9 @@ from profiler_service.child_process import Ending, run_worker
 from profiler_service.errors import SnapshotErrorCode
 
 RESULT_MARKER = "PROFILER_SERVICE_RESULT "
+CHILD = "profiler_service.capture.remote_child"
 # What the client says when a worker died mid-trace: then we ask whether the workers still answer.
 _MAYBE_GONE = (SnapshotErrorCode.NO_TRACE_EVENTS, SnapshotErrorCode.CAPTURE_FAILED)
-CHILD = "profiler_service.capture.remote_child"
 
 
 class RemoteCapturer:
