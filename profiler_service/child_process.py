@@ -10,6 +10,8 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
 
 import psutil
 
@@ -41,14 +43,53 @@ def return_freed_memory() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
+class Ending(StrEnum):
+    """How a worker's run ended: what the caller acts on, in place of its exit status."""
+
+    REPORTED = "reported"  # it wrote its result after the marker (`result`)
+    FAILED = "failed"  # it reported a failure of its own (`stderr` holds its message)
+    EXITED = "exited"  # it exited without a result (`exit_code`)
+    KILLED = "killed"  # a signal we did not send ended it (`killed_by`)
+    OVER_MEMORY = "over_memory"  # stopped by us for passing max_rss_bytes
+    TIMED_OUT = "timed_out"  # stopped by us at its deadline
+
+
 @dataclass(frozen=True)
 class WorkerRun:
-    returncode: int
-    result: str | None  # what the worker reported after its marker, if it got that far
-    stderr: str  # the C++ log: the only place some failures are explained
+    ending: Ending
+    result: str | None = None  # what the worker reported after its marker, if it got that far
+    stderr: str = ""  # the C++ log: the only place some failures are explained
     peak_rss_bytes: int = 0  # the most it held at any check (every POLL_S)
-    over_memory: bool = False  # stopped by us for passing max_rss_bytes
     pid: int = 0  # the process that ran it
+    exit_code: int | None = None  # EXITED
+    killed_by: signal.Signals | None = None  # KILLED
+
+    @classmethod
+    def exited(cls, returncode: int, **fields: Any) -> WorkerRun:
+        """A worker that ended on its own, or by a signal (a negative `returncode`)."""
+        if returncode < 0:
+            return cls(Ending.KILLED, killed_by=_signal(-returncode), **fields)
+        return cls(Ending.EXITED, exit_code=returncode, **fields)
+
+    @property
+    def oom_killed(self) -> bool:
+        """Killed by SIGKILL, which we did not send: most likely the kernel's OOM killer."""
+        return self.ending is Ending.KILLED and self.killed_by is signal.SIGKILL
+
+    def how_it_ended(self) -> str:
+        """A few words for a failure's detail: `exit status 1`, `killed by SIGKILL`."""
+        if self.ending is Ending.EXITED:
+            return f"exit status {self.exit_code}"
+        if self.ending is Ending.KILLED and self.killed_by is not None:
+            return f"killed by {self.killed_by.name}"
+        return self.ending.value.replace("_", " ")
+
+
+def _signal(number: int) -> signal.Signals | None:
+    try:
+        return signal.Signals(number)
+    except ValueError:
+        return None
 
 
 POLL_S = 0.1  # how often a worker's memory is checked
@@ -61,10 +102,10 @@ def run_worker(
     timeout_s: float,
     python: str | None = None,
     max_rss_bytes: int | None = None,
-) -> WorkerRun | None:
-    """Run `python -m module *args PARENT_PID` (this interpreter unless `python` names another);
-    None when it ran past `timeout_s` (then killed). Past `max_rss_bytes` of resident memory it
-    is killed too, and the run says so, before the kernel's OOM killer picks the service."""
+) -> WorkerRun:
+    """Run `python -m module *args PARENT_PID` (this interpreter unless `python` names another),
+    killed past `timeout_s`, or past `max_rss_bytes` of resident memory, before the kernel's OOM
+    killer picks the service; the run says which."""
     proc = subprocess.Popen(
         [python or sys.executable, "-m", module, *args, str(os.getpid())],
         stdout=subprocess.PIPE,
@@ -85,13 +126,14 @@ def run_worker(
         if over or time.monotonic() > deadline:
             proc.kill()
             stdout, stderr = proc.communicate()
-            if not over:
-                return None
-            break
+            ending = Ending.OVER_MEMORY if over else Ending.TIMED_OUT
+            return WorkerRun(ending, None, stderr, peak, proc.pid)
     result = next(
         (ln[len(marker) :] for ln in reversed(stdout.splitlines()) if ln.startswith(marker)), None
     )
-    return WorkerRun(proc.returncode, None if over else result, stderr, peak, over)
+    if result is not None:
+        return WorkerRun(Ending.REPORTED, result, stderr, peak, proc.pid)
+    return WorkerRun.exited(proc.returncode, stderr=stderr, peak_rss_bytes=peak, pid=proc.pid)
 
 
 def rss_bytes(pid: int) -> int:

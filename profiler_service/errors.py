@@ -1,6 +1,11 @@
-"""Errors with a stable code and a human sentence; the API renders them as `{error, detail}`."""
+"""Errors with a stable code and a human sentence: the API's `ServiceError`s (rendered as
+`{error, detail}`), a failed snapshot's `SnapshotErrorCode`s and the pipeline's `PipelineFailure`
+that carries one."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
 
 
 class ServiceError(Exception):
@@ -114,40 +119,126 @@ class PayloadTooLarge(ServiceError):
     status_code = 413
 
 
-# A failed snapshot's `error.code` (raised as CaptureFailed / AnalysisFailed, or set by the store)
-# and what it means. tests/docs/test_reference_pages.py checks that every code the package sets
-# is here, and docs/reference/errors-and-outcomes.md is generated from it.
-SNAPSHOT_ERRORS = {
-    "target_unreachable": "Nothing listens at the target's address, or its name does not resolve.",
-    "target_lost": "The job's profiler server closed the connection mid-capture, or a worker no "
-    "longer answers once a capture came back empty: the job exited, crashed or restarted.",
-    "target_timeout": "The profiler server did not answer in time.",
-    "target_discovery_failed": "A `tf-config://` or `dns://` target gave no workers: the detail "
-    "says why (file missing, not JSON, no such tasks, name does not resolve).",
-    "invalid_target_address": "The configured address is not a host:port.",
-    "profiler_busy": "The job is already being profiled (TensorFlow allows one session per "
-    "process).",
-    "no_trace_events": "The profiler answered but collected nothing (was the job running TF "
-    "ops?), or, with `capture_url`, wrote nothing there (the job's log says why).",
-    "capture_timeout": "The capture ran past duration + `capture_grace_s` and was stopped.",
-    "capture_file_missing": "The profiler reported success but no file appeared: the store "
-    "volume is not shared at the same absolute path.",
-    "capture_empty": "A 0-byte `.xplane.pb` (XSpaces over 2 GB are written as 0 bytes): capture "
-    "less.",
-    "capture_fetch_failed": "With `capture_url`: the job wrote the capture but the service could "
-    "not read it back (credentials, the bucket down).",
-    "capture_failed": "Any other capture failure; the detail quotes the profiler's message.",
-    "store_not_writable": "The profiler could not write into the store (read-only, full: the "
-    "detail quotes the profiler's line).",
-    "analysis_failed": "XProf could not read the capture (corrupt or truncated); the files are "
-    "kept.",
-    "analysis_timeout": "The analysis took longer than `analysis_timeout_s`; the files are kept.",
-    "analysis_too_large": "The analysis worker passed `analysis_max_memory_bytes` and was stopped "
-    "(or the kernel killed it); the capture is kept: capture shorter, at lower tracer levels, or "
-    "give the analysis more memory.",
-    "analysis_unavailable": "An agent without XProf in its environment and no (or a missing) "
-    "`analysis_python`; the capture is kept (`profiler-service analyze PATH` reads it).",
-    "interrupted": "The service stopped (crash, kill) while the snapshot was in flight; found at "
-    "the next start, partial files removed.",
-    "internal_error": "A bug in the service; the detail names the exception.",
-}
+class SnapshotErrorCode(StrEnum):
+    """A failed snapshot's `error.code`, each with what it means.
+
+    The value is what `snapshot.json`, the API and `profiler_capture_errors_total{error}` carry;
+    the description is the reference page's (docs/reference/errors-and-outcomes.md), so a code
+    cannot be added without saying what it means.
+    """
+
+    description: str
+
+    def __new__(cls, value: str, description: str) -> SnapshotErrorCode:
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.description = description
+        return member
+
+    TARGET_UNREACHABLE = (
+        "target_unreachable",
+        "Nothing listens at the target's address, or its name does not resolve.",
+    )
+    TARGET_LOST = (
+        "target_lost",
+        "The job's profiler server closed the connection mid-capture, or a worker no longer answers"
+        " once a capture came back empty: the job exited, crashed or restarted.",
+    )
+    TARGET_TIMEOUT = (
+        "target_timeout",
+        "The profiler server did not answer in time.",
+    )
+    TARGET_DISCOVERY_FAILED = (
+        "target_discovery_failed",
+        "A `tf-config://` or `dns://` target gave no workers: the detail says why (file missing, "
+        "not JSON, no such tasks, name does not resolve).",
+    )
+    INVALID_TARGET_ADDRESS = (
+        "invalid_target_address",
+        "The configured address is not a host:port.",
+    )
+    PROFILER_BUSY = (
+        "profiler_busy",
+        "The job is already being profiled (TensorFlow allows one session per process).",
+    )
+    NO_TRACE_EVENTS = (
+        "no_trace_events",
+        "The profiler answered but collected nothing (was the job running TF ops?), or, with "
+        "`capture_url`, wrote nothing there (the job's log says why).",
+    )
+    CAPTURE_TIMEOUT = (
+        "capture_timeout",
+        "The capture ran past duration + `capture_grace_s` and was stopped.",
+    )
+    CAPTURE_FILE_MISSING = (
+        "capture_file_missing",
+        "The profiler reported success but no file appeared: the store volume is not shared at the "
+        "same absolute path.",
+    )
+    CAPTURE_EMPTY = (
+        "capture_empty",
+        "A 0-byte `.xplane.pb` (XSpaces over 2 GB are written as 0 bytes): capture less.",
+    )
+    CAPTURE_FETCH_FAILED = (
+        "capture_fetch_failed",
+        "With `capture_url`: the job wrote the capture but the service could not read it back "
+        "(credentials, the bucket down).",
+    )
+    CAPTURE_FAILED = (
+        "capture_failed",
+        "Any other capture failure; the detail quotes the profiler's message.",
+    )
+    STORE_NOT_WRITABLE = (
+        "store_not_writable",
+        "The profiler could not write into the store (read-only, full: the detail quotes the "
+        "profiler's line).",
+    )
+    ANALYSIS_FAILED = (
+        "analysis_failed",
+        "XProf could not read the capture (corrupt or truncated); the files are kept.",
+    )
+    ANALYSIS_TIMEOUT = (
+        "analysis_timeout",
+        "The analysis took longer than `analysis_timeout_s`; the files are kept.",
+    )
+    ANALYSIS_TOO_LARGE = (
+        "analysis_too_large",
+        "The analysis worker passed `analysis_max_memory_bytes` and was stopped (or the kernel "
+        "killed it); the capture is kept: capture shorter, at lower tracer levels, or give the "
+        "analysis more memory.",
+    )
+    ANALYSIS_UNAVAILABLE = (
+        "analysis_unavailable",
+        "An agent without XProf in its environment and no (or a missing) `analysis_python`; the "
+        "capture is kept (`profiler-service analyze PATH` reads it).",
+    )
+    INTERRUPTED = (
+        "interrupted",
+        "The service stopped (crash, kill) while the snapshot was in flight; found at the next "
+        "start, partial files removed.",
+    )
+    INTERNAL_ERROR = (
+        "internal_error",
+        "A bug in the service; the detail names the exception.",
+    )
+
+
+class PipelineFailure(Exception):
+    """A capture or analysis that ended without a snapshot: one type for the controller to
+    catch, with the code stored in the snapshot's error and a sentence for people."""
+
+    # Whether the files written so far are worth keeping (under STORE/failed/<id>/run/).
+    keep_files = False
+
+    def __init__(self, code: SnapshotErrorCode | str, detail: str):
+        super().__init__(detail)
+        self.code = SnapshotErrorCode(code)  # an unknown code fails here, not in the docs
+        self.detail = detail
+
+
+@dataclass(frozen=True)
+class Failed:
+    """A part that could not be had, and why: returned where a failure is a note, not an end
+    (an optional XProf tool, a sidecar that did not answer), in place of an error string."""
+
+    reason: str

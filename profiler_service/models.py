@@ -10,6 +10,7 @@ from enum import StrEnum
 from pydantic import BaseModel, Field, computed_field
 
 from profiler_service.analysis.models import Finding, Summary
+from profiler_service.errors import SnapshotErrorCode
 from profiler_service.lookback.models import LeadUp
 
 SNAPSHOT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
@@ -116,7 +117,9 @@ class CaptureOptions(BaseModel):
 
 
 class SnapshotError(BaseModel):
-    code: str
+    # A code this version does not know (a newer sidecar's snapshot, read from a shared bucket)
+    # stays a string rather than failing the whole snapshot.
+    code: SnapshotErrorCode | str = Field(union_mode="left_to_right")
     detail: str
 
 

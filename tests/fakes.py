@@ -1,5 +1,5 @@
-"""The test suite's stand-ins, in one place: capturers for the decisions around a capture, and a
-clock the test moves.
+"""The test suite's stand-ins, in one place: capturers and an analyzer for the decisions around a
+capture, and a clock the test moves.
 
 What they stand in for is the capture stage alone: the controller, store, analysis, API and
 exporters around them are real. Real captures of real jobs are in tests/e2e/.
@@ -8,6 +8,7 @@ exporters around them are real. Real captures of real jobs are in tests/e2e/.
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 from profiler_service.capture.capturer import Captured, CaptureFailed, CaptureJob, collect_xplanes
 
@@ -42,6 +43,31 @@ class FailingCapturer:
 
     def capture(self, job: CaptureJob) -> Captured:
         raise CaptureFailed(self.code, "stand-in capturer")
+
+
+class RaisingCapturer:
+    """Raises `error` from every capture: a failure of the capture stage, or a bug in it."""
+
+    applies_tracer_levels = True
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+    def capture(self, job: CaptureJob) -> Captured:
+        raise self.error
+
+
+class FailingAnalyzer:
+    """An analyzer whose every analysis fails with `failure` (AnalysisFailed)."""
+
+    def __init__(self, failure: Exception) -> None:
+        self.failure = failure
+
+    def warm(self) -> None:
+        pass
+
+    def analyze(self, run_dir: Path, process_memory: object = None) -> None:
+        raise self.failure
 
 
 class WritesBytes:

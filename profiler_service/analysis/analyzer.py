@@ -10,13 +10,14 @@ from profiler_service.analysis.models import ProcessMemory
 from profiler_service.analysis.rules import evaluate
 from profiler_service.analysis.summary import AnalysisResult
 from profiler_service.analysis.warm_workers import WarmWorkers
+from profiler_service.child_process import Ending
+from profiler_service.errors import PipelineFailure, SnapshotErrorCode
 
 
-class AnalysisFailed(Exception):
-    def __init__(self, code: str, detail: str):
-        super().__init__(detail)
-        self.code = code
-        self.detail = detail
+class AnalysisFailed(PipelineFailure):
+    """An analysis that did not finish; the capture is kept, to be analysed again."""
+
+    keep_files = True
 
 
 class XprofAnalyzer:
@@ -60,36 +61,37 @@ class XprofAnalyzer:
         beside the capture (the job's memory and its limit, from the look-back sampler)."""
         unavailable = self._unavailable()
         if unavailable is not None:
-            raise AnalysisFailed("analysis_unavailable", unavailable)
+            raise AnalysisFailed(SnapshotErrorCode.ANALYSIS_UNAVAILABLE, unavailable)
         limit = self.max_memory_bytes()
         run = self.workers.run(run_dir, self.timeout_s, limit)
-        if run is None:
+        if run.ending is Ending.REPORTED and run.result is not None:
+            summary = AnalysisResult.model_validate_json(run.result).summary
+            summary.process_memory = process_memory
+            return AnalysisResult(summary=summary, findings=evaluate(summary))
+        if run.ending is Ending.TIMED_OUT:
             raise AnalysisFailed(
-                "analysis_timeout", f"XProf's analysis did not finish within {self.timeout_s:g} s"
+                SnapshotErrorCode.ANALYSIS_TIMEOUT,
+                f"XProf's analysis did not finish within {self.timeout_s:g} s",
             )
-        if run.over_memory:
+        if run.ending is Ending.OVER_MEMORY:
             size = sum(p.stat().st_size for p in run_dir.glob("*.xplane.pb"))
             raise AnalysisFailed(
-                "analysis_too_large",
+                SnapshotErrorCode.ANALYSIS_TOO_LARGE,
                 f"the analysis of this {size / 2**20:,.1f} MB capture passed its memory limit of "
                 f"{(limit or 0) / 2**20:,.0f} MB (PROFILER_ANALYSIS_MAX_MEMORY_BYTES) "
                 "and was stopped; the capture is kept. Capture for a shorter time or at lower "
                 "tracer levels, or raise the limit (and the container's memory with it)",
             )
-        if run.returncode == -9 and run.result is None:
+        if run.oom_killed:
             raise AnalysisFailed(
-                "analysis_too_large",
+                SnapshotErrorCode.ANALYSIS_TOO_LARGE,
                 "the analysis worker was killed (SIGKILL), most likely by the kernel's OOM killer: "
                 "the capture needs more memory than the container has; the capture is kept. "
                 "Lower PROFILER_ANALYSIS_MAX_MEMORY_BYTES below the container's limit",
             )
-        if run.result is not None:
-            summary = AnalysisResult.model_validate_json(run.result).summary
-            summary.process_memory = process_memory
-            return AnalysisResult(summary=summary, findings=evaluate(summary))
-        reason = _last_error_line(run.stderr) or f"exit status {run.returncode}"
+        reason = _last_error_line(run.stderr) or run.how_it_ended()
         raise AnalysisFailed(
-            "analysis_failed",
+            SnapshotErrorCode.ANALYSIS_FAILED,
             f"XProf could not analyse the capture (corrupt or truncated?): {reason}",
         )
 

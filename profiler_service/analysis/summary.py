@@ -10,7 +10,7 @@ import tempfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from google.protobuf.message import DecodeError
 from pydantic import BaseModel, Field
@@ -28,6 +28,9 @@ from profiler_service.analysis.rules import evaluate
 from profiler_service.analysis.step_markers import per_training_step, unhide_markers_in_loops
 from profiler_service.analysis.xprof_tools import ToolFailed, tool_data, tool_names
 from profiler_service.child_process import return_freed_memory
+from profiler_service.errors import Failed
+
+T = TypeVar("T")
 
 
 class AnalysisResult(BaseModel):
@@ -74,8 +77,8 @@ def summarise_run(run_dir: Path) -> Summary:
         else:
             memory_profiles = memory.result()
     summarise_overview(overview, summary)
-    if isinstance(gpu.result(), str):
-        summary.notes.append(f"GPU planes: {gpu.result()}")
+    if isinstance(gpu.result(), Failed):
+        summary.notes.append(f"GPU planes: {gpu.result().reason}")
     else:
         summary.gpu = gpu.result()
     summary.notes.extend(per_training_step(summary.step_time, paths))
@@ -86,8 +89,8 @@ def summarise_run(run_dir: Path) -> Summary:
     for path, profile in zip(paths, memory_profiles, strict=True):
         if profile is None:
             continue
-        if isinstance(profile, str):
-            summary.notes.append(f"memory_profile: {profile}")
+        if isinstance(profile, Failed):
+            summary.notes.append(f"memory_profile: {profile.reason}")
             continue
         before = len(summary.memory)
         summarise_memory(profile, summary)
@@ -114,7 +117,7 @@ SIDE_BY_SIDE_MAX_BYTES = 8 * 2**20
 
 def _memory_profiles(paths: list[Path]) -> list[Any]:
     """XProf's memory profile of each host (it reads one at a time), None where it has no
-    allocator events, the error text where it failed."""
+    allocator events, Failed where it could not be read."""
     return [
         _read_or_note(lambda p=p: tool_data([p], "memory_profile"))
         if has_memory_events(p)
@@ -123,11 +126,12 @@ def _memory_profiles(paths: list[Path]) -> list[Any]:
     ]
 
 
-def _read_or_note(read: Callable[[], Any]) -> Any:
+def _read_or_note(read: Callable[[], T]) -> T | Failed:
+    """What `read` returns, or why it could not: a note in the summary, not a failed analysis."""
     try:
         return read()
     except (ToolFailed, ValueError, DecodeError) as exc:
-        return str(exc)
+        return Failed(str(exc))
 
 
 _OPTIONAL_TOOLS: tuple[tuple[str, Callable[[Any, Summary], None]], ...] = (
@@ -137,10 +141,12 @@ _OPTIONAL_TOOLS: tuple[tuple[str, Callable[[Any, Summary], None]], ...] = (
 )
 
 
-def _optional(summary: Summary, tool: str, data: Any, read: Callable[[Any, Summary], None]) -> None:
+def _optional(
+    summary: Summary, tool: str, data: Any | Failed, read: Callable[[Any, Summary], None]
+) -> None:
     """A tool whose failure is a note, not a failed analysis."""
-    if isinstance(data, str):
-        summary.notes.append(f"{tool}: {data}")
+    if isinstance(data, Failed):
+        summary.notes.append(f"{tool}: {data.reason}")
         return
     try:
         read(data, summary)

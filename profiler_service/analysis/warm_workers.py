@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from profiler_service.analysis.worker import ERROR_MARKER, RESULT_MARKER
-from profiler_service.child_process import POLL_S, WorkerRun, rss_bytes
+from profiler_service.child_process import POLL_S, Ending, WorkerRun, rss_bytes
 
 WORKER = "profiler_service.analysis.worker"
 _EOF = None
@@ -104,19 +104,20 @@ class WarmWorkers:
         with self._lock:
             self._idle.append(worker)
 
-    def run(self, run_dir: Path, timeout_s: float, max_rss_bytes: int | None) -> WorkerRun | None:
-        """The analysis of `run_dir`; None when it ran past `timeout_s` (the worker is killed)."""
+    def run(self, run_dir: Path, timeout_s: float, max_rss_bytes: int | None) -> WorkerRun:
+        """The analysis of `run_dir`, or how it ended without one (past `timeout_s` or
+        `max_rss_bytes` its worker is killed)."""
         deadline = time.monotonic() + timeout_s
         worker = self._take() or self._start()
         run = self._run_on(worker, run_dir, deadline, max_rss_bytes)
-        if run is not None and run.returncode == 0 and run.result is None:
+        if run.ending is Ending.EXITED and run.exit_code == 0:
             # it left on its own (idle_s ran out) just as it was given the job: once more, afresh
             run = self._run_on(self._start(), run_dir, deadline, max_rss_bytes)
         return run
 
     def _run_on(
         self, worker: _Worker, run_dir: Path, deadline: float, max_rss_bytes: int | None
-    ) -> WorkerRun | None:
+    ) -> WorkerRun:
         worker.jobs += 1
         first_stderr = worker.stderr_lines
         with contextlib.suppress(OSError):  # when it has died, its exit status is read below
@@ -133,20 +134,22 @@ class WarmWorkers:
                 worker.proc.wait()
                 worker.stderr_reader.join(1)  # its last words
                 stderr = worker.stderr_since(first_stderr)
-                return WorkerRun(worker.proc.returncode, None, stderr, peak, pid=pid)
+                return WorkerRun.exited(
+                    worker.proc.returncode, stderr=stderr, peak_rss_bytes=peak, pid=pid
+                )
             if line.startswith(RESULT_MARKER):
                 self._give_back(worker)
-                return WorkerRun(0, line[len(RESULT_MARKER) :], "", peak, pid=pid)
+                return WorkerRun(Ending.REPORTED, line[len(RESULT_MARKER) :], "", peak, pid)
             if line.startswith(ERROR_MARKER):
                 worker.stop()
-                return WorkerRun(1, None, line[len(ERROR_MARKER) :], peak, pid=pid)
+                return WorkerRun(Ending.FAILED, None, line[len(ERROR_MARKER) :], peak, pid)
             peak = max(peak, rss_bytes(pid))
             if max_rss_bytes is not None and peak > max_rss_bytes:
                 worker.stop()
-                return WorkerRun(-9, None, "", peak, over_memory=True, pid=pid)
+                return WorkerRun(Ending.OVER_MEMORY, peak_rss_bytes=peak, pid=pid)
             if time.monotonic() > deadline:
                 worker.stop()
-                return None
+                return WorkerRun(Ending.TIMED_OUT, peak_rss_bytes=peak, pid=pid)
 
     def close(self) -> None:
         """Stop the idle workers; an analysis under way finishes, and its worker is not kept."""

@@ -15,6 +15,7 @@ from pathlib import Path
 import fsspec
 
 from profiler_service.capture.capturer import CaptureFailed
+from profiler_service.errors import SnapshotErrorCode
 
 log = logging.getLogger(__name__)
 
@@ -40,12 +41,12 @@ class CaptureUrl:
                 fs.get_file(path, str(local))
         except (OSError, ValueError, ImportError) as exc:
             raise CaptureFailed(
-                "capture_fetch_failed",
+                SnapshotErrorCode.CAPTURE_FETCH_FAILED,
                 f"the capture was written to {remote} but could not be read back: {exc}",
             ) from None
         if not found:
             raise CaptureFailed(
-                "capture_file_missing",
+                SnapshotErrorCode.CAPTURE_FILE_MISSING,
                 f"the profiler reported success but wrote no .xplane.pb under {remote}",
             )
 

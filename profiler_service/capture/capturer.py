@@ -7,6 +7,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Protocol
 
+from profiler_service.errors import PipelineFailure, SnapshotErrorCode
 from profiler_service.models import CaptureOptions
 from profiler_service.targets import Target
 
@@ -30,13 +31,8 @@ class Captured:
     trace_began: datetime | None = None
 
 
-class CaptureFailed(Exception):
-    """A capture that produced nothing usable; `code` is stored in the snapshot's error."""
-
-    def __init__(self, code: str, detail: str):
-        super().__init__(detail)
-        self.code = code
-        self.detail = detail
+class CaptureFailed(PipelineFailure):
+    """A capture that produced nothing usable; its partial files are not kept."""
 
 
 class Capturer(Protocol):
@@ -53,7 +49,7 @@ def collect_xplanes(job: CaptureJob) -> Captured:
     paths = sorted(job.logdir.glob("plugins/profile/*/*.xplane.pb"))
     if not paths:
         raise CaptureFailed(
-            "capture_file_missing",
+            SnapshotErrorCode.CAPTURE_FILE_MISSING,
             f"the profiler reported success but wrote no .xplane.pb under {job.logdir}; "
             "the job and "
             "the service must share this directory at the same absolute path",
@@ -61,7 +57,7 @@ def collect_xplanes(job: CaptureJob) -> Captured:
     empty = [p.name for p in paths if p.stat().st_size == 0]
     if empty:
         raise CaptureFailed(
-            "capture_empty",
+            SnapshotErrorCode.CAPTURE_EMPTY,
             f"the profiler wrote empty files ({', '.join(empty)}); an XSpace over 2 GB is written "
             "as 0 bytes: capture for a shorter duration or with lower tracer levels",
         )

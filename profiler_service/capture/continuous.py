@@ -33,6 +33,7 @@ import grpc
 
 from profiler_service.capture.capturer import Captured, CaptureFailed, CaptureJob, collect_xplanes
 from profiler_service.config import Settings
+from profiler_service.errors import SnapshotErrorCode
 from profiler_service.proto_subset import F, message_classes
 from profiler_service.targets import Target
 
@@ -169,7 +170,7 @@ class ContinuousSession:
                 raise _failure(self.address, exc) from None
         if empty or not xspace:
             raise CaptureFailed(
-                "no_trace_events",
+                SnapshotErrorCode.NO_TRACE_EVENTS,
                 f"the profiler server at {self.address} traced no event in its continuous session",
             )
         run = job.logdir / "plugins" / "profile" / job.snapshot_id
@@ -183,21 +184,24 @@ def _failure(address: str, exc: grpc.RpcError) -> CaptureFailed:
     code = exc.code()
     if code == grpc.StatusCode.UNAVAILABLE:
         return CaptureFailed(
-            "target_unreachable",
+            SnapshotErrorCode.TARGET_UNREACHABLE,
             f"profiler server unreachable at {address} ({exc.details()}); does the job call "
             "tf.profiler.experimental.server.start(PORT)?",
         )
     if code == grpc.StatusCode.UNIMPLEMENTED:
         return CaptureFailed(
-            "capture_failed",
+            SnapshotErrorCode.CAPTURE_FAILED,
             f"the profiler server at {address} has no continuous profiling (TensorFlow 2.21 or "
             "later has it); unset PROFILER_LOOKBACK_TRACE_S for this job",
         )
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return CaptureFailed(
-            "target_timeout", f"the profiler server at {address} did not answer in time"
+            SnapshotErrorCode.TARGET_TIMEOUT,
+            f"the profiler server at {address} did not answer in time",
         )
-    return CaptureFailed("capture_failed", f"{address}: {code.name}: {exc.details()}")
+    return CaptureFailed(
+        SnapshotErrorCode.CAPTURE_FAILED, f"{address}: {code.name}: {exc.details()}"
+    )
 
 
 class ContinuousCapturer:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from profiler_service.analysis.analyzer import AnalysisFailed, XprofAnalyzer
+from profiler_service.analysis.analyzer import XprofAnalyzer
 from profiler_service.analysis.models import ProcessMemory
 from profiler_service.capture.capturer import Captured, CaptureFailed, CaptureJob, Capturer
 from profiler_service.capture.discovery import resolve_workers
@@ -29,7 +29,9 @@ from profiler_service.errors import (
     CaptureBusy,
     InvalidDuration,
     InvalidRequest,
+    PipelineFailure,
     ServiceError,
+    SnapshotErrorCode,
     UnknownTarget,
 )
 from profiler_service.lookback.models import LeadUp
@@ -261,13 +263,16 @@ class CaptureController:
                 )
             self.store.publish(snapshot)
             log.info("snapshot %s ready (%s)", snapshot.id, snapshot.target)
-        except CaptureFailed as exc:
-            self._fail(snapshot, exc.code, exc.detail, keep_files=False)
-        except AnalysisFailed as exc:
-            self._fail(snapshot, exc.code, exc.detail, keep_files=True)
+        except PipelineFailure as exc:  # CaptureFailed, AnalysisFailed (whose files are kept)
+            self._fail(snapshot, exc.code, exc.detail, keep_files=exc.keep_files)
         except Exception as exc:
             log.exception("snapshot %s failed unexpectedly", snapshot.id)
-            self._fail(snapshot, "internal_error", f"{type(exc).__name__}: {exc}", keep_files=False)
+            self._fail(
+                snapshot,
+                SnapshotErrorCode.INTERNAL_ERROR,
+                f"{type(exc).__name__}: {exc}",
+                keep_files=False,
+            )
         finally:
             with self._lock:
                 self._active.pop(snapshot.target, None)
@@ -290,7 +295,9 @@ class CaptureController:
             except Exception:
                 log.exception("on_finished callback %r failed for %s", callback, snapshot.id)
 
-    def _fail(self, snapshot: Snapshot, code: str, detail: str, *, keep_files: bool) -> None:
+    def _fail(
+        self, snapshot: Snapshot, code: SnapshotErrorCode, detail: str, *, keep_files: bool
+    ) -> None:
         log.warning("snapshot %s failed: %s: %s", snapshot.id, code, detail)
         snapshot.status = SnapshotStatus.FAILED
         snapshot.error = SnapshotError(code=code, detail=detail)
@@ -315,7 +322,7 @@ def _with_deadline(capturer: Capturer, job: CaptureJob) -> Captured:
     worker.join(job.timeout_s + 5)
     if worker.is_alive():
         raise CaptureFailed(
-            "capture_timeout",
+            SnapshotErrorCode.CAPTURE_TIMEOUT,
             f"the capture did not finish within {job.timeout_s:g} s (duration + grace)",
         )
     if "error" in result:

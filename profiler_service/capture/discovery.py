@@ -13,12 +13,13 @@ import socket
 from pathlib import Path
 
 from profiler_service.capture.capturer import CaptureFailed
+from profiler_service.errors import SnapshotErrorCode
 from profiler_service.targets import Discovery, Target, profiler_address
 
 
 def discovery_failed(target: Target, why: str) -> CaptureFailed:
     return CaptureFailed(
-        "target_discovery_failed",
+        SnapshotErrorCode.TARGET_DISCOVERY_FAILED,
         f"no workers found for target {target.name!r} from {target.discover.describe()}: {why}",
     )
 

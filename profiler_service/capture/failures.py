@@ -7,6 +7,7 @@ stderr, so both the exception text and the captured stderr are read here.
 from __future__ import annotations
 
 from profiler_service.capture.capturer import CaptureFailed
+from profiler_service.errors import SnapshotErrorCode
 
 
 def classify_remote_failure(
@@ -16,59 +17,61 @@ def classify_remote_failure(
     text = f"{error}\n{stderr}"
     if "Could not interpret" in text:
         return CaptureFailed(
-            "invalid_target_address", f"{address!r} is not a host:port the profiler client accepts"
+            SnapshotErrorCode.INVALID_TARGET_ADDRESS,
+            f"{address!r} is not a host:port the profiler client accepts",
         )
     if "Another profiling session active" in text or "Another profiler is running" in text:
         return CaptureFailed(
-            "profiler_busy",
+            SnapshotErrorCode.PROFILER_BUSY,
             f"the profiler server at {address} is already running another "
             "profiling session (TensorFlow allows one at a time); retry later",
         )
     if any(sign in text for sign in _CONNECTION_LOST):
         return CaptureFailed(
-            "target_lost",
+            SnapshotErrorCode.TARGET_LOST,
             f"the profiler server at {address} closed the connection during the capture: "
             "the job exited, crashed or restarted mid-capture",
         )
     if "Connection refused" in text or "failed to connect to all addresses" in text:
         return CaptureFailed(
-            "target_unreachable",
+            SnapshotErrorCode.TARGET_UNREACHABLE,
             f"profiler server unreachable at {address}: nothing is listening "
             "there; does the job call tf.profiler.experimental.server.start(PORT)?",
         )
     if "DNS resolution failed" in text or "Name or service not known" in text:
         return CaptureFailed(
-            "target_unreachable",
+            SnapshotErrorCode.TARGET_UNREACHABLE,
             f"profiler server unreachable at {address}: the host name does not resolve",
         )
     if "DEADLINE_EXCEEDED" in text or "Deadline Exceeded" in text:
         return CaptureFailed(
-            "target_timeout",
+            SnapshotErrorCode.TARGET_TIMEOUT,
             f"the profiler server at {address} did not answer in time; the job may "
             "be overloaded, or the trace too large to collect",
         )
     write_error = _line_with(text, _WRITE_ERRORS)
     if write_error:
         return CaptureFailed(
-            "store_not_writable",
+            SnapshotErrorCode.STORE_NOT_WRITABLE,
             f"the profiler could not write the capture into the store: {write_error}",
         )
     if "No trace event was collected" in text and capture_url:
         # The server's reason (a scheme TF cannot write, no credentials) is only in the job's log.
         return CaptureFailed(
-            "no_trace_events",
+            SnapshotErrorCode.NO_TRACE_EVENTS,
             f"the profiler server at {address} returned no capture written to {capture_url}: "
             "can the job's TensorFlow write there? (TF 2.21 writes gs:// itself; s3:// needs "
             "tensorflow-io; the job's credentials must allow it) The job's log says why",
         )
     if "No trace event was collected" in text:
         return CaptureFailed(
-            "no_trace_events",
+            SnapshotErrorCode.NO_TRACE_EVENTS,
             f"the profiler server at {address} answered but collected no trace "
             "events; was the job running TensorFlow work during the capture?",
         )
     return CaptureFailed(
-        "capture_failed", f"capture from {address} failed: {_last_line(error or stderr)}"
+        SnapshotErrorCode.CAPTURE_FAILED,
+        f"capture from {address} failed: {_last_line(error or stderr)}",
     )
 
 

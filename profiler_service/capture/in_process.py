@@ -7,6 +7,7 @@ import os
 import threading
 
 from profiler_service.capture.capturer import Captured, CaptureFailed, CaptureJob, collect_xplanes
+from profiler_service.errors import SnapshotErrorCode
 
 
 class InProcessCapturer:
@@ -32,13 +33,13 @@ class InProcessCapturer:
             tf.profiler.experimental.start(str(job.logdir), options=options)
         except tf.errors.AlreadyExistsError:
             raise CaptureFailed(
-                "profiler_busy",
+                SnapshotErrorCode.PROFILER_BUSY,
                 "another profiler session is running in this process (TensorFlow allows one at a "
                 "time; a profiler server or a manual tf.profiler call may hold it); retry later",
             ) from None
         except Exception as exc:
             raise CaptureFailed(
-                "capture_failed", f"TensorFlow's profiler did not start: {exc}"
+                SnapshotErrorCode.CAPTURE_FAILED, f"TensorFlow's profiler did not start: {exc}"
             ) from exc
         try:
             self._cancel.wait(job.options.duration_ms / 1000)
@@ -48,7 +49,8 @@ class InProcessCapturer:
                 tf.profiler.experimental.stop()
             except Exception as exc:
                 raise CaptureFailed(
-                    "capture_failed", f"TensorFlow's profiler could not save the capture: {exc}"
+                    SnapshotErrorCode.CAPTURE_FAILED,
+                    f"TensorFlow's profiler could not save the capture: {exc}",
                 ) from exc
         return collect_xplanes(job)
 

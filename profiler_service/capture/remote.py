@@ -11,10 +11,13 @@ import socket
 
 from profiler_service.capture.capturer import Captured, CaptureFailed, CaptureJob, collect_xplanes
 from profiler_service.capture.failures import classify_remote_failure
-from profiler_service.child_process import run_worker
+from profiler_service.child_process import Ending, run_worker
+from profiler_service.errors import SnapshotErrorCode
 
 RESULT_MARKER = "PROFILER_SERVICE_RESULT "
 CHILD = "profiler_service.capture.remote_child"
+# What the client says when a worker died mid-trace: then we ask whether the workers still answer.
+_MAYBE_GONE = (SnapshotErrorCode.NO_TRACE_EVENTS, SnapshotErrorCode.CAPTURE_FAILED)
 
 
 class RemoteCapturer:
@@ -58,9 +61,9 @@ class RemoteCapturer:
             },
         }
         run = run_worker(CHILD, [json.dumps(request)], RESULT_MARKER, job.timeout_s)
-        if run is None:
+        if run.ending is Ending.TIMED_OUT:
             raise CaptureFailed(
-                "capture_timeout",
+                SnapshotErrorCode.CAPTURE_TIMEOUT,
                 f"the capture from {', '.join(job.target.workers)} did not finish within "
                 f"{job.timeout_s:g} s (duration + grace) and was stopped",
             )
@@ -68,11 +71,11 @@ class RemoteCapturer:
         if not result.get("ok"):
             failure = classify_remote_failure(
                 ", ".join(job.target.workers),
-                result.get("error", f"exit status {run.returncode}"),
+                result.get("error", run.how_it_ended()),
                 run.stderr,
                 logdir if self.capture_url else None,
             )
-            if failure.code in ("no_trace_events", "capture_failed"):
+            if failure.code in _MAYBE_GONE:
                 failure = workers_gone(job.target.workers) or failure
             raise failure
 
@@ -84,7 +87,7 @@ def workers_gone(workers: list[str]) -> CaptureFailed | None:
     if not gone:
         return None
     return CaptureFailed(
-        "target_lost",
+        SnapshotErrorCode.TARGET_LOST,
         f"{', '.join(gone)} stopped answering during the capture: the job exited, crashed or "
         "restarted (on TF 2.21 a traced MultiWorkerMirroredStrategy worker can abort; see "
         "docs/sidecar-and-agent.md)",

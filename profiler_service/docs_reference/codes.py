@@ -1,7 +1,7 @@
 """docs/reference/errors-and-outcomes.md: statuses, failure codes, API errors, alert outcomes.
 
 Each table comes from where the codes are defined: `SnapshotStatus` and `TriggerKind` with their
-meanings (models.py), `SNAPSHOT_ERRORS` and `ServiceError`'s subclasses (errors.py), the API's
+meanings (models.py), `SnapshotErrorCode` and `ServiceError`'s subclasses (errors.py), the API's
 own handlers (api/errors.py), and the webhook outcomes (trigger/alert_log.py).
 """
 
@@ -11,7 +11,7 @@ import inspect
 
 from profiler_service.api.errors import HANDLER_ERRORS
 from profiler_service.docs_reference.markdown import code, table
-from profiler_service.errors import SNAPSHOT_ERRORS, ServiceError
+from profiler_service.errors import ServiceError, SnapshotErrorCode
 from profiler_service.models import STATUS_MEANINGS, TRIGGER_MEANINGS, SnapshotStatus, TriggerKind
 from profiler_service.trigger.alert_log import OUTCOME_MEANINGS, Outcome
 
@@ -34,7 +34,7 @@ def render() -> str:
             "## Failure codes\n",
             "A failed snapshot's `error.code`; `error.detail` is a sentence naming the address, "
             "path or limit involved. `profiler_capture_errors_total{error}` counts them.\n",
-            table(["code", "meaning"], [(code(k), v) for k, v in SNAPSHOT_ERRORS.items()]),
+            table(["code", "meaning"], [(code(c.value), c.description) for c in SnapshotErrorCode]),
             "## HTTP errors\n",
             'Every error answer is JSON `{"error": CODE, "detail": SENTENCE}` (some add fields, '
             "such as `checks` on `/readyz`).\n",

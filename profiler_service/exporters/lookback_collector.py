@@ -13,12 +13,12 @@ from collections.abc import Iterator
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from profiler_service.lookback.sampler import Sampler
-from profiler_service.trigger.memory_watch import MemoryWatch
+from profiler_service.trigger.memory_watch import MemoryWatch, WatchOutcome
 
 __all__ = ["LookbackCollector"]
 
 REASONS = ("share", "growth")
-WATCH_OUTCOMES = ("captured", "busy", "failed")
+WATCH_OUTCOMES = tuple(WatchOutcome)
 
 
 class LookbackCollector:

@@ -26,10 +26,10 @@ from typing import Any
 import httpx
 
 from profiler_service.config import Settings
-from profiler_service.errors import ServiceError
+from profiler_service.errors import Failed, ServiceError
 from profiler_service.hub.registry import SidecarRecord, SidecarRegistry
 from profiler_service.targets import TargetMatcher
-from profiler_service.trigger.alert_log import AlertLog, AlertOutcome, Outcome
+from profiler_service.trigger.alert_log import AlertLog, AlertOutcome, Outcome, Reason
 from profiler_service.trigger.alerts import (
     Source,
     WebhookAlert,
@@ -60,7 +60,7 @@ class Match:
     sidecar: SidecarRecord | None
     target: str | None
     how: str  # how it matched, or why nothing did
-    reason: str  # "" when matched; else no_matching_sidecar or ambiguous_target
+    reason: Reason | None  # None when matched; else no_matching_sidecar or ambiguous_target
 
 
 class FleetRouter:
@@ -100,7 +100,7 @@ class FleetRouter:
                 found, how = self.matcher.match(labels, sidecar.targets)
                 if found is None or not sidecar.captures(found):
                     found, how = (sidecar.targets or [None])[0], "the pod's first target"
-                return Match(sidecar, found, f"label pod={pod!r} is {sidecar.key}; {how}", "")
+                return Match(sidecar, found, f"label pod={pod!r} is {sidecar.key}; {how}", None)
         known = sorted({t for s in candidates for t in s.targets})
         if target is None:
             target, how = self.matcher.match(labels, known)
@@ -110,7 +110,7 @@ class FleetRouter:
         if pod is not None and len(owners) > 1:
             owners = [s for s in owners if pod in (s.pod, s.name)] or owners
         if len(owners) == 1:
-            return Match(owners[0], target, how, "")
+            return Match(owners[0], target, how, None)
         if owners:
             names = ", ".join(s.key for s in owners)
             return Match(
@@ -118,16 +118,17 @@ class FleetRouter:
                 target,
                 f"{len(owners)} sidecars{where} capture target {target!r} ({names}): name the "
                 "pod or the namespace in the alert's labels",
-                "ambiguous_target",
+                Reason.AMBIGUOUS_TARGET,
             )
         live = len(candidates)
         if target is None:
-            return Match(None, None, f"{how}; {live} live sidecar(s){where}", "no_matching_sidecar")
+            how = f"{how}; {live} live sidecar(s){where}"
+            return Match(None, None, how, Reason.NO_MATCHING_SIDECAR)
         return Match(
             None,
             target,
             f"no live sidecar{where} captures target {target!r} ({how}; {live} live)",
-            "no_matching_sidecar",
+            Reason.NO_MATCHING_SIDECAR,
         )
 
     # ---- webhooks ---------------------------------------------------------------------------
@@ -168,9 +169,9 @@ class FleetRouter:
         for (_, indexes, _), answer in zip(shares.values(), answers, strict=True):
             for n, i in enumerate(indexes):
                 outcome = outcomes[i]
-                if isinstance(answer, str):
-                    outcome.outcome, outcome.reason = Outcome.SIDECAR_UNREACHABLE, "no_answer"
-                    outcome.detail = answer
+                if isinstance(answer, Failed):
+                    outcome.outcome, outcome.reason = Outcome.SIDECAR_UNREACHABLE, Reason.NO_ANSWER
+                    outcome.detail = answer.reason
                     continue
                 theirs = answer[n]
                 outcome.outcome, outcome.reason = theirs.outcome, theirs.reason
@@ -180,23 +181,29 @@ class FleetRouter:
 
     async def _forward_alerts(
         self, source: Source, sidecar: SidecarRecord, body: dict[str, Any]
-    ) -> list[AlertOutcome] | str:
-        """The sidecar's outcome for each alert sent, or a sentence saying why there is none."""
+    ) -> list[AlertOutcome] | Failed:
+        """The sidecar's outcome for each alert sent, or why there is none."""
         url = f"{sidecar.url.rstrip('/')}/webhooks/{source}"
         try:
             response = await self.client.post(url, json=body, headers=self._auth())
         except httpx.HTTPError as exc:
             log.warning("sidecar %s at %s did not answer: %s", sidecar.key, sidecar.url, exc)
-            return f"sidecar {sidecar.key} at {sidecar.url} did not answer: {type(exc).__name__}"
+            return Failed(
+                f"sidecar {sidecar.key} at {sidecar.url} did not answer: {type(exc).__name__}"
+            )
         if response.status_code != 202:
-            return f"sidecar {sidecar.key} answered {response.status_code}: {response.text[:300]}"
+            return Failed(
+                f"sidecar {sidecar.key} answered {response.status_code}: {response.text[:300]}"
+            )
         try:
             result = WebhookResult.model_validate_json(response.content)
         except ValueError:
-            return f"sidecar {sidecar.key} answered something that is not a webhook result"
+            return Failed(f"sidecar {sidecar.key} answered something that is not a webhook result")
         if len(result.alerts) != len(body["alerts"]):
             sent = len(body["alerts"])
-            return f"sidecar {sidecar.key} answered for {len(result.alerts)} of {sent} alerts"
+            return Failed(
+                f"sidecar {sidecar.key} answered for {len(result.alerts)} of {sent} alerts"
+            )
         return result.alerts
 
     # ---- operator captures ------------------------------------------------------------------

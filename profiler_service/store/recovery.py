@@ -8,6 +8,7 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+from profiler_service.errors import SnapshotErrorCode
 from profiler_service.models import Snapshot, SnapshotError, SnapshotStatus, is_snapshot_id
 from profiler_service.store.index import IndexEntry, SnapshotIndex
 from profiler_service.store.layout import FAILED, READY, SNAPSHOT_FILE
@@ -38,7 +39,7 @@ def recover_interrupted(
         was = snapshot.status
         snapshot.status = SnapshotStatus.INTERRUPTED
         snapshot.error = SnapshotError(
-            code="interrupted",
+            code=SnapshotErrorCode.INTERRUPTED,
             detail=f"the service stopped while this snapshot was {was}; partial files were removed",
         )
         log.warning(

@@ -24,7 +24,7 @@ from pydantic import BaseModel, Field
 
 from profiler_service.models import utcnow
 
-__all__ = ["TRUNCATED", "AlertLog", "AlertOutcome", "Outcome"]
+__all__ = ["TRUNCATED", "AlertLog", "AlertOutcome", "Outcome", "Reason"]
 
 log = logging.getLogger(__name__)
 
@@ -46,13 +46,29 @@ class Outcome(StrEnum):
     SIDECAR_UNREACHABLE = "sidecar_unreachable"
 
 
+class Reason(StrEnum):
+    """Why an alert was not captured, beside its outcome. A capture the controller refused
+    carries the API's error code instead (`capture_in_progress`, `unknown_target`...)."""
+
+    UNKNOWN_STATUS = "unknown_status"
+    NO_MATCHING_TARGET = "no_matching_target"
+    INVALID_DURATION = "invalid_duration"
+    COOLDOWN = "cooldown"
+    MIN_INTERVAL = "min_interval"
+    # The fleet hub's
+    NO_MATCHING_SIDECAR = "no_matching_sidecar"
+    AMBIGUOUS_TARGET = "ambiguous_target"
+    NO_ANSWER = "no_answer"
+
+
 # What each outcome means; docs/reference/errors-and-outcomes.md is generated from it.
 OUTCOME_MEANINGS = {
     Outcome.CAPTURED: "A capture started; `snapshot_id` names it.",
     Outcome.DEDUPLICATED: "The same alert (fingerprint) was captured within "
-    "`webhook_cooldown_s`; `snapshot_id` names that capture.",
-    Outcome.THROTTLED: "Another alert started a capture within `webhook_min_interval_s`.",
-    Outcome.SKIPPED_BUSY: "The target is being captured.",
+    "`webhook_cooldown_s` (`reason`: `cooldown`); `snapshot_id` names that capture.",
+    Outcome.THROTTLED: "Another alert started a capture within `webhook_min_interval_s` "
+    "(`reason`: `min_interval`).",
+    Outcome.SKIPPED_BUSY: "The target is being captured (`reason`: `capture_in_progress`).",
     Outcome.REJECTED: "Not captured; `reason`: `no_matching_target` (the detail lists the labels "
     "tried, the targets and the rules), `invalid_duration`, `unknown_status`, or an API error "
     "code.",
@@ -61,7 +77,7 @@ OUTCOME_MEANINGS = {
     "(`reason`: `no_matching_sidecar`), or several do (`ambiguous_target`, the detail names "
     "them); nothing was dialled.",
     Outcome.SIDECAR_UNREACHABLE: "The fleet hub's: the sidecar that captures the alert's target "
-    "did not answer, or answered an error; no other sidecar is tried.",
+    "did not answer, or answered an error (`reason`: `no_answer`); no other sidecar is tried.",
 }
 
 
@@ -74,7 +90,10 @@ class AlertOutcome(BaseModel):
     fingerprint: str
     status: str
     outcome: Outcome
-    reason: str | None = None  # a stable code for rejected/deduplicated/throttled/skipped_busy
+    # A stable code for rejected/deduplicated/throttled/skipped_busy/no_sidecar: a Reason, or the
+    # API's error code (capture_in_progress...); any other string (an older log's, a newer
+    # sidecar's answer to the hub) is kept as it is.
+    reason: Reason | str | None = Field(default=None, union_mode="left_to_right")
     detail: str
     target: str | None = None
     snapshot_id: str | None = None
@@ -167,7 +186,7 @@ class AlertLog:
         with self._lock:
             for r in self._records:
                 at = r.at.timestamp()
-                if r.outcome == "captured" and r.snapshot_id and at >= since_s:
+                if r.outcome is Outcome.CAPTURED and r.snapshot_id and at >= since_s:
                     out[r.fingerprint] = (at, r.snapshot_id)
         return out
 

@@ -41,7 +41,7 @@ from profiler_service.config import Settings
 from profiler_service.errors import InvalidDuration
 from profiler_service.models import Trigger, TriggerKind
 from profiler_service.targets import TargetMatcher
-from profiler_service.trigger.alert_log import AlertLog, AlertOutcome, Outcome
+from profiler_service.trigger.alert_log import AlertLog, AlertOutcome, Outcome, Reason
 from profiler_service.trigger.duration import parse_duration
 
 __all__ = [
@@ -250,10 +250,10 @@ class AlertTrigger:
             return _set(outcome, Outcome.RESOLVED, None, "resolved: recorded, never captured")
         if alert.status != "firing":
             detail = f"status {alert.status!r} is neither firing nor resolved"
-            return _set(outcome, Outcome.REJECTED, "unknown_status", detail)
+            return _set(outcome, Outcome.REJECTED, Reason.UNKNOWN_STATUS, detail)
         target, how = self.match_target(alert.labels)
         if target is None:
-            return _set(outcome, Outcome.REJECTED, "no_matching_target", how)
+            return _set(outcome, Outcome.REJECTED, Reason.NO_MATCHING_TARGET, how)
         outcome.target = target
         s = self.settings
         raw = alert.labels.get(DURATION_KEY) or alert.annotations.get(DURATION_KEY)
@@ -262,7 +262,9 @@ class AlertTrigger:
                 raw, default_s=s.duration_default_s, min_s=s.duration_min_s, max_s=s.duration_max_s
             )
         except InvalidDuration as exc:
-            return _set(outcome, Outcome.REJECTED, "invalid_duration", f"{DURATION_KEY}: {exc}")
+            return _set(
+                outcome, Outcome.REJECTED, Reason.INVALID_DURATION, f"{DURATION_KEY}: {exc}"
+            )
         request = CaptureRequest(
             duration_s=duration_s, target=target, trigger=_trigger(source, alert, fingerprint)
         )
@@ -283,7 +285,7 @@ class AlertTrigger:
                 f"this alert was captured {now - last[0]:.0f} s ago (snapshot {last[1]}); "
                 f"its cooldown is {s.webhook_cooldown_s:g} s"
             )
-            _set(outcome, Outcome.DEDUPLICATED, "cooldown", detail)
+            _set(outcome, Outcome.DEDUPLICATED, Reason.COOLDOWN, detail)
             return
         since_last = None if self._last_capture_s is None else now - self._last_capture_s
         if since_last is not None and since_last < s.webhook_min_interval_s:
@@ -291,7 +293,7 @@ class AlertTrigger:
                 f"an alert capture started {since_last:.0f} s ago; alerts start at most one "
                 f"capture every {s.webhook_min_interval_s:g} s"
             )
-            _set(outcome, Outcome.THROTTLED, "min_interval", detail)
+            _set(outcome, Outcome.THROTTLED, Reason.MIN_INTERVAL, detail)
             return
         result = self.controller.try_start(request)
         if result.outcome is StartOutcome.BUSY:
@@ -317,7 +319,9 @@ class AlertTrigger:
         self.log.close()
 
 
-def _set(outcome: AlertOutcome, kind: Outcome, reason: str | None, detail: str) -> AlertOutcome:
+def _set(
+    outcome: AlertOutcome, kind: Outcome, reason: Reason | str | None, detail: str
+) -> AlertOutcome:
     outcome.outcome, outcome.reason, outcome.detail = kind, reason, detail
     return outcome
 

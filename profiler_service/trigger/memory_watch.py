@@ -20,6 +20,7 @@ import logging
 import threading
 import time
 from collections import Counter
+from enum import StrEnum
 
 from profiler_service.analysis.fit import fit_line
 from profiler_service.capture.controller import (
@@ -32,10 +33,20 @@ from profiler_service.lookback.ring import Sample, SampleRing
 from profiler_service.models import MemoryReading, Trigger, TriggerKind
 
 log = logging.getLogger(__name__)
+
+
+class WatchOutcome(StrEnum):
+    """What the watch did about a reading, as `profiler_memory_watch_captures_total` counts it."""
+
+    CAPTURED = "captured"
+    BUSY = "busy"
+    FAILED = "failed"
+
+
 _OUTCOME = {
-    StartOutcome.STARTED: "captured",
-    StartOutcome.BUSY: "busy",
-    StartOutcome.REJECTED: "failed",
+    StartOutcome.STARTED: WatchOutcome.CAPTURED,
+    StartOutcome.BUSY: WatchOutcome.BUSY,
+    StartOutcome.REJECTED: WatchOutcome.FAILED,
 }
 
 # (reading in use, its capacity, whether crossing the share counts) per memory the sources read.
@@ -62,7 +73,7 @@ class MemoryWatch:
         self.target = settings.memory_watch_target or (
             settings.targets[0].name if settings.targets else None
         )
-        self.outcomes: Counter[tuple[str, str]] = Counter()  # (reason, captured|busy|failed)
+        self.outcomes: Counter[tuple[str, WatchOutcome]] = Counter()  # (reason, outcome)
         self.last: MemoryReading | None = None  # the most pressing reading, for /metrics
         self._cooldown_until = 0.0
         self._lock = threading.Lock()

@@ -20,6 +20,7 @@ from profiler_service.analysis.summary import AnalysisResult
 from profiler_service.analysis.warm_workers import WarmWorkers
 from profiler_service.capture.capturer import CaptureJob
 from profiler_service.capture.remote import RemoteCapturer
+from profiler_service.child_process import Ending
 from profiler_service.models import CaptureOptions
 from profiler_service.targets import Target
 
@@ -87,9 +88,9 @@ def test_past_its_memory_limit_or_timeout_a_worker_is_killed_and_the_next_starts
     pool = WarmWorkers()
     try:
         over = pool.run(run_dir(), 120, max_rss_bytes=16 * 2**20)
-        assert over.over_memory and over.result is None
+        assert over.ending is Ending.OVER_MEMORY and over.result is None
         assert not psutil.pid_exists(over.pid) or psutil.Process(over.pid).status() == "zombie"
-        assert pool.run(run_dir(), 0.05, None) is None  # killed at its deadline
+        assert pool.run(run_dir(), 0.05, None).ending is Ending.TIMED_OUT  # killed at its deadline
         after = pool.run(run_dir(), 120, None)
         assert steps(after) > 3 and after.pid != over.pid
     finally:

@@ -14,10 +14,13 @@ from pathlib import Path
 
 import pytest
 
+from profiler_service.analysis.analyzer import AnalysisFailed
 from profiler_service.api.errors import HANDLER_ERRORS
+from profiler_service.capture.capturer import CaptureFailed
 from profiler_service.config import Settings
 from profiler_service.docs_reference.pages import COMMAND, PAGES, REFERENCE_DIR, render
-from profiler_service.errors import SNAPSHOT_ERRORS, ServiceError
+from profiler_service.errors import PipelineFailure, ServiceError, SnapshotErrorCode
+from profiler_service.trigger.alert_log import Reason
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "profiler_service"
@@ -57,38 +60,38 @@ def test_every_setting_has_a_description():
     )
 
 
-def _codes_set_in_the_package() -> dict[str, str]:
-    """{code: where} for every literal code a snapshot can fail with: the first argument of
-    CaptureFailed/AnalysisFailed, `SnapshotError(code=...)`, and the controller's `_fail`."""
-    found = {}
+def test_every_snapshot_error_code_is_described_on_the_page():
+    page = (REFERENCE_DIR / "errors-and-outcomes.md").read_text()
+    for member in SnapshotErrorCode:
+        assert member.description.endswith("."), member
+        assert f"| `{member.value}` | {member.description} |" in page, member
+
+
+def test_a_failure_carries_only_a_code_of_the_enum():
+    """The type is the check: a code nothing describes cannot be raised, whatever its spelling."""
+    for failure in (PipelineFailure, CaptureFailed, AnalysisFailed):
+        assert failure("target_lost", "x").code is SnapshotErrorCode.TARGET_LOST
+        with pytest.raises(ValueError):
+            failure("target_gone", "x")
+
+
+def test_every_snapshot_error_code_is_raised_somewhere():
+    """A member nothing in the package names is a code no snapshot can end with: drop it."""
+    named = set()
     for path in sorted(PACKAGE.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
-            if not isinstance(node, ast.Call):
-                continue
-            func = getattr(node.func, "id", None) or getattr(node.func, "attr", None)
-            args: list[ast.expr] = []
-            if func in ("CaptureFailed", "AnalysisFailed"):
-                args = node.args[:1]
-            elif func == "_fail":
-                args = node.args[1:2]
-            if func in ("CaptureFailed", "AnalysisFailed", "SnapshotError"):
-                args += [k.value for k in node.keywords if k.arg == "code"]
-            for arg in args:
-                if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
-                    found.setdefault(arg.value, f"{path.relative_to(ROOT)}:{node.lineno}")
-    return found
+            if isinstance(node, ast.Attribute) and getattr(node.value, "id", None) == (
+                SnapshotErrorCode.__name__
+            ):
+                named.add(node.attr)
+    unused = {m.name for m in SnapshotErrorCode} - named
+    assert not unused, f"SnapshotErrorCode members nothing sets: {sorted(unused)}"
 
 
-def test_every_snapshot_error_code_is_described_and_used():
-    used = _codes_set_in_the_package()
-    assert len(used) > 10, used  # the scan still finds the codes
-    undescribed = {code: where for code, where in used.items() if code not in SNAPSHOT_ERRORS}
-    assert not undescribed, (
-        f"snapshot error codes set in the code but not in SNAPSHOT_ERRORS "
-        f"(profiler_service/errors.py): {undescribed}; describe them, then run {COMMAND}"
-    )
-    unused = set(SNAPSHOT_ERRORS) - set(used)
-    assert not unused, f"SNAPSHOT_ERRORS describes codes nothing sets: {sorted(unused)}"
+def test_every_alert_reason_is_named_on_the_page():
+    page = (REFERENCE_DIR / "errors-and-outcomes.md").read_text()
+    missing = [r.value for r in Reason if f"`{r.value}`" not in page]
+    assert not missing, f"alert reasons the outcomes' meanings do not name: {missing}"
 
 
 def test_every_http_error_code_the_handlers_answer_is_described():
@@ -142,7 +145,7 @@ def test_the_hand_written_pages_name_only_metrics_the_service_exports():
         for name in re.findall(r"(?<![/\w])(profiler_[a-z0-9_]+)", path.read_text()):
             base = re.sub(r"_(bucket|sum|count)$", "", name)
             wildcard = name.endswith("_")  # `profiler_gpu_*`
-            if name.startswith("profiler_service") or wildcard or name in SNAPSHOT_ERRORS:
+            if name.startswith("profiler_service") or wildcard or name in set(SnapshotErrorCode):
                 continue
             if {name, base} & exported:
                 continue

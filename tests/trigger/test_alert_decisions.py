@@ -11,7 +11,7 @@ from fakes import FakeClock
 from profiler_service.models import TriggerKind
 from profiler_service.store import SnapshotQuery
 from profiler_service.targets import TargetRule
-from profiler_service.trigger.alert_log import AlertLog
+from profiler_service.trigger.alert_log import AlertLog, AlertOutcome, Reason
 from profiler_service.trigger.alerts import AlertTrigger, WebhookPayload
 
 
@@ -214,3 +214,21 @@ def test_the_alert_log_is_bounded_in_memory_and_on_disk(tmp_path, make_service):
     assert path.stat().st_size <= 20_000
     assert path.with_name("alerts.jsonl.1").stat().st_size <= 20_000
     log.close()
+
+
+def test_reasons_are_the_enum_and_keep_their_stored_values(make_service, tmp_path):
+    """alerts.jsonl holds the plain values; read back they are the enum again, and a reason this
+    version does not know (a newer sidecar's, relayed by the hub) is kept as it is."""
+    service = make_service(
+        webhook_target_rules=[{"label": "pod", "pattern": "trainer-.*", "target": "trainer"}]
+    )
+    path = tmp_path / "alerts.jsonl"
+    trigger = trigger_for(service, log=AlertLog(path).open())
+    result = trigger.handle("alertmanager", payload(am_alert("10.0.0.7:6009", job="db")))
+    assert result.alerts[0].reason is Reason.NO_MATCHING_TARGET
+    trigger.close()
+    assert '"reason":"no_matching_target"' in path.read_text()
+    (read_back,) = AlertLog(path).open().recent()
+    assert read_back.reason is Reason.NO_MATCHING_TARGET
+    relayed = AlertOutcome.model_validate({**read_back.model_dump(), "reason": "a_newer_reason"})
+    assert relayed.reason == "a_newer_reason"
