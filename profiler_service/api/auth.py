@@ -304,16 +304,17 @@ def requires(scope: Scope) -> Any:  # a FastAPI Depends
     """A route's dependency: the request's grant must hold `scope`."""
     if scope in (Scope.CAPTURE, Scope.REGISTER):
 
-        async def check_bearer(
+        async def check(
             request: Request, _: Annotated[object, Depends(_bearer_doc)] = None
         ) -> None:
             authorize(request, scope)
 
-        return Depends(check_bearer)
+    else:
 
-    async def check(request: Request) -> None:  # async: no worker-thread hop
-        authorize(request, scope)
+        async def check(request: Request) -> None:  # async: no worker-thread hop
+            authorize(request, scope)
 
+    check.scope = scope  # type: ignore[attr-defined]  # for the route table (tests, docs)
     return Depends(check)
 
 

@@ -171,3 +171,91 @@ def test_a_bad_signature_is_invalid_signature(headers, sentence):
     assert sentence in raised.value.detail
     good = {"X-Sig": sign(SECRET, b"{}", "50000"), "X-Ts": "50000"}
     assert S.SIGNED in a.signature(good, b"{}", now_s=50_100)
+
+
+def _declared(routes) -> dict[str, str]:
+    """Each route's scope, read from the `requires()` it declares ("-": none)."""
+    from fastapi.routing import APIRoute
+
+    table = {}
+    for route in routes:
+        included = getattr(route, "original_router", None)  # FastAPI >= 0.16x: include_router
+        if included is not None:
+            table.update(_declared(included.routes))
+        if not isinstance(route, APIRoute):
+            continue
+        found = [getattr(d.call, "scope", None) for d in route.dependant.dependencies]
+        for method in route.methods:
+            table[f"{method} {route.path}"] = str(next((s for s in found if s), "-"))
+    return table
+
+
+def test_every_route_declares_the_scope_it_needs():
+    """The route table: a route added without a scope fails here, not in production."""
+    from profiler_service.api import create_app
+    from profiler_service.hub.app import create_hub_app
+
+    shared = {
+        "GET /profiles": "read",
+        "GET /profiles/{snapshot_id}": "read",
+        "GET /profiles/{snapshot_id}/report": "read",
+        "GET /profiles/{snapshot_id}/files/{name:path}": "read",
+        "GET /webhooks/alerts": "read",
+        # The receiver checks these itself: header credentials first, Grafana's signature
+        # after the body (webhook_needs_signature, check_signature).
+        "POST /webhooks/grafana": "-",
+        "POST /webhooks/alertmanager": "-",
+        "GET /healthz": "-",
+        "GET /readyz": "-",
+        "GET /metrics": "-",
+    }
+    sidecar = {
+        **shared,
+        "POST /profile": "capture",
+        "DELETE /profiles/{snapshot_id}": "capture",
+        "PUT /profiles/{snapshot_id}/pin": "capture",
+        "DELETE /profiles/{snapshot_id}/pin": "capture",
+        "PUT /profiles/{snapshot_id}/baseline": "capture",
+        "GET /baselines": "read",
+        "GET /profiles/{snapshot_id}/compare": "read",
+    }
+    hub = {
+        **shared,
+        "POST /profile": "capture",
+        "PUT /sidecars/{name}": "register",
+        "DELETE /sidecars/{name}": "register",
+        "GET /sidecars": "read",
+        "GET /fleet": "read",
+    }
+    ignore = ("/openapi.json", "/docs", "/redoc")
+    for app, expected in [(create_app(None), sidecar), (create_hub_app(None), hub)]:
+        declared = {
+            k: v for k, v in _declared(app.routes).items() if not k.split()[1].startswith(ignore)
+        }
+        assert declared == expected
+
+
+def test_through_the_app_reads_stay_open_and_each_route_gets_its_own_answer(tmp_path):
+    """The middleware grants once; wrong credentials cost a read nothing, and a capture route
+    answers 401 to basic credentials (not a bearer token) but 403 to a wrong bearer token."""
+    from fastapi.testclient import TestClient
+
+    from profiler_service.api import create_app
+    from profiler_service.service import build_service
+
+    settings = Settings(
+        store=tmp_path / "store", targets="grpc://127.0.0.1:9", **ALL, webhook_username="am",
+        webhook_password="pw",
+    )  # fmt: skip
+    with TestClient(create_app(build_service(settings))) as client:
+        for header in [None, bearer("nope"), basic("am", "pw"), "Digest x"]:
+            headers = {"Authorization": header} if header else {}
+            assert client.get("/profiles", headers=headers).status_code == 200
+        as_basic = client.post("/profile", headers={"Authorization": basic("am", "pw")})
+        assert as_basic.status_code == 401 and as_basic.headers["WWW-Authenticate"] == "Bearer"
+        wrong = client.delete("/profiles/x/pin", headers={"Authorization": bearer("hook")})
+        assert wrong.status_code == 403 and wrong.json()["error"] == "forbidden"
+        hub_capture = client.post(
+            "/profile", params={"duration": "abc"}, headers={"Authorization": bearer("fleet")}
+        )
+        assert hub_capture.status_code == 422  # past authentication, into validation
