@@ -46,11 +46,16 @@ TARGET_LABEL = "profile_target"  # the first of the sidecar's default webhook_ta
 
 
 class NoSidecar(ServiceError):
+    """The hub: no live sidecar captures the target asked for, or several do (name the pod or
+    the namespace)."""
+
     code = "no_sidecar"
     status_code = 404
 
 
 class SidecarUnreachable(ServiceError):
+    """The hub: the sidecar it forwarded to did not answer in `hub_forward_timeout_s`."""
+
     code = "sidecar_unreachable"
     status_code = 502
 
