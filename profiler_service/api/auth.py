@@ -7,7 +7,9 @@ decides, modelled on Starlette's `AuthenticationMiddleware` / `AuthenticationBac
 time taken says nothing about which matched) and sets `request.auth` (a `Grant`: the scopes) and
 `request.user` (a `Principal`). Routes declare what they need with `requires(Scope.X)`; the
 webhook receiver asks `webhook_needs_signature()` before reading a body and `check_signature()`
-after, since a Grafana signature is a credential that only the body can prove.
+after, since a Grafana signature is a credential that only the body can prove (Alertmanager
+sends basic or bearer credentials but cannot sign; Grafana's contact point can also sign:
+HMAC-SHA256 in lowercase hex over the body, or over `timestamp:body` with a timestamp header).
 
 Which credential gives which scope:
 
@@ -36,9 +38,9 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import Depends, FastAPI, Request, params
 from fastapi.security import HTTPBearer
 from pydantic import SecretStr
 from starlette.authentication import AuthCredentials, AuthenticationBackend, BaseUser
@@ -300,7 +302,7 @@ def authorize(request: Request, scope: Scope) -> None:
 _bearer_doc = HTTPBearer(auto_error=False, description="PROFILER_API_TOKEN or PROFILER_HUB_TOKEN")
 
 
-def requires(scope: Scope) -> Any:  # a FastAPI Depends
+def requires(scope: Scope) -> params.Depends:
     """A route's dependency: the request's grant must hold `scope`."""
     if scope in (Scope.CAPTURE, Scope.REGISTER):
 

@@ -7,17 +7,13 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from profiler_service.api.auth import Scope, requires
-from profiler_service.api.core import AlertSink, AppCore, MetricsPage, SnapshotReader
+from profiler_service.api.core import AlertSink, MetricsPage, SnapshotReader
 from profiler_service.capture.controller import CaptureController
 from profiler_service.config import Settings
 from profiler_service.service import Service
 from profiler_service.store import SnapshotStore
 
 # ---- the core: what a sidecar and the hub both serve (api/core.py) ----------------------------
-
-
-def get_core(request: Request) -> AppCore:
-    return request.app.state.core
 
 
 async def get_settings(request: Request) -> Settings:
