@@ -10,6 +10,8 @@ import anyio
 from fastapi import FastAPI
 
 from profiler_service import __version__
+from profiler_service.api.auth import install_auth
+from profiler_service.api.core import ServiceCore
 from profiler_service.api.errors import install_error_handlers
 from profiler_service.api.routes import comparisons, health, metrics, profiles, webhooks
 from profiler_service.service import Service
@@ -35,7 +37,9 @@ def create_app(service: Service) -> FastAPI:
         summary="On-demand, bounded profiling of TensorFlow jobs, analysed with XProf.",
         lifespan=lifespan,
     )
-    app.state.service = service
+    app.state.service = service  # the sidecar's own routes: captures, changes to its store
+    app.state.core = ServiceCore(service)  # what it shares with the hub (api/core.py)
+    install_auth(app, service.settings if service is not None else None, hub_vouches=True)
     install_error_handlers(app)
     app.include_router(profiles.router)
     app.include_router(profiles.read_router)

@@ -1,12 +1,15 @@
 """docs/reference/errors-and-outcomes.md: statuses, failure codes, API errors, alert outcomes.
 
 Each table comes from where the codes are defined: `SnapshotStatus` and `TriggerKind` with their
-meanings (models.py), `SnapshotErrorCode` and `ServiceError`'s subclasses (errors.py), the API's
-own handlers (api/errors.py), and the webhook outcomes (trigger/alert_log.py).
+meanings (models.py), `SnapshotErrorCode` and `ServiceError`'s subclasses (errors.py, and the
+hub's in hub/routing.py), the API's own handlers (api/errors.py), and the webhook outcomes
+(trigger/alert_log.py).
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import inspect
 
 from profiler_service.api.errors import HANDLER_ERRORS
@@ -72,6 +75,10 @@ def _subclasses(cls: type) -> list[type]:
 
 
 def _http_errors() -> list[tuple[str, str, str]]:
+    # The hub's own codes are ServiceErrors too: imported here, so the page does not depend on
+    # whether something else imported the hub first.
+    if importlib.util.find_spec("profiler_service.hub") is not None:
+        importlib.import_module("profiler_service.hub.routing")
     rows = {}
     for cls in _subclasses(ServiceError):
         doc = inspect.getdoc(cls)

@@ -54,8 +54,10 @@ def render() -> str:
         hub["paths"] = {path: item for path, item in hub["paths"].items() if item}
         parts += [
             "# Fleet hub\n\n`profiler-service hub` serves the sidecar's read routes "
-            "(`GET /profiles`, reports, files, `/metrics`, health) over the fleet's bucket, and "
-            "these of its own (the same path as the sidecar's where it routes to the sidecars):\n",
+            "(`GET /profiles`, reports, files, `/metrics`, health) over the fleet's bucket, its "
+            "webhooks (`POST /webhooks/grafana`, `/webhooks/alertmanager`: each alert routed "
+            "to the sidecar it names, [fleet](../fleet.md)) and `GET /webhooks/alerts`, and "
+            "these of its own:\n",
             table(["method and path", "does"], list(_summary_rows(hub, "Hub: "))),
             *_operations(hub, "Hub: "),
         ]

@@ -1,4 +1,5 @@
-"""The hub's FastAPI application: its own routes plus the sidecar's read routes."""
+"""The hub's FastAPI application: its own routes plus the routes it shares with a sidecar (the
+reads, health, metrics, the webhook receiver), served over its core (`HubService`)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from profiler_service import __version__
+from profiler_service.api.auth import install_auth
 from profiler_service.api.errors import install_error_handlers
-from profiler_service.api.routes import health, metrics, profiles
-from profiler_service.api.routes.webhooks import AlertLogPublic, list_alert_outcomes
+from profiler_service.api.routes import health, metrics, profiles, webhooks
 from profiler_service.hub import routes
 from profiler_service.hub.fleet import HubService
 
@@ -29,13 +30,14 @@ def create_hub_app(hub: HubService) -> FastAPI:
         summary="One contact point and one view for a fleet of profiler-service sidecars.",
         lifespan=lifespan,
     )
-    app.state.service = hub
+    app.state.core = hub  # what the shared routes read (api/core.py AppCore)
+    app.state.hub = hub  # what the hub's own routes read
+    # The hub checks Grafana's signature itself: its own token vouches for nothing here.
+    install_auth(app, hub.settings if hub is not None else None, hub_vouches=False)
     install_error_handlers(app)
     app.include_router(routes.router)
     app.include_router(profiles.read_router)
     app.include_router(health.router)
     app.include_router(metrics.router)
-    app.get("/webhooks/alerts", response_model=AlertLogPublic, tags=["webhooks"])(
-        list_alert_outcomes
-    )
+    app.include_router(webhooks.router)
     return app

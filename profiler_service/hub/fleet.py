@@ -99,8 +99,9 @@ class FleetSync:
 
 @dataclass
 class HubService:
-    """What the hub's routes reach (`request.app.state.service`): the sidecar's read routes
-    reuse `settings` and `store`."""
+    """The hub's parts. It is the hub app's `AppCore` (api/core.py) too: the shared routes read
+    snapshots from `store` (the fleet index), `/metrics` from `metrics`, and the webhook
+    receiver hands alerts to `alerts`, the router."""
 
     settings: HubSettings
     store: SnapshotStore
@@ -111,6 +112,7 @@ class HubService:
 
     @property
     def alerts(self) -> FleetRouter:
+        """Alerts are routed to the sidecars they name."""
         return self.router
 
     def start(self) -> None:

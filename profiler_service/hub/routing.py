@@ -46,11 +46,16 @@ TARGET_LABEL = "profile_target"  # the first of the sidecar's default webhook_ta
 
 
 class NoSidecar(ServiceError):
+    """The hub: no live sidecar captures the target asked for, or several do (name the pod or
+    the namespace)."""
+
     code = "no_sidecar"
     status_code = 404
 
 
 class SidecarUnreachable(ServiceError):
+    """The hub: the sidecar it forwarded to did not answer in `hub_forward_timeout_s`."""
+
     code = "sidecar_unreachable"
     status_code = 502
 
@@ -133,10 +138,11 @@ class FleetRouter:
 
     # ---- webhooks ---------------------------------------------------------------------------
 
-    async def handle(
+    async def outcomes(
         self, source: Source, data: dict[str, Any], payload: WebhookPayload
-    ) -> WebhookResult:
-        """Route every alert of one payload; forward each sidecar's share in one request."""
+    ) -> list[AlertOutcome]:
+        """The webhook receiver's sink (api/core.py `AlertSink`): route every alert of one
+        payload, forwarding each sidecar's share in one request; each alert's outcome."""
         sidecars = self.registry.live()
         outcomes: list[AlertOutcome] = []
         shares: dict[str, tuple[SidecarRecord, list[int], list[dict]]] = {}
@@ -177,7 +183,7 @@ class FleetRouter:
                 outcome.outcome, outcome.reason = theirs.outcome, theirs.reason
                 outcome.detail, outcome.snapshot_id = theirs.detail, theirs.snapshot_id
                 outcome.target = theirs.target or outcome.target
-        return WebhookResult.recorded(self.log, source, payload, outcomes)
+        return outcomes
 
     async def _forward_alerts(
         self, source: Source, sidecar: SidecarRecord, body: dict[str, Any]

@@ -176,6 +176,13 @@ class WebhookResult(BaseModel):
         cls, log: AlertLog, source: str, payload: WebhookPayload, outcomes: list[AlertOutcome]
     ) -> WebhookResult:
         """Record a payload's outcomes in the alert log and answer with them, counted."""
+        if payload.truncated_alerts:
+            logging.getLogger(__name__).warning(  # `log` is the alert log here
+                "%s payload from receiver %r left out %d alerts (truncatedAlerts)",
+                source,
+                payload.receiver,
+                payload.truncated_alerts,
+            )
         log.record(source, outcomes, truncated=payload.truncated_alerts)
         return cls(
             source=source,
@@ -221,15 +228,17 @@ class AlertTrigger:
     def handle(self, source: Source | str, payload: WebhookPayload) -> WebhookResult:
         """Decide every alert of one payload, record the outcomes, and say what was done."""
         source = Source(source)
-        outcomes = [self._decide(source, alert) for alert in payload.alerts]
-        if payload.truncated_alerts:
-            log.warning(
-                "%s payload from receiver %r left out %d alerts (truncatedAlerts)",
-                source,
-                payload.receiver,
-                payload.truncated_alerts,
-            )
-        return WebhookResult.recorded(self.log, source, payload, outcomes)
+        return WebhookResult.recorded(self.log, source, payload, self.decide(source, payload))
+
+    def decide(self, source: Source, payload: WebhookPayload) -> list[AlertOutcome]:
+        """Each alert's outcome, in order (capturing where the rules say so)."""
+        return [self._decide(source, alert) for alert in payload.alerts]
+
+    async def outcomes(
+        self, source: Source, data: dict[str, Any], payload: WebhookPayload
+    ) -> list[AlertOutcome]:
+        """The webhook receiver's sink (api/core.py `AlertSink`): decided on the event loop."""
+        return self.decide(source, payload)
 
     def match_target(self, labels: dict[str, str]) -> tuple[str | None, str]:
         """The configured target an alert is about, and a sentence: how, or what was tried."""

@@ -10,7 +10,7 @@ from alert_samples import alertmanager, am_alert, body, grafana
 from fastapi.testclient import TestClient
 
 from profiler_service.api import create_app
-from profiler_service.api.webhook_auth import sign
+from profiler_service.api.auth import sign
 
 SECRET = "hmac-secret"
 JSON = {"Content-Type": "application/json"}

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query
 from pydantic import BaseModel
 
 from profiler_service.analysis.compare import Comparison, GateMetric, compare, parse_threshold
-from profiler_service.api.deps import SettingsDep, StoreDep, TokenRequired
+from profiler_service.api.deps import CaptureRequired, ReadRequired, SettingsDep, StoreDep
 from profiler_service.api.routes.profiles import SnapshotId, checked_id
 from profiler_service.api.schemas import ERROR_RESPONSES, SnapshotPublic
 from profiler_service.errors import InvalidRequest, NoBaseline
@@ -30,7 +30,9 @@ class ComparisonPublic(Comparison):
 
 
 @router.put(
-    "/profiles/{snapshot_id}/baseline", response_model=BaselinePublic, dependencies=[TokenRequired]
+    "/profiles/{snapshot_id}/baseline",
+    response_model=BaselinePublic,
+    dependencies=[CaptureRequired],
 )
 def set_baseline(
     snapshot_id: SnapshotId,
@@ -51,13 +53,17 @@ def set_baseline(
     return BaselinePublic(key=key, snapshot=SnapshotPublic.of(snapshot, settings))
 
 
-@router.get("/baselines", response_model=dict[str, str])
+@router.get("/baselines", response_model=dict[str, str], dependencies=[ReadRequired])
 def list_baselines(store: StoreDep) -> dict[str, str]:
     """Every baseline: `target:NAME` or `label:NAME=VALUE` -> snapshot id."""
     return store.baselines.all()
 
 
-@router.get("/profiles/{snapshot_id}/compare", response_model=ComparisonPublic)
+@router.get(
+    "/profiles/{snapshot_id}/compare",
+    response_model=ComparisonPublic,
+    dependencies=[ReadRequired],
+)
 def compare_profile(
     snapshot_id: SnapshotId,
     settings: SettingsDep,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
-from profiler_service.api.deps import SettingsDep, StoreDep
+from profiler_service.api.deps import ReaderDep, SettingsDep
 from profiler_service.api.schemas import HealthPublic
 from profiler_service.capture.capturer import CaptureFailed
 from profiler_service.capture.discovery import resolve_workers
@@ -23,7 +23,7 @@ def read_health() -> HealthPublic:
 
 
 @router.get("/readyz", response_model=HealthPublic, responses={503: {"model": HealthPublic}})
-def read_readiness(settings: SettingsDep, store: StoreDep):
+def read_readiness(settings: SettingsDep, store: ReaderDep):
     """Ready when the store is writable and every target's profiler port accepts connections.
 
     503 with `checks` naming what is not ready.

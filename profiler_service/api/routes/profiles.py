@@ -11,7 +11,14 @@ from fastapi.responses import FileResponse, HTMLResponse, StreamingResponse
 
 from profiler_service.analysis.compare import compare
 from profiler_service.analysis.models import Severity
-from profiler_service.api.deps import ControllerDep, SettingsDep, StoreDep, TokenRequired
+from profiler_service.api.deps import (
+    CaptureRequired,
+    ControllerDep,
+    ReaderDep,
+    ReadRequired,
+    SettingsDep,
+    StoreDep,
+)
 from profiler_service.api.schemas import (
     ERROR_RESPONSES,
     SnapshotPublic,
@@ -28,8 +35,8 @@ from profiler_service.trigger.duration import parse_duration
 _LABEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 
 router = APIRouter(tags=["profiles"], responses=ERROR_RESPONSES)
-# The reads: the fleet hub serves them too, over its index of the shared bucket.
-read_router = APIRouter(tags=["profiles"], responses=ERROR_RESPONSES)
+# The reads: the fleet hub serves them too, over its index of the shared bucket (api/core.py).
+read_router = APIRouter(tags=["profiles"], responses=ERROR_RESPONSES, dependencies=[ReadRequired])
 
 SnapshotId = Annotated[str, Path(description="snapshot id, e.g. 20261202-164155-default-a1b2c3")]
 
@@ -41,7 +48,7 @@ def checked_id(snapshot_id: str) -> str:
 
 
 @router.post(
-    "/profile", status_code=202, response_model=SnapshotPublic, dependencies=[TokenRequired]
+    "/profile", status_code=202, response_model=SnapshotPublic, dependencies=[CaptureRequired]
 )
 def create_profile(
     request: Request,
@@ -94,7 +101,7 @@ def create_profile(
 @read_router.get("/profiles", response_model=SnapshotsPublic)
 def list_profiles(
     settings: SettingsDep,
-    store: StoreDep,
+    store: ReaderDep,
     status: SnapshotStatus | None = None,
     trigger: TriggerKind | None = None,
     target: str | None = None,
@@ -132,7 +139,9 @@ def list_profiles(
 
 
 @read_router.get("/profiles/{snapshot_id}", response_model=SnapshotPublic)
-def read_profile(snapshot_id: SnapshotId, settings: SettingsDep, store: StoreDep) -> SnapshotPublic:
+def read_profile(
+    snapshot_id: SnapshotId, settings: SettingsDep, store: ReaderDep
+) -> SnapshotPublic:
     """One snapshot: status, trigger, capture options, summary, findings, links."""
     return SnapshotPublic.of(store.get(checked_id(snapshot_id)), settings)
 
@@ -141,7 +150,7 @@ def read_profile(snapshot_id: SnapshotId, settings: SettingsDep, store: StoreDep
 def read_profile_report(
     snapshot_id: SnapshotId,
     settings: SettingsDep,
-    store: StoreDep,
+    store: ReaderDep,
     baseline: Annotated[
         str | None, Query(description="compare side by side with this snapshot id")
     ] = None,
@@ -156,7 +165,7 @@ def read_profile_report(
 
 
 @read_router.get("/profiles/{snapshot_id}/files/{name:path}", response_class=FileResponse)
-def read_profile_file(snapshot_id: SnapshotId, name: str, store: StoreDep) -> Response:
+def read_profile_file(snapshot_id: SnapshotId, name: str, store: ReaderDep) -> Response:
     """Download a raw capture file (`<host>.xplane.pb`), from disk or the shared object store."""
     try:
         path = store.file_path(checked_id(snapshot_id), name)
@@ -173,7 +182,7 @@ def read_profile_file(snapshot_id: SnapshotId, name: str, store: StoreDep) -> Re
     return FileResponse(path, media_type="application/octet-stream", filename=path.name)
 
 
-@router.delete("/profiles/{snapshot_id}", status_code=204, dependencies=[TokenRequired])
+@router.delete("/profiles/{snapshot_id}", status_code=204, dependencies=[CaptureRequired])
 def delete_profile(snapshot_id: SnapshotId, store: StoreDep) -> Response:
     """Remove a finished snapshot and its files (409 `snapshot_in_progress` while in flight)."""
     store.delete(checked_id(snapshot_id))
@@ -181,7 +190,7 @@ def delete_profile(snapshot_id: SnapshotId, store: StoreDep) -> Response:
 
 
 @router.put(
-    "/profiles/{snapshot_id}/pin", response_model=SnapshotPublic, dependencies=[TokenRequired]
+    "/profiles/{snapshot_id}/pin", response_model=SnapshotPublic, dependencies=[CaptureRequired]
 )
 def pin_profile(snapshot_id: SnapshotId, settings: SettingsDep, store: StoreDep) -> SnapshotPublic:
     """Pin a snapshot (a baseline): retention never evicts it."""
@@ -189,7 +198,7 @@ def pin_profile(snapshot_id: SnapshotId, settings: SettingsDep, store: StoreDep)
 
 
 @router.delete(
-    "/profiles/{snapshot_id}/pin", response_model=SnapshotPublic, dependencies=[TokenRequired]
+    "/profiles/{snapshot_id}/pin", response_model=SnapshotPublic, dependencies=[CaptureRequired]
 )
 def unpin_profile(
     snapshot_id: SnapshotId, settings: SettingsDep, store: StoreDep

@@ -1,5 +1,8 @@
 """Alert webhooks: POST `/webhooks/grafana` and `/webhooks/alertmanager`; GET `/webhooks/alerts`.
 
+One receiver for a sidecar and the hub: what differs is the app's `AlertSink` (api/core.py), a
+sidecar's `AlertTrigger` (capture here) or the hub's `FleetRouter` (route to a sidecar).
+
 The decisions run on the event loop, not a worker thread: they are in-memory and take tens of
 microseconds an alert (bench/bench_webhooks.py), and the thread hop cost more than they do under
 a storm. Only a decision to capture touches the disk (the store records the new snapshot), at most
@@ -12,12 +15,13 @@ import json
 import time
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Query, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel, ValidationError
 
-from profiler_service.api.deps import AlertsDep
+from profiler_service.api.auth import check_signature, webhook_needs_signature
+from profiler_service.api.core import AlertSink
+from profiler_service.api.deps import AlertsDep, ReadRequired
 from profiler_service.api.schemas import ErrorPublic
-from profiler_service.api.webhook_auth import check_authorization, is_hub, verify_signature
 from profiler_service.config import Settings
 from profiler_service.errors import InvalidPayload, PayloadTooLarge
 from profiler_service.trigger.alerts import (
@@ -48,38 +52,38 @@ class AlertLogPublic(BaseModel):
 
 
 @router.post("/grafana", status_code=202, response_model=WebhookResult, openapi_extra=_BODY_DOC)
-async def receive_grafana_alerts(
-    request: Request,
-    alerts: AlertsDep,
-    authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
-) -> Response:
-    """Take a Grafana alerting webhook; capture for firing alerts, say what was done for each."""
-    settings = alerts.settings
-    from_hub = is_hub(settings, authorization)  # it checked the signature itself
-    signing = settings.webhook_hmac_secret is not None and not from_hub
-    check_authorization(settings, authorization, signing_required=signing)
-    body = await read_body(request, settings)
-    if not from_hub:
-        verify_signature(settings, request.headers, body, time.time())
-    return _answer(alerts.handle(Source.GRAFANA, parse_payload(body)))
+async def receive_grafana_alerts(request: Request, alerts: AlertsDep) -> Response:
+    """Take a Grafana alerting webhook; capture (a sidecar) or route (the hub) each alert.
+
+    Answers what was done with each alert, in order.
+    """
+    return await receive(request, alerts, Source.GRAFANA)
 
 
 @router.post(
     "/alertmanager", status_code=202, response_model=WebhookResult, openapi_extra=_BODY_DOC
 )
-async def receive_alertmanager_alerts(
-    request: Request,
-    alerts: AlertsDep,
-    authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
-) -> Response:
-    """Take an Alertmanager webhook (version 4); capture for firing alerts, answer per alert."""
-    settings = alerts.settings
-    check_authorization(settings, authorization, signing_required=False)
-    body = await read_body(request, settings)
-    return _answer(alerts.handle(Source.ALERTMANAGER, parse_payload(body)))
+async def receive_alertmanager_alerts(request: Request, alerts: AlertsDep) -> Response:
+    """Take an Alertmanager webhook (version 4); capture or route each alert, answer per alert."""
+    return await receive(request, alerts, Source.ALERTMANAGER)
 
 
-@router.get("/alerts", response_model=AlertLogPublic)
+async def receive(request: Request, alerts: AlertSink, source: Source) -> Response:
+    """The one receiver: credentials (before the body), the body within its limit, Grafana's
+    signature, the payload; then the sink decides each alert and the outcomes are recorded."""
+    signing = webhook_needs_signature(request, source)
+    body = await read_body(request, request.app.state.core.settings)
+    if signing:
+        check_signature(request, body, time.time())
+    data = load_object(body)
+    payload = validate_payload(data)
+    outcomes = await alerts.outcomes(source, data, payload)
+    result = WebhookResult.recorded(alerts.log, source, payload, outcomes)
+    # Serialised once here: FastAPI would validate the model again before serialising it.
+    return Response(result.model_dump_json(), status_code=202, media_type="application/json")
+
+
+@router.get("/alerts", response_model=AlertLogPublic, dependencies=[ReadRequired])
 def list_alert_outcomes(
     alerts: AlertsDep, limit: Annotated[int, Query(ge=1, le=1000)] = 100
 ) -> AlertLogPublic:
@@ -89,11 +93,6 @@ def list_alert_outcomes(
         counts.setdefault(source, {})[outcome] = n
     data = alerts.log.recent(limit)
     return AlertLogPublic(data=data, count=len(data), counts=counts)
-
-
-def _answer(result: WebhookResult) -> Response:
-    # Serialised once here: FastAPI would validate the model again before serialising it.
-    return Response(result.model_dump_json(), status_code=202, media_type="application/json")
 
 
 async def read_body(request: Request, settings: Settings) -> bytes:
@@ -111,12 +110,8 @@ async def read_body(request: Request, settings: Settings) -> bytes:
     return b"".join(chunks)
 
 
-def parse_payload(body: bytes) -> WebhookPayload:
-    return validate_payload(load_object(body))
-
-
 def load_object(body: bytes) -> dict:
-    """The body as a JSON object (the fleet hub forwards it, so it keeps the raw form too)."""
+    """The body as a JSON object (the hub forwards it, so the sink gets the raw form too)."""
     try:
         data = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:

@@ -1,0 +1,97 @@
+"""What the routes a sidecar and the hub both serve need from their app: the core protocol.
+
+The read routes (`GET /profiles...`), health, `/metrics` and the webhook receiver are the same
+code on both; each app puts its own `AppCore` in `app.state.core`. A sidecar's is a `Service`'s
+parts (`ServiceCore`: it captures alerts here); the hub's is `HubService` (it reads the fleet's
+bucket and routes alerts to sidecars). Neither poses as the other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from profiler_service.config import Settings
+from profiler_service.models import Snapshot
+from profiler_service.store import SnapshotQuery
+from profiler_service.trigger.alert_log import AlertLog, AlertOutcome
+from profiler_service.trigger.alerts import AlertTrigger, Source, WebhookPayload
+
+if TYPE_CHECKING:
+    from profiler_service.service import Service
+
+__all__ = ["AlertSink", "AppCore", "MetricsPage", "ServiceCore", "SnapshotReader"]
+
+
+class SnapshotReader(Protocol):
+    """The snapshot reads: a sidecar's store, or the hub's index of the fleet's bucket."""
+
+    def get(self, snapshot_id: str) -> Snapshot: ...
+
+    def list_docs(self, query: SnapshotQuery) -> tuple[list[str], int]: ...
+
+    def file_path(self, snapshot_id: str, name: str) -> Path: ...
+
+    def remote_file(self, snapshot_id: str, name: str) -> tuple[int, Iterator[bytes]]: ...
+
+    def check_writable(self) -> None: ...
+
+
+class MetricsPage(Protocol):
+    def render(self, accept: str | None) -> tuple[bytes, str]: ...
+
+
+class AlertSink(Protocol):
+    """What a webhook receiver does with one payload's alerts: capture them here (a sidecar's
+    `AlertTrigger`) or route each to the sidecar it names (the hub's `FleetRouter`); the log
+    the receiver records the outcomes in."""
+
+    @property
+    def log(self) -> AlertLog: ...
+
+    async def outcomes(
+        self, source: Source, data: dict[str, Any], payload: WebhookPayload
+    ) -> list[AlertOutcome]: ...
+
+
+class AppCore(Protocol):
+    """What the shared routes read: settings (bounds, links, auth), snapshots, metrics, alerts."""
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def store(self) -> SnapshotReader: ...
+
+    @property
+    def metrics(self) -> MetricsPage: ...
+
+    @property
+    def alerts(self) -> AlertSink: ...
+
+
+class ServiceCore:
+    """A sidecar's core: its `Service`'s parts."""
+
+    def __init__(self, service: Service):
+        self.service = service
+
+    @property
+    def settings(self) -> Settings:
+        return self.service.settings
+
+    @property
+    def store(self) -> SnapshotReader:
+        return self.service.store
+
+    @property
+    def metrics(self) -> MetricsPage:
+        return self.service.metrics  # type: ignore[return-value]  # built by build_service
+
+    @property
+    def alerts(self) -> AlertSink:
+        service = self.service
+        if service.alerts is None:  # a Service built by hand: decisions kept in memory only
+            service.alerts = AlertTrigger(service.settings, service.controller, AlertLog(None))
+        return service.alerts
