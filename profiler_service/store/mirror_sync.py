@@ -165,10 +165,10 @@ class MirrorSync:
             elif event.kind is StoreEventKind.DELETED:
                 self._local.discard(snapshot_id)
                 self._remote.pop(snapshot_id, None)
+                # Queued before the lock is left: a refresh under way cannot list it again.
+                self.queue_delete(snapshot_id)
         if event.kind in (StoreEventKind.PUBLISHED, StoreEventKind.UPDATED):
             self.queue_upload(snapshot_id)
-        elif event.kind is StoreEventKind.DELETED:
-            self.queue_delete(snapshot_id)
 
     def _seed(self) -> None:
         """The catalogue starts from the store's index (under self._lock)."""
