@@ -41,6 +41,7 @@ from profiler_service.trigger.schedule import CaptureScheduler
 if TYPE_CHECKING:
     from profiler_service.capture.continuous import ContinuousCapturer
     from profiler_service.hub.registration import HubRegistration
+    from profiler_service.store.mirror_sync import MirrorSync
 
 
 @dataclass
@@ -56,6 +57,7 @@ class Service:
     memory_watch: MemoryWatch | None = None  # listens to the sampler
     continuous: ContinuousCapturer | None = None  # the look-back trace, when configured
     registration: HubRegistration | None = None  # the fleet hub's heartbeat, when configured
+    mirror: MirrorSync | None = None  # the store's bucket mirror, with PROFILER_STORE_URL
 
     def start(self) -> None:
         """Background work that runs while the service serves: schedules, the look-back, a
@@ -84,6 +86,8 @@ class Service:
         if self.alerts is not None:
             self.alerts.close()
         self.controller.analyzer.close()
+        if self.mirror is not None:
+            self.mirror.stop()
         self.store.close()
 
 
@@ -93,12 +97,13 @@ def build_service(
     """Open the store (recovering interrupted snapshots) and build the controller."""
     limits = {"max_count": settings.retention_max_count, "max_bytes": settings.retention_max_bytes}
     bucket = None
+    mirror: MirrorSync | None = None
     if settings.store_url:
         from profiler_service.store.mirror_sync import mirrored_store  # fsspec: sidecar only
         from profiler_service.store.object_store import ObjectStoreMirror
 
         bucket = ObjectStoreMirror(settings.store_url, settings.store_options_dict())
-        store = mirrored_store(
+        store, mirror = mirrored_store(
             settings.store,
             bucket,
             refresh_interval_s=settings.store_refresh_s,
@@ -108,6 +113,8 @@ def build_service(
     else:
         store = SnapshotStore(settings.store, **limits)
     store.open()
+    if mirror is not None:
+        mirror.start()  # after open(): it reads the recovered index
     continuous = None
     if capturers is None:
         remote = RemoteCapturer(settings.capture_url)
@@ -157,6 +164,7 @@ def build_service(
         sampler=sampler,
         memory_watch=memory_watch,
         continuous=continuous,
+        mirror=mirror,
     )
     if settings.hub_url or (settings.hub_register_in_bucket and bucket is not None):
         from profiler_service.hub.registration import HubRegistration
@@ -175,6 +183,7 @@ def build_service(
         memory_watch=memory_watch,
         gpu=gpu,
         tf_memory=tf_memory,
+        uploads=mirror,
     )
     return service
 

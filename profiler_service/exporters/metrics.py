@@ -21,7 +21,7 @@ from profiler_service.capture.controller import CaptureController
 from profiler_service.config import Settings
 from profiler_service.exporters.gpu_collector import GpuCollector
 from profiler_service.exporters.lookback_collector import LookbackCollector
-from profiler_service.exporters.service_collector import ServiceCollector
+from profiler_service.exporters.service_collector import ServiceCollector, UploadQueue
 from profiler_service.exporters.step_collector import STEP_STATS, StepCollector, StepStats
 from profiler_service.exporters.system_collector import SystemCollector
 from profiler_service.exporters.tf_collector import TFMemoryCollector
@@ -122,12 +122,13 @@ class ServiceMetrics:
         gpu: GpuCollector | None = None,
         tf_memory: TFMemoryCollector | None = None,
         steps: StepStats = STEP_STATS,
+        uploads: UploadQueue | None = None,
     ):
         self.registry = registry
         self.captures = captures  # observes finished captures: the controller's on_finished
         self.gpu = gpu or GpuCollector()
         collectors = [
-            ServiceCollector(controller, store),
+            ServiceCollector(controller, store, uploads),
             WebhookCollector(alert_counts, annotation_counts),
             SystemCollector(),
             self.gpu,

@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client.metrics_core import (
     CounterMetricFamily,
@@ -106,12 +106,26 @@ def read_analysis(snapshot_id: str, created_at: str, doc: str) -> LatestAnalysis
     )
 
 
+class UploadQueue(Protocol):
+    """The bucket mirror's queue, as the metrics read it (store/mirror_sync.py's MirrorSync)."""
+
+    upload_failures_total: int
+
+    def pending_count(self) -> int: ...
+
+
 class ServiceCollector:
     """Captures in progress, snapshots and bytes in the store, latest analysis per target."""
 
-    def __init__(self, controller: CaptureController, store: SnapshotStore):
+    def __init__(
+        self,
+        controller: CaptureController,
+        store: SnapshotStore,
+        uploads: UploadQueue | None = None,
+    ):
         self.controller = controller
         self.store = store
+        self.uploads = uploads
         self._lock = threading.Lock()
         self._latest: dict[str, LatestAnalysis] = {}
         self._baselines: dict[str, LatestAnalysis] = {}
@@ -159,7 +173,7 @@ class ServiceCollector:
             "Pinned snapshots (baselines retention never evicts).",
             value=sum(p for _, _, p in totals.values()),
         )
-        sync = getattr(self.store, "sync", None)
+        sync = self.uploads
         if sync is not None:  # only with PROFILER_STORE_URL
             yield GaugeMetricFamily(
                 "profiler_store_upload_pending",

@@ -129,12 +129,13 @@ def build_hub(settings: HubSettings) -> HubService:
     if not settings.store_url:
         raise ValueError("the hub reads the fleet's bucket: set PROFILER_STORE_URL")
     mirror = ObjectStoreMirror(settings.store_url, settings.store_options_dict())
-    # Requests never refresh (math.inf): the sync thread does, every hub_sync_interval_s.
-    store = mirrored_store(settings.store, mirror, refresh_interval_s=math.inf)
+    # Requests never refresh (math.inf): the sync thread does, every hub_sync_interval_s. The
+    # MirrorSync's own threads are not started: the hub uploads nothing and lists by FleetSync.
+    store, sync = mirrored_store(settings.store, mirror, refresh_interval_s=math.inf)
     store.open()
     registry = SidecarRegistry(settings.hub_sidecar_ttl_s)
     alert_log = AlertLog(store.root / "webhooks" / "alerts.jsonl").open()
     router = FleetRouter(settings, registry, alert_log)
-    fleet_sync = FleetSync(store.sync, registry, settings.hub_sync_interval_s)  # type: ignore[arg-type]
+    fleet_sync = FleetSync(sync, registry, settings.hub_sync_interval_s)
     collector = FleetCollector(settings, store.index, registry, alert_log, fleet_sync)
     return HubService(settings, store, registry, router, fleet_sync, FleetMetrics(collector))

@@ -1,17 +1,27 @@
-"""Keeps a local SnapshotStore and its object-store mirror in step.
+"""Keeps a local SnapshotStore and its object-store mirror in step, without sharing a lock.
+
+The store tells (events.py): each change reaches `store_changed()` after the store's lock is
+released, and only queues work here. This class owns everything about the bucket: its queue, its
+catalogue, its lock and its threads; it reads the store through public methods only.
 
 Up: every finished snapshot is queued (a marker file `STORE/.mirror/<id>.upload`, so a restart
 keeps the queue) and copied by one background thread; a failure (bucket down) leaves the
 snapshot ready locally and the marker in place, and is retried with a growing delay (1 s, 2 s,
-... up to `retry_max_s`), at once on the next publish, and at the next start. Snapshots waiting
-for upload are never evicted by local retention.
+... up to `retry_max_s`), at once on the next change, and at the next start. A queued snapshot is
+held from local retention (`store.hold`) until its copy is made. A pin is queued the same way (for
+a remote-only snapshot only its `snapshot.json` is rewritten).
 
-Down: `refresh()` lists the bucket and indexes the snapshots other sidecars wrote under the
-location `remote` (no local files: downloads stream from the bucket). The bucket is the truth
-for those; the local index is a cache of it.
+Down: a second thread lists the bucket when a reader lists and the last listing is older than
+`refresh_interval_s`, and indexes the snapshots other sidecars wrote under the location `remote`
+(no local files: downloads stream from the bucket). Readers never wait for it: they are answered
+from the index. The bucket is the truth for those; the local index is a cache of it.
 
-Deletes go to the bucket at once; if the bucket is down a `STORE/.mirror/<id>.delete` marker is
-retried like an upload, and the id stays hidden from refreshes until it is done.
+Deletes are queued too (`STORE/.mirror/<id>.delete`), done by the same thread, retried like an
+upload; the id stays hidden from refreshes until it is done.
+
+The catalogue (under this class's own lock): which ids the store holds locally (our own: never
+read back from the bucket) and, for each it lists from the bucket, the version of `snapshot.json`
+last indexed, so a refresh reads only what is new or rewritten.
 """
 
 from __future__ import annotations
@@ -21,20 +31,25 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, replace
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from profiler_service.errors import StoreNotWritable
 from profiler_service.models import Snapshot, is_snapshot_id
-from profiler_service.store.index import IndexEntry
+from profiler_service.store.events import (
+    REMOTE,
+    RemoteSnapshot,
+    StoreEvent,
+    StoreEventKind,
+)
+from profiler_service.store.layout import FAILED, READY
 from profiler_service.store.object_store import ObjectStoreMirror, RemoteEntry
 from profiler_service.store.snapshot_store import SnapshotStore
 
+__all__ = ["REMOTE", "MirrorSync", "RefreshStats", "mirrored_store"]
+
 log = logging.getLogger(__name__)
 
-REMOTE = "remote"  # index location of a snapshot held only in the bucket
 REFRESH_BATCH = 500  # snapshot.json files read, parsed and indexed at a time
 
 
@@ -59,14 +74,14 @@ def mirrored_store(
     *,
     refresh_interval_s: float = 10.0,
     retry_max_s: float = 300.0,
-    **store_options: Any,
-) -> SnapshotStore:
-    """A SnapshotStore at `root` whose finished snapshots are mirrored to `mirror`'s bucket."""
+    **store_options: int,
+) -> tuple[SnapshotStore, MirrorSync]:
+    """A SnapshotStore at `root` and the MirrorSync that copies it to `mirror`'s bucket, wired
+    together (open the store, then start the sync; stop the sync, then close the store)."""
     store = SnapshotStore(root, **store_options)
-    store.sync = MirrorSync(
-        store, mirror, refresh_interval_s=refresh_interval_s, retry_max_s=retry_max_s
-    )
-    return store
+    sync = MirrorSync(store, mirror, refresh_interval_s=refresh_interval_s, retry_max_s=retry_max_s)
+    sync.attach()
+    return store, sync
 
 
 class MirrorSync:
@@ -86,33 +101,89 @@ class MirrorSync:
         self.uploads_total = 0
         self.upload_failures_total = 0
         self._wake = threading.Event()
+        self._list_wake = threading.Event()
         self._stop = threading.Event()
-        self._busy = threading.Lock()  # held while one marker is processed
         self._refresh_lock = threading.Lock()
         self._last_refresh = -math.inf
         self.last_refresh: RefreshStats | None = None
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
+        # The catalogue. Lock order: this lock may be held while calling the store, never the
+        # other way round (the store calls nothing here under its own lock).
+        self._lock = threading.Lock()
+        self._seeded = False
+        self._local: set[str] = set()  # held by the store locally: our own
+        self._remote: dict[str, int] = {}  # listed from the bucket: version last indexed
 
     # ---- lifecycle -------------------------------------------------------------------------
+
+    def attach(self) -> None:
+        """Hear the store's changes, serve its remote reads, and hold what still waits for
+        upload from a previous run (before `store.open()`, whose recovery applies retention)."""
+        self.store.subscribe(self)
+        self.store.attach_remote(self)
+        for snapshot_id in self._pending(UPLOAD):
+            self.store.hold(snapshot_id)
 
     def start(self) -> None:
         self.pending_dir.mkdir(parents=True, exist_ok=True)
         pending = self.pending_count()
         if pending:
             log.info("%d snapshot(s) wait for upload to %s", pending, self.mirror.url)
-        self._thread = threading.Thread(target=self._run, name="store-mirror", daemon=True)
-        self._thread.start()
+        self._stop.clear()
+        self._threads = [
+            threading.Thread(target=self._run, name="store-mirror", daemon=True),
+            threading.Thread(target=self._run_refresh, name="store-mirror-list", daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
         self._wake.set()
+        if math.isfinite(self.refresh_interval_s):
+            self._list_wake.set()  # the first listing, without waiting for a reader
 
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
-        if self._thread is not None:
-            self._thread.join(15)
+        self._list_wake.set()
+        for thread in self._threads:
+            thread.join(15)
+        self._threads = []
+
+    # ---- what the store tells (events.py) ---------------------------------------------------
+
+    def store_changed(self, event: StoreEvent) -> None:
+        """Note the change in the catalogue and queue the bucket's side of it; never waits."""
+        snapshot_id = event.snapshot.id
+        with self._lock:
+            self._seed()
+            if event.kind is StoreEventKind.PUBLISHED:
+                self._local.add(snapshot_id)
+                self._remote.pop(snapshot_id, None)
+            elif event.kind is StoreEventKind.EVICTED:
+                self._local.discard(snapshot_id)
+                if event.location == REMOTE:
+                    self._remote[snapshot_id] = 0  # read back at the next refresh
+            elif event.kind is StoreEventKind.DELETED:
+                self._local.discard(snapshot_id)
+                self._remote.pop(snapshot_id, None)
+                # Queued before the lock is left: a refresh under way cannot list it again.
+                self.queue_delete(snapshot_id)
+        if event.kind in (StoreEventKind.PUBLISHED, StoreEventKind.UPDATED):
+            self.queue_upload(snapshot_id)
+
+    def _seed(self) -> None:
+        """The catalogue starts from the store's index (under self._lock)."""
+        if self._seeded:
+            return
+        for snapshot_id, entry in self.store.entries().items():
+            if entry.location == REMOTE:
+                self._remote.setdefault(snapshot_id, entry.doc_mtime_ns)
+            elif entry.location in (READY, FAILED):
+                self._local.add(snapshot_id)
+        self._seeded = True
 
     # ---- the queue -------------------------------------------------------------------------
 
-    def _marker(self, snapshot_id: str, kind: str):
+    def _marker(self, snapshot_id: str, kind: str) -> Path:
         return self.pending_dir / f"{snapshot_id}.{kind}"
 
     def _pending(self, kind: str) -> set[str]:
@@ -134,26 +205,21 @@ class MirrorSync:
             self._marker(snapshot_id, UPLOAD).touch()
         except OSError as exc:  # a broken local store: the snapshot is not kept either
             log.error("cannot queue snapshot %s for upload: %s", snapshot_id, exc)
+            self.store.release(snapshot_id)
             return
+        self.store.hold(snapshot_id)  # again: an upload finishing meanwhile released it
         self._wake.set()
 
-    def delete(self, snapshot_id: str) -> None:
-        """Remove a snapshot from the bucket (after any upload of it in progress)."""
-        with self._busy:
+    def queue_delete(self, snapshot_id: str) -> None:
+        """Remove a snapshot from the bucket, by the upload thread (after any upload of it)."""
+        try:
+            self.pending_dir.mkdir(parents=True, exist_ok=True)
+            self._marker(snapshot_id, DELETE).touch()
             self._marker(snapshot_id, UPLOAD).unlink(missing_ok=True)
-            try:
-                self.mirror.delete(snapshot_id)
-            except Exception as exc:
-                log.warning(
-                    "could not delete snapshot %s from %s (%s); retrying later",
-                    snapshot_id,
-                    self.mirror.url,
-                    _brief(exc),
-                )
-                with contextlib.suppress(OSError):
-                    self.pending_dir.mkdir(parents=True, exist_ok=True)
-                    self._marker(snapshot_id, DELETE).touch()
-                self._wake.set()
+        except OSError as exc:
+            log.error("cannot queue snapshot %s for deletion: %s", snapshot_id, exc)
+            return
+        self._wake.set()
 
     def _run(self) -> None:
         delay = 0.0
@@ -181,54 +247,48 @@ class MirrorSync:
             if not is_snapshot_id(snapshot_id) or kind not in (UPLOAD, DELETE):
                 marker.unlink(missing_ok=True)
                 continue
-            with self._busy:
-                try:
-                    stamp = marker.stat().st_mtime_ns
-                except FileNotFoundError:
-                    continue  # deleted meanwhile
-                try:
+            try:
+                stamp = marker.stat().st_mtime_ns
+            except FileNotFoundError:
+                continue  # deleted meanwhile
+            try:
+                if kind == UPLOAD:
+                    self._upload(snapshot_id)
+                else:
+                    self.mirror.delete(snapshot_id)
+            except Exception as exc:
+                if kind == UPLOAD and self.store.stored(snapshot_id) is None:
+                    marker.unlink(missing_ok=True)  # deleted locally while uploading
+                    continue
+                self.upload_failures_total += 1
+                log.warning(
+                    "%s of snapshot %s to %s failed (%d pending, %d failures so far): %s",
+                    kind,
+                    snapshot_id,
+                    self.mirror.url,
+                    self.pending_count(),
+                    self.upload_failures_total,
+                    _brief(exc),
+                )
+                return False
+            # Re-queued (a pin) while this ran: keep the marker (and the hold) for the next pass.
+            with contextlib.suppress(FileNotFoundError):
+                if marker.stat().st_mtime_ns == stamp:
+                    marker.unlink()
                     if kind == UPLOAD:
-                        self._upload(snapshot_id)
-                    else:
-                        self.mirror.delete(snapshot_id)
-                except Exception as exc:
-                    if kind == UPLOAD and self._local(snapshot_id) is None:
-                        marker.unlink(missing_ok=True)  # deleted locally while uploading
-                        continue
-                    self.upload_failures_total += 1
-                    log.warning(
-                        "%s of snapshot %s to %s failed (%d pending, %d failures so far): %s",
-                        kind,
-                        snapshot_id,
-                        self.mirror.url,
-                        self.pending_count(),
-                        self.upload_failures_total,
-                        _brief(exc),
-                    )
-                    return False
-                # Re-queued (a pin) while this ran: keep the marker for the next pass.
-                with contextlib.suppress(FileNotFoundError):
-                    if marker.stat().st_mtime_ns == stamp:
-                        marker.unlink()
+                        self.store.release(snapshot_id)
         return True
 
-    def _local(self, snapshot_id: str) -> tuple[Snapshot, IndexEntry] | None:
-        entry = self.store.index.entries().get(snapshot_id)
-        snapshot = self.store.index.get(snapshot_id)
-        if entry is None or snapshot is None or entry.location in (REMOTE, "staging"):
-            return None
-        return snapshot, entry
-
     def _upload(self, snapshot_id: str) -> None:
-        local = self._local(snapshot_id)
-        if local is None:
+        stored = self.store.stored(snapshot_id)
+        if stored is None:  # deleted, or dropped from the bucket by another sidecar
             return
-        snapshot, entry = local
-        directory = self.store._dir_of(snapshot_id, entry.location)
-        if entry.location != "ready":
-            directory = directory / "run"
         started = time.monotonic()
-        sent = self.mirror.upload_snapshot(directory, snapshot)
+        if stored.files_dir is None:  # remote-only: its files are there, its record changed
+            self.mirror.write_doc(stored.snapshot)
+            sent = 0
+        else:
+            sent = self.mirror.upload_snapshot(stored.files_dir, stored.snapshot)
         self.uploads_total += 1
         log.info(
             "snapshot %s uploaded to %s (%d bytes in %.1f s)",
@@ -238,33 +298,32 @@ class MirrorSync:
             time.monotonic() - started,
         )
 
-    # ---- retention -------------------------------------------------------------------------
-
-    def retention_view(self, entries: Iterable[IndexEntry]) -> list[IndexEntry]:
-        """What local retention may count and evict: local snapshots; pending ones are kept."""
-        pending = self._pending(UPLOAD)
-        return [
-            replace(e, pinned=True) if e.id in pending else e
-            for e in entries
-            if e.location != REMOTE
-        ]
-
-    def evicted(self, snapshot: Snapshot) -> None:
-        """An uploaded snapshot left the local cache: it is still listed, from the bucket."""
-        self.store.index.upsert(
-            snapshot, location=REMOTE, size_bytes=snapshot.size_bytes, doc_mtime_ns=0
-        )
-
     # ---- reading the bucket ----------------------------------------------------------------
+
+    def listing_requested(self) -> None:
+        """A reader listed: wake the listing thread if the last listing is due; never waits."""
+        if time.monotonic() - self._last_refresh >= self.refresh_interval_s:
+            self._list_wake.set()
+
+    def _run_refresh(self) -> None:
+        while not self._stop.is_set():
+            self._list_wake.wait()
+            self._list_wake.clear()
+            if self._stop.is_set():
+                break
+            try:
+                self.refresh()
+            except Exception:  # a bug must not end the loop
+                log.exception("refreshing from %s failed", self.mirror.url)
 
     def refresh(self, *, force: bool = False) -> RefreshStats | None:
         """Index what other sidecars wrote; drop remote entries gone from the bucket.
 
-        At most once per `refresh_interval_s` (also after a failure), and never two at once: a
-        request that finds a refresh running is answered from the cache. Only new and rewritten
-        `snapshot.json` files are read (their ETag changed), `REFRESH_BATCH` at a time, each batch
-        indexed in one transaction: the fleet hub's first sync of a large bucket stays bounded in
-        memory. Returns what changed, or None when it did not run or the bucket did not answer.
+        At most once per `refresh_interval_s` (also after a failure), and never two at once.
+        Only new and rewritten `snapshot.json` files are read (their ETag changed),
+        `REFRESH_BATCH` at a time, each batch indexed in one transaction: the fleet hub's first
+        sync of a large bucket stays bounded in memory. No lock is held while the bucket is
+        called. Returns what changed, or None when it did not run or the bucket did not answer.
         """
         if not force and time.monotonic() - self._last_refresh < self.refresh_interval_s:
             return None
@@ -274,37 +333,29 @@ class MirrorSync:
             started = self._last_refresh = time.monotonic()
             remote = self.mirror.list_snapshots()
             listed_s = time.monotonic() - started
-            deleting = self._pending(DELETE)
-            indexed = self.store.index.entries()
-            wanted = [
-                e
-                for e in remote.values()
-                if e.id not in deleting
-                and (
-                    (current := indexed.get(e.id)) is None
-                    or (current.location == REMOTE and current.doc_mtime_ns != e.version)
-                )
-            ]
+            ours = self._pending(DELETE) | self._pending(UPLOAD)  # our change is not there yet
+            with self._lock:
+                self._seed()
+                wanted = [
+                    e
+                    for e in remote.values()
+                    if e.id not in ours
+                    and e.id not in self._local
+                    and self._remote.get(e.id) != e.version
+                ]
             stats = RefreshStats(listed=len(remote), listed_s=listed_s)
             for first in range(0, len(wanted), REFRESH_BATCH):
                 batch = wanted[first : first + REFRESH_BATCH]
                 read_from = time.monotonic()
                 docs = self.mirror.read_docs(batch)
                 stats.read_s += time.monotonic() - read_from
-                with self.store._lock:
-                    indexed = self.store.index.entries()
-                    rows = [
-                        row
-                        for e in batch
-                        if (row := self._remote_row(e, docs.get(e.id), indexed.get(e.id)))
-                    ]
-                    self.store.index.upsert_many(rows)
-                stats.indexed += len(rows)
-            with self.store._lock:
-                for snapshot_id, entry in self.store.index.entries().items():
-                    if entry.location == REMOTE and snapshot_id not in remote:
-                        self.store.index.remove(snapshot_id)
-                        stats.removed += 1
+                found = [f for e in batch if (f := _parse(e, docs.get(e.id)))]
+                stats.indexed += len(self._index_remote(found))
+            with self._lock:
+                gone = [i for i in self._remote if i not in remote]
+                for snapshot_id in gone:
+                    del self._remote[snapshot_id]
+                stats.removed = len(self.store.remove_remote(gone))
             stats.duration_s = time.monotonic() - started
             self.last_refresh = stats
             return stats
@@ -314,28 +365,21 @@ class MirrorSync:
         finally:
             self._refresh_lock.release()
 
-    def _remote_row(
-        self, entry: RemoteEntry, data: bytes | None, current: IndexEntry | None
-    ) -> tuple[Snapshot, str, int, int] | None:
-        if data is None or (current is not None and current.location != REMOTE):
-            return None  # vanished meanwhile, or our own local copy (which wins)
-        try:
-            snapshot = Snapshot.model_validate_json(data)
-        except ValueError as exc:
-            log.warning("skipping unreadable snapshot.json of %s in the bucket: %s", entry.id, exc)
-            return None
-        if snapshot.id != entry.id or snapshot.status.in_flight:
-            return None
-        return snapshot, REMOTE, snapshot.size_bytes, entry.version
-
-    def _index_remote(
-        self, entry: RemoteEntry, data: bytes | None, current: IndexEntry | None
-    ) -> Snapshot | None:
-        row = self._remote_row(entry, data, current)
-        if row is None:
-            return None
-        self.store.index.upsert_many([row])
-        return row[0]
+    def _index_remote(self, found: list[RemoteSnapshot]) -> list[str]:
+        """Index what was read, unless this store holds it or deletes it meanwhile."""
+        with self._lock:
+            self._seed()
+            deleting = self._pending(DELETE)
+            found = [
+                f
+                for f in found
+                if f.snapshot.id not in deleting and f.snapshot.id not in self._local
+            ]
+            added = self.store.add_remote(found)
+            versions = {f.snapshot.id: f.version for f in found}
+            for snapshot_id in added:
+                self._remote[snapshot_id] = versions[snapshot_id]
+        return added
 
     def fetch(self, snapshot_id: str) -> Snapshot | None:
         """A snapshot this index does not know yet, read straight from the bucket."""
@@ -349,25 +393,10 @@ class MirrorSync:
         if found is None:
             return None
         entry, data = found
-        with self.store._lock:
-            return self._index_remote(entry, data, self.store.index.entries().get(snapshot_id))
-
-    def is_remote(self, snapshot_id: str) -> bool:
-        entry = self.store.index.entries().get(snapshot_id)
-        return entry is not None and entry.location == REMOTE
-
-    def update_remote(self, snapshot: Snapshot) -> None:
-        """Rewrite a remote-only snapshot's `snapshot.json` in the bucket (a pin)."""
-        try:
-            self.mirror.write_doc(snapshot)
-        except Exception as exc:
-            raise StoreNotWritable(
-                f"snapshot {snapshot.id} is only in {self.mirror.url}, which did not take the "
-                f"change: {_brief(exc)}"
-            ) from exc
-        self.store.index.upsert(
-            snapshot, location=REMOTE, size_bytes=snapshot.size_bytes, doc_mtime_ns=0
-        )
+        parsed = _parse(entry, data)
+        if parsed is None:
+            return None
+        return parsed.snapshot if self._index_remote([parsed]) else None
 
     def stream(self, snapshot: Snapshot, name: str) -> tuple[int, Iterator[bytes]] | None:
         """(size, chunks) of one file of a snapshot, from the bucket; None when it is not there."""
@@ -379,6 +408,20 @@ class MirrorSync:
         if size is None:
             return None
         return size, self.mirror.open_file(snapshot, name)
+
+
+def _parse(entry: RemoteEntry, data: bytes | None) -> RemoteSnapshot | None:
+    """A complete snapshot's record from the bucket, or None (vanished, unreadable, in flight)."""
+    if data is None:
+        return None
+    try:
+        snapshot = Snapshot.model_validate_json(data)
+    except ValueError as exc:
+        log.warning("skipping unreadable snapshot.json of %s in the bucket: %s", entry.id, exc)
+        return None
+    if snapshot.id != entry.id or snapshot.status.in_flight:
+        return None
+    return RemoteSnapshot(snapshot, entry.version)
 
 
 def _brief(exc: BaseException) -> str:

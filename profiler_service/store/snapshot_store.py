@@ -6,7 +6,7 @@
     STORE/.staging/<id>/snapshot.json             in flight: capture/ is the profiler's logdir,
     STORE/.staging/<id>/run/                      run/ the adopted files being analysed
     STORE/index.sqlite                            cache of every snapshot.json
-    STORE/.mirror/<id>.upload|.delete             queued for the object-store mirror (optional)
+    STORE/.mirror/<id>.upload|.delete             the bucket mirror's own queue (mirror_sync.py)
 
 Files and names: layout.py; what a restart recovers and re-indexes: recovery.py.
 
@@ -16,7 +16,9 @@ analysis and everything after happen outside any `plugins/profile` path. Publish
 directory rename on the same filesystem.
 
 With a mirror (`PROFILER_STORE_URL`, see mirror_sync.py) every finished snapshot is also copied to
-an object store in the same layout, and snapshots other sidecars put there are listed as well.
+an object store in the same layout, and snapshots other sidecars put there are listed as well. The
+store never calls the bucket: it tells its listeners what happened once its lock is released, and
+reads what it does not hold through a `RemoteReader`, outside its lock (events.py is the seam).
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ import re
 import shutil
 import threading
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Protocol
 
 from profiler_service.errors import (
     FileNotFound,
@@ -44,7 +47,16 @@ from profiler_service.models import (
     utcnow,
 )
 from profiler_service.store.baselines import BaselineRegistry
-from profiler_service.store.index import SnapshotIndex, SnapshotQuery
+from profiler_service.store.events import (
+    REMOTE,
+    RemoteReader,
+    RemoteSnapshot,
+    StoredSnapshot,
+    StoreEvent,
+    StoreEventKind,
+    StoreListener,
+)
+from profiler_service.store.index import IndexEntry, SnapshotIndex, SnapshotQuery
 from profiler_service.store.layout import (
     FAILED,
     READY,
@@ -62,22 +74,6 @@ log = logging.getLogger(__name__)
 _DIRS = (READY, FAILED, STAGING)  # locations with a local directory ("remote" has none)
 
 
-class StoreSync(Protocol):
-    """What the store needs of a mirror to a shared bucket (mirror_sync.MirrorSync is one)."""
-
-    def start(self) -> None: ...
-    def stop(self) -> None: ...
-    def queue_upload(self, snapshot_id: str) -> None: ...
-    def fetch(self, snapshot_id: str) -> Snapshot | None: ...
-    def refresh(self) -> Any: ...
-    def stream(self, snapshot: Snapshot, name: str) -> Any: ...
-    def delete(self, snapshot_id: str) -> None: ...
-    def is_remote(self, snapshot_id: str) -> bool: ...
-    def update_remote(self, snapshot: Snapshot) -> None: ...
-    def retention_view(self, entries: Any) -> Any: ...
-    def evicted(self, snapshot: Snapshot) -> None: ...
-
-
 class SnapshotStore:
     def __init__(
         self,
@@ -93,11 +89,76 @@ class SnapshotStore:
         self.max_count = max_count
         self.max_bytes = max_bytes
         self._lock = threading.RLock()
+        self._depth = 0  # nesting of _changing() in the thread holding the lock
+        self._events: list[StoreEvent] = []  # told to the listeners when the lock is released
+        self._listeners: list[StoreListener] = []
+        self._remote: RemoteReader | None = None
+        self._holds: set[str] = set()
         self._index: SnapshotIndex | None = None
         self.baselines = BaselineRegistry(self.root / "baselines.json")
-        # A shared bucket's mirror (store/mirror_sync.py) attaches itself here: the store tells it
-        # what happened and asks it for what is not local; it never builds one.
-        self.sync: StoreSync | None = None
+
+    # ---- what keeps a copy elsewhere (store/mirror_sync.py) --------------------------------
+
+    def subscribe(self, listener: StoreListener) -> None:
+        """`listener` hears of every change once the store's lock is released (events.py)."""
+        self._listeners.append(listener)
+
+    def attach_remote(self, reader: RemoteReader) -> None:
+        """Snapshots are also kept elsewhere (a bucket): what is not local is read through
+        `reader`; each change is held from retention until `release()`d (its copy is made), and
+        a snapshot retention evicts stays listed as `remote`, read from there."""
+        self._remote = reader
+
+    def hold(self, snapshot_id: str) -> None:
+        """Keep `snapshot_id` from retention: its copy elsewhere is not made yet."""
+        with self._lock:
+            self._holds.add(snapshot_id)
+
+    def release(self, snapshot_id: str) -> None:
+        with self._lock:
+            self._holds.discard(snapshot_id)
+
+    def entries(self) -> dict[str, IndexEntry]:
+        """Every indexed snapshot's location, size, pin and record version."""
+        return self.index.entries()
+
+    def stored(self, snapshot_id: str) -> StoredSnapshot | None:
+        """A finished snapshot and where its files are; None when in flight or unknown."""
+        with self._lock:
+            entry = self.index.entries().get(snapshot_id)
+            snapshot = self.index.get(snapshot_id)
+            if entry is None or snapshot is None or entry.location not in (READY, FAILED, REMOTE):
+                return None
+            if entry.location == REMOTE:
+                return StoredSnapshot(snapshot, REMOTE, None)
+            directory = self._dir_of(snapshot_id, entry.location)
+            files = directory if entry.location == READY else directory / "run"
+            return StoredSnapshot(snapshot, entry.location, files)
+
+    def add_remote(self, found: Iterable[RemoteSnapshot]) -> list[str]:
+        """List snapshots held elsewhere (in one transaction); a local copy wins over them.
+        Returns the ids indexed."""
+        with self._lock:
+            indexed = self.index.entries()
+            rows = [
+                (r.snapshot, REMOTE, r.snapshot.size_bytes, r.version)
+                for r in found
+                if (current := indexed.get(r.snapshot.id)) is None or current.location == REMOTE
+            ]
+            self.index.upsert_many(rows)
+        return [row[0].id for row in rows]
+
+    def remove_remote(self, snapshot_ids: Iterable[str]) -> list[str]:
+        """Stop listing snapshots gone from elsewhere; local ones stay. Returns the ids dropped."""
+        dropped = []
+        with self._lock:
+            indexed = self.index.entries()
+            for snapshot_id in snapshot_ids:
+                entry = indexed.get(snapshot_id)
+                if entry is not None and entry.location == REMOTE:
+                    self.index.remove(snapshot_id)
+                    dropped.append(snapshot_id)
+        return dropped
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -111,15 +172,11 @@ class SnapshotStore:
                 f"cannot create the snapshot store at {self.root}: {exc}"
             ) from exc
         self._index = SnapshotIndex(self.root / "index.sqlite")
-        with self._lock:
+        with self._changing():
             self._recover_interrupted()
             self._reconcile_index()
-        if self.sync is not None:
-            self.sync.start()
 
     def close(self) -> None:
-        if self.sync is not None:
-            self.sync.stop()
         if self._index is not None:
             self._index.close()
 
@@ -174,7 +231,7 @@ class SnapshotStore:
 
     def publish(self, snapshot: Snapshot) -> Snapshot:
         """Make a ready snapshot visible in one rename, with `snapshot.json` already inside."""
-        with self._lock:
+        with self._changing():
             staging = self.staging_dir / snapshot.id
             run_dir = staging / "run"
             run_dir.mkdir(exist_ok=True)
@@ -186,14 +243,13 @@ class SnapshotStore:
             os.replace(run_dir, final)
             shutil.rmtree(staging, ignore_errors=True)
             self._index_snapshot(snapshot, final, READY)
-            if self.sync is not None:
-                self.sync.queue_upload(snapshot.id)
+            self._changed(StoreEventKind.PUBLISHED, snapshot, READY)
             self._enforce_retention()
         return snapshot
 
     def fail(self, snapshot: Snapshot, *, keep_files: bool) -> Snapshot:
         """Move an unfinished snapshot to `failed/`; files are kept only when they are whole."""
-        with self._lock:
+        with self._changing():
             staging = self.staging_dir / snapshot.id
             snapshot.finished_at = snapshot.finished_at or utcnow()
             shutil.rmtree(staging / "capture", ignore_errors=True)
@@ -206,8 +262,7 @@ class SnapshotStore:
                 final = self.failed_dir / snapshot.id
                 os.replace(staging, final)
                 self._index_snapshot(snapshot, final, FAILED)
-                if self.sync is not None:
-                    self.sync.queue_upload(snapshot.id)
+                self._changed(StoreEventKind.PUBLISHED, snapshot, FAILED)
                 self._enforce_retention()
             except OSError as exc:
                 # The store itself is broken (read-only, full): keep the record in the index only.
@@ -218,22 +273,25 @@ class SnapshotStore:
     # ---- reading ---------------------------------------------------------------------------
 
     def get(self, snapshot_id: str) -> Snapshot:
+        """From the index; an id it lacks is asked of the remote reader (never under the lock)."""
         snapshot = self.index.get(snapshot_id) if is_snapshot_id(snapshot_id) else None
-        if snapshot is None and self.sync is not None and is_snapshot_id(snapshot_id):
-            snapshot = self.sync.fetch(snapshot_id)  # another sidecar's, not yet listed here
+        if snapshot is None and self._remote is not None and is_snapshot_id(snapshot_id):
+            # another sidecar's, not yet listed here
+            snapshot = self._remote.fetch(snapshot_id) or self.index.get(snapshot_id)
         if snapshot is None:
             raise SnapshotNotFound(f"no snapshot with id {snapshot_id!r}")
         return snapshot
 
     def list(self, query: SnapshotQuery) -> tuple[list[Snapshot], int]:
-        if self.sync is not None:
-            self.sync.refresh()
+        """From the index at once; what is listed from elsewhere is refreshed in the background."""
+        if self._remote is not None:
+            self._remote.listing_requested()
         return self.index.query(query)
 
     def list_docs(self, query: SnapshotQuery) -> tuple[list[str], int]:
         """`list` as snapshot.json texts, unparsed (GET /profiles splices them)."""
-        if self.sync is not None:
-            self.sync.refresh()
+        if self._remote is not None:
+            self._remote.listing_requested()
         return self.index.query_docs(query)
 
     def file_path(self, snapshot_id: str, name: str) -> Path:
@@ -259,8 +317,8 @@ class SnapshotStore:
         found = None
         # The name is used in a bucket path and a header: a plain file name of this snapshot.
         plain = re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,254}", name) and ".." not in name
-        if self.sync is not None and plain and name in {f.name for f in snapshot.files}:
-            found = self.sync.stream(snapshot, name)
+        if self._remote is not None and plain and name in {f.name for f in snapshot.files}:
+            found = self._remote.stream(snapshot, name)
         if found is None:
             raise FileNotFound(f"snapshot {snapshot_id} has no file {name!r}")
         return found
@@ -268,40 +326,37 @@ class SnapshotStore:
     # ---- changing finished snapshots -------------------------------------------------------
 
     def delete(self, snapshot_id: str) -> None:
-        with self._lock:
-            snapshot = self.get(snapshot_id)
+        """Gone locally at once; listeners remove the copies elsewhere (`DELETED`)."""
+        self.get(snapshot_id)  # outside the lock: an id not listed yet is read from remote
+        with self._changing():
+            snapshot = self._indexed(snapshot_id)
             if snapshot.status.in_flight:
                 raise SnapshotBusy(
                     f"snapshot {snapshot_id} is still {snapshot.status}; delete it later"
                 )
             self._remove(snapshot_id)
-        if self.sync is not None:
-            self.sync.delete(snapshot_id)
+            self._holds.discard(snapshot_id)
+            self._changed(StoreEventKind.DELETED, snapshot, "")
 
     def set_pinned(self, snapshot_id: str, pinned: bool) -> Snapshot:
-        with self._lock:
-            snapshot = self.get(snapshot_id)
+        self.get(snapshot_id)
+        with self._changing():
+            snapshot = self._indexed(snapshot_id)
             if snapshot.status.in_flight:
                 raise SnapshotBusy(f"snapshot {snapshot_id} is still {snapshot.status}")
-            snapshot.pinned = pinned
-            if self.sync is not None and self.sync.is_remote(snapshot_id):
-                self.sync.update_remote(snapshot)
-                return snapshot
-            location = READY if snapshot.status is SnapshotStatus.READY else FAILED
-            self._write(self._dir_of(snapshot_id, location), snapshot, location)
-            if self.sync is not None:
-                self.sync.queue_upload(snapshot_id)
+            self._pin(snapshot, pinned)
         return snapshot
 
     def set_baseline(self, snapshot_id: str, key: str) -> Snapshot:
         """Make a ready snapshot the baseline for `key` (see baselines.py); it is pinned."""
-        with self._lock:
-            snapshot = self.get(snapshot_id)
+        self.get(snapshot_id)
+        with self._changing():
+            snapshot = self._indexed(snapshot_id)
             if snapshot.status is not SnapshotStatus.READY:
                 raise InvalidRequest(
                     f"snapshot {snapshot_id} is {snapshot.status}; only a ready one is a baseline"
                 )
-            snapshot = self.set_pinned(snapshot_id, True)
+            self._pin(snapshot, True)
             self.baselines.set(key, snapshot_id)
         return snapshot
 
@@ -315,6 +370,53 @@ class SnapshotStore:
             return None
 
     # ---- internals -------------------------------------------------------------------------
+
+    @contextmanager
+    def _changing(self) -> Iterator[None]:
+        """The store's lock; the changes recorded inside are told once the outermost is left."""
+        events: list[StoreEvent] = []
+        try:
+            with self._lock:
+                self._depth += 1
+                try:
+                    yield
+                finally:
+                    self._depth -= 1
+                    if self._depth == 0:
+                        events, self._events = self._events, []
+        finally:  # the lock is released (even when the change failed half-way): tell what was done
+            for event in events:
+                for listener in self._listeners:
+                    try:
+                        listener.store_changed(event)
+                    except Exception:  # one listener's bug must not undo the store's change
+                        log.exception("store listener %r failed on %s", listener, event.kind)
+
+    def _changed(self, kind: StoreEventKind, snapshot: Snapshot, location: str) -> None:
+        """Record a change (under the lock); a copy elsewhere is owed for what is still here."""
+        if self._remote is not None and kind in (StoreEventKind.PUBLISHED, StoreEventKind.UPDATED):
+            self._holds.add(snapshot.id)
+        self._events.append(StoreEvent(kind, snapshot.model_copy(), location))
+
+    def _indexed(self, snapshot_id: str) -> Snapshot:
+        snapshot = self.index.get(snapshot_id) if is_snapshot_id(snapshot_id) else None
+        if snapshot is None:
+            raise SnapshotNotFound(f"no snapshot with id {snapshot_id!r}")
+        return snapshot
+
+    def _pin(self, snapshot: Snapshot, pinned: bool) -> None:
+        snapshot.pinned = pinned
+        entry = self.index.entries().get(snapshot.id)
+        if entry is not None and entry.location == REMOTE:
+            # Nothing local to rewrite: the record elsewhere is rewritten by a listener.
+            self.index.upsert(
+                snapshot, location=REMOTE, size_bytes=snapshot.size_bytes, doc_mtime_ns=0
+            )
+            self._changed(StoreEventKind.UPDATED, snapshot, REMOTE)
+            return
+        location = READY if snapshot.status is SnapshotStatus.READY else FAILED
+        self._write(self._dir_of(snapshot.id, location), snapshot, location)
+        self._changed(StoreEventKind.UPDATED, snapshot, location)
 
     def _dir_of(self, snapshot_id: str, location: str) -> Path:
         return {READY: self.profile_dir, FAILED: self.failed_dir, STAGING: self.staging_dir}[
@@ -347,17 +449,27 @@ class SnapshotStore:
         self.baselines.forget(snapshot_id)
 
     def _enforce_retention(self) -> None:
-        entries = list(self.index.entries().values())
-        if self.sync is not None:  # the local cache only; the bucket has lifecycle rules
-            entries = self.sync.retention_view(entries)
+        """Bound the local copies only (a bucket has lifecycle rules); held ones count as pinned."""
+        entries = [
+            replace(e, pinned=True) if e.id in self._holds else e
+            for e in self.index.entries().values()
+            if e.location != REMOTE
+        ]
         for snapshot_id in select_evictions(
             entries, max_count=self.max_count, max_bytes=self.max_bytes
         ):
             log.info("retention: evicting snapshot %s", snapshot_id)
             snapshot = self.index.get(snapshot_id)
             self._remove(snapshot_id)
-            if self.sync is not None and snapshot is not None:
-                self.sync.evicted(snapshot)
+            if snapshot is None:
+                continue
+            location = ""
+            if self._remote is not None:  # copied elsewhere: still listed, read from there
+                location = REMOTE
+                self.index.upsert(
+                    snapshot, location=REMOTE, size_bytes=snapshot.size_bytes, doc_mtime_ns=0
+                )
+            self._changed(StoreEventKind.EVICTED, snapshot, location)
 
     def _recover_interrupted(self) -> None:
         recover_interrupted(self.staging_dir, self.profile_dir, self.fail)

@@ -82,9 +82,13 @@ def test_two_sidecars_write_one_bucket_and_a_third_reads_both(
 
     central = service_factory([], env, store=tmp_path / "central")
     with central.client() as client:
-        listing = client.get("/profiles").json()
+        # Listing answers from the index at once; the bucket's listing lands in the background.
+        listing = wait_until(
+            lambda: (body := client.get("/profiles").json())["count"] == 2 and body,
+            30,
+            "the first listing of the bucket",
+        )
         assert [s["id"] for s in listing["data"]] == sorted(ids, reverse=True)
-        assert listing["count"] == 2
         for snapshot in snapshots:
             body = client.get(f"/profiles/{snapshot['id']}").json()
             assert body["status"] == "ready"
@@ -105,9 +109,15 @@ def test_two_sidecars_write_one_bucket_and_a_third_reads_both(
 
         # Deleting through any instance deletes in the bucket: gone for every reader.
         assert client.delete(f"/profiles/{first['id']}").status_code == 204
-    assert not fs.exists(f"{BUCKET}/team-a/plugins/profile/{first['id']}/snapshot.json")
+        assert first["id"] not in [s["id"] for s in client.get("/profiles").json()["data"]]
+    doc = f"{BUCKET}/team-a/plugins/profile/{first['id']}/snapshot.json"
+    wait_until(lambda: not fs.exists(doc), 30, "the delete in the bucket")
     with sidecars[1].client() as client:
-        assert [s["id"] for s in client.get("/profiles").json()["data"]] == [ids[1]]
+        wait_until(
+            lambda: [s["id"] for s in client.get("/profiles").json()["data"]] == [ids[1]],
+            30,
+            "the other sidecar's listing",
+        )
 
 
 def test_a_capture_while_the_bucket_is_down_is_kept_and_uploaded_later(

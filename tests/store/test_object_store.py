@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from test_snapshot_store import fail_one, listed_ids, publish_one
 from profiler_service.config import Settings
 from profiler_service.errors import FileNotFound, SnapshotNotFound
 from profiler_service.models import SnapshotStatus, new_snapshot_id
-from profiler_service.store.mirror_sync import mirrored_store
+from profiler_service.store.mirror_sync import MirrorSync, mirrored_store
 from profiler_service.store.object_store import ObjectStoreMirror
 from profiler_service.store.snapshot_store import SnapshotStore
 
@@ -43,6 +44,27 @@ def bucket(s3: S3Server, request) -> str:
     return name
 
 
+SYNCS: weakref.WeakKeyDictionary[SnapshotStore, MirrorSync] = weakref.WeakKeyDictionary()
+
+
+def sync_of(store: SnapshotStore) -> MirrorSync:
+    """The mirror a test store was built with (the store itself does not know it)."""
+    return SYNCS[store]
+
+
+def open_mirrored(root: Path, url: str, options: dict, **kwargs) -> SnapshotStore:
+    store, sync = mirrored_store(root, ObjectStoreMirror(url, options), **kwargs)
+    store.open()
+    sync.start()
+    SYNCS[store] = sync
+    return store
+
+
+def close_mirrored(store: SnapshotStore) -> None:
+    sync_of(store).stop()
+    store.close()
+
+
 @pytest.fixture
 def open_store(tmp_path: Path) -> Iterator:
     opened: list[SnapshotStore] = []
@@ -50,18 +72,28 @@ def open_store(tmp_path: Path) -> Iterator:
     def make(name: str, url: str, options: dict, **kwargs) -> SnapshotStore:
         kwargs.setdefault("refresh_interval_s", 0)
         kwargs.setdefault("retry_max_s", 0.5)
-        store = mirrored_store(tmp_path / name, ObjectStoreMirror(url, options), **kwargs)
-        store.open()
+        store = open_mirrored(tmp_path / name, url, options, **kwargs)
         opened.append(store)
         return store
 
     yield make
     for store in opened:
-        store.close()
+        close_mirrored(store)
 
 
 def uploaded(store: SnapshotStore) -> bool:
-    return store.sync.pending_count() == 0
+    return sync_of(store).pending_count() == 0
+
+
+def listed_soon(store: SnapshotStore, expected: list[str], **query) -> None:
+    """Listing answers from the index at once and refreshes from the bucket in the background:
+    what other stores wrote shows up within a refresh or two."""
+    wait_until(lambda: listed_ids(store, **query) == expected, 30, f"listing {expected}")
+
+
+def refreshed(store: SnapshotStore) -> None:
+    """Wait for the store's first listing of the bucket (started by `MirrorSync.start`)."""
+    wait_until(lambda: sync_of(store).last_refresh is not None, 30, "the first listing")
 
 
 def test_a_published_snapshot_lands_in_the_bucket_in_the_xprof_layout(s3, bucket, open_store):
@@ -77,7 +109,7 @@ def test_a_published_snapshot_lands_in_the_bucket_in_the_xprof_layout(s3, bucket
     assert fs.cat_file(f"{prefix}/host1.xplane.pb") == b"A" * 1000
     doc = json.loads(fs.cat_file(f"{prefix}/snapshot.json"))
     assert doc["id"] == ID_A and doc["status"] == "ready"
-    assert a.sync.uploads_total == 1
+    assert sync_of(a).uploads_total == 1
 
 
 def test_a_second_store_lists_reads_and_downloads_what_the_first_wrote(s3, bucket, open_store):
@@ -89,8 +121,8 @@ def test_a_second_store_lists_reads_and_downloads_what_the_first_wrote(s3, bucke
     wait_until(lambda: uploaded(a) and uploaded(b), 30, "both uploads")
 
     central = open_store("central", url, s3.options)  # no captures of its own
-    assert listed_ids(central) == [ID_B, ID_A]
-    assert listed_ids(a) == [ID_B, ID_A]
+    listed_soon(central, [ID_B, ID_A])
+    listed_soon(a, [ID_B, ID_A])
     assert central.get(ID_A).status is SnapshotStatus.READY
     size, chunks = central.remote_file(ID_A, "host1.xplane.pb")
     assert size == 5000 and b"".join(chunks) == b"A" * 5000
@@ -106,7 +138,8 @@ def test_a_snapshot_id_not_yet_listed_is_read_straight_from_the_bucket(s3, bucke
     url = f"s3://{bucket}/fleet"
     a = open_store("a", url, s3.options)
     b = open_store("b", url, s3.options, refresh_interval_s=3600)
-    assert listed_ids(b) == []  # its one refresh for the hour
+    refreshed(b)  # its one refresh for the hour
+    assert listed_ids(b) == []
     publish_one(a, ID_A)
     wait_until(lambda: uploaded(a), 30, "the upload")
     assert listed_ids(b) == []
@@ -122,6 +155,8 @@ def test_a_prefix_without_snapshot_json_is_absent(s3, bucket, open_store):
     # And a snapshot.json that is not one.
     fs.pipe_file(f"{bucket}/fleet/plugins/profile/{ID_B}/snapshot.json", b"{not json")
     reader = open_store("reader", url, s3.options)
+    refreshed(reader)
+    assert sync_of(reader).last_refresh.indexed == 0  # listed the bad one, indexed nothing
     assert listed_ids(reader) == []
     with pytest.raises(SnapshotNotFound):
         reader.get(ID_C)
@@ -131,7 +166,7 @@ def test_a_prefix_without_snapshot_json_is_absent(s3, bucket, open_store):
     writer = open_store("writer", url, s3.options)
     publish_one(writer, ID_A)
     wait_until(lambda: uploaded(writer), 30, "the upload")
-    assert listed_ids(reader) == [ID_A]
+    listed_soon(reader, [ID_A])
 
 
 def test_the_bucket_down_never_loses_a_snapshot_and_the_upload_follows(tmp_path, open_store):
@@ -141,8 +176,8 @@ def test_the_bucket_down_never_loses_a_snapshot_and_the_upload_follows(tmp_path,
     snapshot = publish_one(a, ID_A, payload=b"kept" * 100)
     assert snapshot.status is SnapshotStatus.READY
     assert (a.profile_dir / ID_A / "host1.xplane.pb").read_bytes() == b"kept" * 100
-    assert a.sync.pending_count() == 1
-    wait_until(lambda: a.sync.upload_failures_total >= 1, 60, "a failed attempt")
+    assert sync_of(a).pending_count() == 1
+    wait_until(lambda: sync_of(a).upload_failures_total >= 1, 60, "a failed attempt")
     assert listed_ids(a) == [ID_A]  # listing still answers, from the local index
     assert a.get(ID_A).status is SnapshotStatus.READY
 
@@ -153,7 +188,7 @@ def test_the_bucket_down_never_loses_a_snapshot_and_the_upload_follows(tmp_path,
         assert down.fs().cat_file(f"late-bucket/fleet/plugins/profile/{ID_A}/host1.xplane.pb") == (
             b"kept" * 100
         )
-        assert listed_ids(open_store("b", url, down.options)) == [ID_A]
+        listed_soon(open_store("b", url, down.options), [ID_A])
     finally:
         down.stop()
 
@@ -161,21 +196,25 @@ def test_the_bucket_down_never_loses_a_snapshot_and_the_upload_follows(tmp_path,
 def test_pending_uploads_survive_a_restart(s3, bucket, tmp_path):
     root = tmp_path / "a"
     dead = S3Server(free_port())
-    store = mirrored_store(
-        root, ObjectStoreMirror(f"s3://{bucket}/fleet", dead.fast_fail_options), retry_max_s=60
-    )
-    store.open()
+    url = f"s3://{bucket}/fleet"
+    store = open_mirrored(root, url, dead.fast_fail_options, retry_max_s=60, max_count=1)
     publish_one(store, ID_A)
-    store.close()
+    close_mirrored(store)
     assert (root / ".mirror" / f"{ID_A}.upload").exists()
 
-    store = mirrored_store(root, ObjectStoreMirror(f"s3://{bucket}/fleet", s3.options))
-    store.open()
+    # Still down after the restart: the queue holds ID_A from retention, as before it.
+    store = open_mirrored(root, url, dead.fast_fail_options, retry_max_s=60, max_count=1)
+    publish_one(store, ID_B)
+    assert (store.profile_dir / ID_A).is_dir() and (store.profile_dir / ID_B).is_dir()
+    close_mirrored(store)
+
+    store = open_mirrored(root, url, s3.options, max_count=1)
     try:
-        wait_until(lambda: uploaded(store), 30, "the upload at start")
-        assert s3.fs().exists(f"{bucket}/fleet/plugins/profile/{ID_A}/snapshot.json")
+        wait_until(lambda: uploaded(store), 30, "the uploads at start")
+        for snapshot_id in (ID_A, ID_B):
+            assert s3.fs().exists(f"{bucket}/fleet/plugins/profile/{snapshot_id}/snapshot.json")
     finally:
-        store.close()
+        close_mirrored(store)
 
 
 def test_failed_records_go_under_failed(s3, bucket, open_store):
@@ -191,7 +230,7 @@ def test_failed_records_go_under_failed(s3, bucket, open_store):
     assert not fs.exists(f"{bucket}/fleet/plugins/profile/{ID_A}")
 
     central = open_store("central", url, s3.options)
-    assert listed_ids(central, status="failed") == [ID_B, ID_A]
+    listed_soon(central, [ID_B, ID_A], status="failed")
     assert b"".join(central.remote_file(ID_A, "host1.xplane.pb")[1]) == b"xplane-bytes"
 
 
@@ -202,14 +241,17 @@ def test_delete_removes_the_snapshot_from_the_bucket_for_everyone(s3, bucket, op
     publish_one(a, ID_B)
     wait_until(lambda: uploaded(a), 30, "the uploads")
     central = open_store("central", url, s3.options)
-    assert listed_ids(central) == [ID_B, ID_A]
+    listed_soon(central, [ID_B, ID_A])
 
     central.delete(ID_A)  # a remote-only snapshot, deleted from another instance
     a.delete(ID_B)  # a local one
+    # At once, in each one's own listing (a keeps its local copy of ID_A, as before).
+    assert ID_A not in listed_ids(central) and listed_ids(a) == [ID_A]
     fs = s3.fs()
-    assert fs.find(f"{bucket}/fleet") == []
-    assert listed_ids(central) == []
+    wait_until(lambda: fs.find(f"{bucket}/fleet") == [], 30, "the deletes in the bucket")
+    listed_soon(central, [])
     other = open_store("other", url, s3.options)
+    refreshed(other)
     assert listed_ids(other) == []
 
 
@@ -232,7 +274,7 @@ def test_retention_never_evicts_a_snapshot_waiting_for_upload(tmp_path, open_sto
     publish_one(a, ID_A)
     publish_one(a, ID_B)
     assert (a.profile_dir / ID_A).is_dir() and (a.profile_dir / ID_B).is_dir()
-    assert a.sync.pending_count() == 2
+    assert sync_of(a).pending_count() == 2
 
 
 def test_pinning_a_remote_snapshot_rewrites_it_in_the_bucket(s3, bucket, open_store):
@@ -241,7 +283,10 @@ def test_pinning_a_remote_snapshot_rewrites_it_in_the_bucket(s3, bucket, open_st
     publish_one(a, ID_A)
     wait_until(lambda: uploaded(a), 30, "the upload")
     central = open_store("central", url, s3.options)
+    listed_soon(central, [ID_A])
     assert central.set_pinned(ID_A, True).pinned
+    assert central.get(ID_A).pinned  # at once, here
+    wait_until(lambda: uploaded(central), 30, "the rewrite")
     doc = json.loads(s3.fs().cat_file(f"{bucket}/fleet/plugins/profile/{ID_A}/snapshot.json"))
     assert doc["pinned"] is True
     assert open_store("other", url, s3.options).get(ID_A).pinned
@@ -254,7 +299,7 @@ def test_downloads_never_leave_the_snapshot(s3, bucket, open_store):
     publish_one(a, ID_B)
     wait_until(lambda: uploaded(a), 30, "the uploads")
     central = open_store("central", url, s3.options)
-    listed_ids(central)
+    listed_soon(central, [ID_B, ID_A])
     for name in ("../" + ID_B + "/host1.xplane.pb", "snapshot.json", "x/../host1.xplane.pb", ""):
         with pytest.raises(FileNotFound):
             central.remote_file(ID_A, name)
@@ -270,9 +315,9 @@ def test_a_file_url_mirror_works_the_same(tmp_path, open_store):
     wait_until(lambda: uploaded(a), 30, "the copy")
     assert (shared / "plugins" / "profile" / ID_A / "snapshot.json").is_file()
     b = open_store("b", url, {})
-    assert listed_ids(b) == [ID_A]
+    listed_soon(b, [ID_A])
     b.delete(ID_A)
-    assert not (shared / "plugins" / "profile" / ID_A).exists()
+    wait_until(lambda: not (shared / "plugins" / "profile" / ID_A).exists(), 30, "the delete")
 
 
 def test_snapshot_ids_stay_run_names_and_carry_48_random_bits():
@@ -303,14 +348,12 @@ def test_the_local_index_is_a_cache_rebuilt_from_the_bucket(s3, bucket, tmp_path
     publish_one(a, ID_A)
     wait_until(lambda: uploaded(a), 30, "the upload")
     root = tmp_path / "central"
-    central = mirrored_store(root, ObjectStoreMirror(url, s3.options), refresh_interval_s=0)
-    central.open()
-    assert listed_ids(central) == [ID_A]
-    central.close()
+    central = open_mirrored(root, url, s3.options, refresh_interval_s=0)
+    listed_soon(central, [ID_A])
+    close_mirrored(central)
     (root / "index.sqlite").unlink()
-    central = mirrored_store(root, ObjectStoreMirror(url, s3.options), refresh_interval_s=0)
-    central.open()
+    central = open_mirrored(root, url, s3.options, refresh_interval_s=0)
     try:
-        assert listed_ids(central) == [ID_A]
+        listed_soon(central, [ID_A])
     finally:
-        central.close()
+        close_mirrored(central)
