@@ -8,6 +8,23 @@ from pathlib import Path
 import pytest
 from helpers import Job, ServiceProcess, free_port, start_job, start_service
 
+# What the fast part leaves out (`scripts/test -m "not e2e"`): whole jobs and processes end to
+# end, and any test that trains a real TensorFlow job for its capture; `slow` marks the ones that
+# wait out injected delays.
+E2E_DIRS = ("e2e", "compat")
+JOB_FIXTURES = {"input_bound_job", "compute_bound_job", "service_factory"}
+SLOW_MODULES = {"test_slow_bucket.py", "test_job_faults.py"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        path = Path(str(item.path))
+        if set(path.parts) & set(E2E_DIRS) or JOB_FIXTURES & set(item.fixturenames):
+            item.add_marker(pytest.mark.e2e)
+        if path.name in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)
+
+
 # The demo job stops training after --seconds (600 by default); the session's jobs outlive the
 # whole suite, which takes longer than that.
 SESSION = ("--seconds", "7200")
