@@ -22,7 +22,7 @@ from typing import Any
 import tensorflow as tf
 from tensorflow import keras
 
-from profiler_service.exporters.step_collector import STEP_STATS
+from profiler_service.probes.steps import STEP_STATS
 
 __all__ = ["ProfilerStepCallback", "training_step"]
 

@@ -145,8 +145,8 @@ def _scrape_service(tmp: Path) -> tuple[str, dict[str, list[str]]]:
 
     from profiler_service.api.app import create_app
     from profiler_service.config import Settings
-    from profiler_service.exporters.step_collector import STEP_STATS
     from profiler_service.models import CaptureOptions, Snapshot, Trigger
+    from profiler_service.probes.steps import STEP_STATS
     from profiler_service.service import build_service
     from profiler_service.targets import Target, in_process_target
 

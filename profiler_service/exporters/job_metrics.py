@@ -17,9 +17,10 @@ from wsgiref.simple_server import WSGIServer
 from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
 
 from profiler_service.exporters.gpu_collector import GpuCollector
-from profiler_service.exporters.step_collector import STEP_STATS, StepCollector, StepStats
+from profiler_service.exporters.step_collector import StepCollector
 from profiler_service.exporters.system_collector import SystemCollector
 from profiler_service.exporters.tf_collector import TFMemoryCollector
+from profiler_service.probes.steps import STEP_STATS, StepStats
 
 __all__ = ["job_registry", "start_job_metrics_server"]
 

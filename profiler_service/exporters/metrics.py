@@ -22,12 +22,13 @@ from profiler_service.config import Settings
 from profiler_service.exporters.gpu_collector import GpuCollector
 from profiler_service.exporters.lookback_collector import LookbackCollector
 from profiler_service.exporters.service_collector import ServiceCollector, UploadQueue
-from profiler_service.exporters.step_collector import STEP_STATS, StepCollector, StepStats
+from profiler_service.exporters.step_collector import StepCollector
 from profiler_service.exporters.system_collector import SystemCollector
 from profiler_service.exporters.tf_collector import TFMemoryCollector
 from profiler_service.exporters.webhook_collector import WebhookCollector
 from profiler_service.lookback.sampler import Sampler
 from profiler_service.models import Snapshot, SnapshotStatus, TriggerKind
+from profiler_service.probes.steps import STEP_STATS, StepStats
 from profiler_service.store import SnapshotStore
 from profiler_service.targets import TargetKind
 from profiler_service.trigger.memory_watch import MemoryWatch

@@ -1,79 +1,19 @@
-"""TensorFlow's own device memory, read in the training process (the embedded agent).
-
-The collector never imports TensorFlow: it reads the module the job already imported
-(`sys.modules["tensorflow"]`) and exports nothing when there is none, so registering it in the
-sidecar could not pull TF in either (the sidecar does not register it at all).
-"""
+"""`profiler_tf_device_memory_bytes` and `..._peak_bytes`: the TF memory probe, exposed. Registered
+only by the embedded agent; it never imports TensorFlow (probes/tf_memory.py)."""
 
 from __future__ import annotations
 
-import logging
-import sys
-import threading
-import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
+from profiler_service.probes.tf_memory import TFMemoryProbe
+
 __all__ = ["TFMemoryCollector"]
 
-log = logging.getLogger(__name__)
 
-
-class TFMemoryCollector:
-    """`profiler_tf_device_memory_bytes` and `..._peak_bytes` per logical device.
-
-    `tf.config.experimental.get_memory_info(device)` answers `{"current", "peak"}` in bytes.
-    Devices whose allocator keeps no statistics (TF's CPU allocator by default) answer a peak of
-    0; they are left out rather than exported as a misleading 0. Devices that refuse the call are
-    remembered and not asked again.
-    """
-
-    def __init__(self, tf_module: Callable[[], Any] | None = None, max_age_s: float = 0.0):
-        self._tf_module = tf_module or (lambda: sys.modules.get("tensorflow"))
-        self.max_age_s = max_age_s  # scrapes reuse a reading this young (the sampler's)
-        self._lock = threading.Lock()
-        self._cached: tuple[float, list[tuple[str, str, int, int]]] | None = None
-        self._devices: list[tuple[str, str]] | None = None  # (name for the API, device type)
-        self._refused: set[str] = set()
-
-    def _list_devices(self, tf: Any) -> list[tuple[str, str]]:
-        if self._devices is None:
-            self._devices = [
-                (d.name.removeprefix("/device:"), d.device_type)
-                for d in tf.config.list_logical_devices()
-            ]
-        return self._devices
-
-    def read(self, max_age_s: float = 0.0) -> list[tuple[str, str, int, int]]:
-        """[(device, device type, current bytes, peak bytes)] for devices that keep statistics.
-
-        A reading younger than `max_age_s` is reused: the look-back sampler reads every second
-        and a scrape then costs no second call into TensorFlow.
-        """
-        with self._lock:
-            if self._cached is not None and time.monotonic() - self._cached[0] <= max_age_s:
-                return self._cached[1]
-        tf = self._tf_module()
-        if tf is None:
-            return []
-        readings = []
-        for name, device_type in self._list_devices(tf):
-            if name in self._refused:
-                continue
-            try:
-                info = tf.config.experimental.get_memory_info(name)
-            except (ValueError, RuntimeError) as exc:
-                log.info("TF device %s gives no memory info (%s); not asking again", name, exc)
-                self._refused.add(name)
-                continue
-            if not info.get("peak"):
-                continue
-            readings.append((name, device_type, int(info.get("current", 0)), int(info["peak"])))
-        with self._lock:
-            self._cached = (time.monotonic(), readings)
-        return readings
+class TFMemoryCollector(TFMemoryProbe):
+    """`profiler_tf_device_memory_bytes` and `..._peak_bytes` per logical device."""
 
     def collect(self) -> Iterator[Metric]:
         if self._tf_module() is None:

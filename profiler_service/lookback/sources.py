@@ -25,9 +25,9 @@ from typing import Protocol
 
 import psutil
 
-from profiler_service.exporters.gpu_collector import GpuCollector, GpuReading
-from profiler_service.exporters.step_collector import STEP_STATS, StepStats
-from profiler_service.exporters.tf_collector import TFMemoryCollector
+from profiler_service.probes.gpu import GpuProbe, GpuReading
+from profiler_service.probes.steps import STEP_STATS, StepStats
+from profiler_service.probes.tf_memory import TFMemoryProbe
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +122,7 @@ class TFMemorySource:
 
     name = "agent"
 
-    def __init__(self, collector: TFMemoryCollector, gpu: GpuCollector | None = None):
+    def __init__(self, collector: TFMemoryProbe, gpu: GpuProbe | None = None):
         self.collector = collector
         self.gpu = gpu
 
@@ -145,7 +145,7 @@ class GpuSource:
 
     name = "nvml"
 
-    def __init__(self, collector: GpuCollector, pid: Callable[[], int | None] | None = None):
+    def __init__(self, collector: GpuProbe, pid: Callable[[], int | None] | None = None):
         self.collector = collector
         self._pid = pid
 

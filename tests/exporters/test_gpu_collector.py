@@ -129,7 +129,7 @@ def test_nvml_is_initialised_once_and_read_at_every_scrape():
 def test_driver_not_loaded_exports_zero_and_logs_the_reason_once(caplog):
     fake = FakeNVML([], init_error=pynvml.NVMLError(pynvml.NVML_ERROR_DRIVER_NOT_LOADED))
     collector = GpuCollector(fake)
-    with caplog.at_level(logging.WARNING, logger="profiler_service.exporters.gpu_collector"):
+    with caplog.at_level(logging.WARNING, logger="profiler_service.probes.gpu"):
         for _ in range(3):
             metrics = scrape(collector)
     assert metrics == {"profiler_gpu_metrics_available": [({}, 0.0)]}
@@ -154,7 +154,7 @@ def test_real_nvml_on_this_machine(caplog):
     except pynvml.NVMLError as exc:
         gpus, reason = 0, str(exc)
     collector = GpuCollector()  # the default: imports the real pynvml
-    with caplog.at_level(logging.WARNING, logger="profiler_service.exporters.gpu_collector"):
+    with caplog.at_level(logging.WARNING, logger="profiler_service.probes.gpu"):
         first, second = scrape(collector), scrape(collector)
     if reason is not None:
         assert first == second == {"profiler_gpu_metrics_available": [({}, 0.0)]}

@@ -6,7 +6,8 @@ import numpy as np
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from profiler_service.exporters.step_collector import STEP_STATS, StepCollector, StepStats
+from profiler_service.exporters.step_collector import StepCollector
+from profiler_service.probes.steps import STEP_STATS, StepStats
 
 
 def families(registry: CollectorRegistry) -> dict:

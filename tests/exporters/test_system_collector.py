@@ -11,8 +11,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from profiler_service.exporters.job_metrics import start_job_metrics_server
-from profiler_service.exporters.step_collector import STEP_STATS
 from profiler_service.exporters.system_collector import SystemCollector
+from profiler_service.probes.steps import STEP_STATS
 
 
 def values(text: str) -> dict[str, float]:

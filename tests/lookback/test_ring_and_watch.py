@@ -16,7 +16,6 @@ import pytest
 from profiler_service.capture.controller import StartOutcome, StartResult
 from profiler_service.config import Settings
 from profiler_service.errors import CaptureBusy
-from profiler_service.exporters.step_collector import StepStats
 from profiler_service.lookback import sources
 from profiler_service.lookback.ring import Sample, SampleRing
 from profiler_service.lookback.sources import (
@@ -25,6 +24,7 @@ from profiler_service.lookback.sources import (
     WatchedProcess,
     memory_limit_bytes,
 )
+from profiler_service.probes.steps import StepStats
 from profiler_service.trigger.memory_watch import MemoryWatch
 
 GIB = 2**30
