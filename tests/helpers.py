@@ -24,6 +24,37 @@ from profiler_service.demo import run as demo_run
 QUIET_TF = {"TF_CPP_MIN_LOG_LEVEL": "1", "PYTHONUNBUFFERED": "1"}
 
 
+def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """`profiler-service ARGS` in a child process, as a user runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "profiler_service.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **QUIET_TF},
+    )
+
+
+def capture_once(address: str, logdir: Path, snapshot_id: str) -> list[Path]:
+    """One real 1 s remote capture of the job at `address`: the files its profiler wrote."""
+    from profiler_service.capture.capturer import CaptureJob
+    from profiler_service.capture.remote import RemoteCapturer
+    from profiler_service.models import CaptureOptions
+    from profiler_service.targets import Target
+
+    job = CaptureJob(
+        snapshot_id=snapshot_id,
+        target=Target(name="job", workers=[address]),
+        logdir=logdir,
+        attempts=2,
+        timeout_s=60,
+        options=CaptureOptions(
+            duration_ms=1000, host_tracer_level=2, python_tracer_level=0, device_tracer_level=1
+        ),
+    )
+    return RemoteCapturer().capture(job).paths
+
+
 def stop_process(proc: subprocess.Popen, timeout_s: float = 20) -> None:
     """SIGTERM, then SIGKILL if it has not exited within `timeout_s`."""
     if proc.poll() is None:

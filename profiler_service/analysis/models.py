@@ -240,6 +240,20 @@ class HostActivity(StrEnum):
     TF_DATA = "tf_data"  # tf.data's own threads preparing later elements (in the background)
     NOTHING = "nothing"  # no traced host work: untraced Python, I/O, or waiting
 
+    @property
+    def label(self) -> str:
+        """How the report and the command line name it."""
+        return _HOST_ACTIVITY_LABELS[self]
+
+
+_HOST_ACTIVITY_LABELS = {
+    HostActivity.INPUT: "waiting on tf.data",
+    HostActivity.TF_OPS: "TF ops and launches",
+    HostActivity.PYTHON: "Python/eager",
+    HostActivity.TF_DATA: "tf.data in the background",
+    HostActivity.NOTHING: "nothing traced",
+}
+
 
 class GpuCopies(BaseModel):
     host_to_device_ms: float = 0.0
@@ -315,6 +329,8 @@ class GpuActivity(BaseModel):
     def idle_pct(self) -> float | None:
         active = self.active
         return round(sum(d.idle_pct for d in active) / len(active), 1) if active else None
+
+
 class TfFunctionCalls(BaseModel):
     """One tf.function's calls in the capture. TF records with each call whether it traced (built
     a new concrete function, `__inference_<name>_<id>`) and whether XLA compiles it; XProf reads

@@ -77,10 +77,11 @@ def summarise_run(run_dir: Path) -> Summary:
         else:
             memory_profiles = memory.result()
     summarise_overview(overview, summary)
-    if isinstance(gpu.result(), Failed):
-        summary.notes.append(f"GPU planes: {gpu.result().reason}")
+    gpus = gpu.result()
+    if isinstance(gpus, Failed):
+        summary.notes.append(f"GPU planes: {gpus.reason}")
     else:
-        summary.gpu = gpu.result()
+        summary.gpu = gpus
     summary.notes.extend(per_training_step(summary.step_time, paths))
     for tool, read in _OPTIONAL_TOOLS:
         if tool in fetched:

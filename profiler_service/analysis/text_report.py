@@ -12,13 +12,6 @@ from profiler_service.models import Snapshot
 _MARK = {"critical": "CRITICAL", "warning": "WARNING ", "info": "INFO    "}
 _VENDOR_PREFIXES = ("GeForce ", "Tesla ", "NVIDIA ")
 _TIMES = "\N{MULTIPLICATION SIGN}"
-_WHILE_IDLE = {
-    HostActivity.INPUT: "waiting on tf.data",
-    HostActivity.TF_OPS: "TF ops and launches",
-    HostActivity.PYTHON: "Python/eager",
-    HostActivity.TF_DATA: "tf.data in the background",
-    HostActivity.NOTHING: "nothing traced",
-}
 
 
 def format_summary(summary: Summary) -> list[str]:
@@ -36,8 +29,8 @@ def format_summary(summary: Summary) -> list[str]:
     if gpu is not None and gpu.active:
         idle = gpu.idle_pct
         meanwhile = ", ".join(
-            f"{label} {gpu.idle_while(act):g}%"
-            for act, label in _WHILE_IDLE.items()
+            f"{act.label} {gpu.idle_while(act):g}%"
+            for act in HostActivity
             if gpu.idle_while(act) >= 1
         )
         lines.append(

@@ -31,13 +31,14 @@ CATEGORY_COLOURS = {
 }
 MAX_BARS = 120
 # The host lane's colours: input red as in the step chart, TF ops blue, Python purple.
-HOST_ACTIVITY_COLOURS = {
-    HostActivity.INPUT: ("#d62728", "waiting on tf.data"),
-    HostActivity.TF_OPS: ("#1f77b4", "TF ops, launches"),
-    HostActivity.PYTHON: ("#9467bd", "Python / eager"),
-    HostActivity.TF_DATA: ("#ff9896", "tf.data in the background"),
-    HostActivity.NOTHING: ("#eeeeee", "nothing traced"),
+_HOST_COLOURS = {
+    HostActivity.INPUT: "#d62728",
+    HostActivity.TF_OPS: "#1f77b4",
+    HostActivity.PYTHON: "#9467bd",
+    HostActivity.TF_DATA: "#ff9896",
+    HostActivity.NOTHING: "#eeeeee",
 }
+HOST_ACTIVITY_COLOURS = {act: (colour, act.label) for act, colour in _HOST_COLOURS.items()}
 GPU_BUSY_COLOUR = "#2ca02c"
 
 

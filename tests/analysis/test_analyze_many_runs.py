@@ -5,14 +5,12 @@ and a real CPU capture; XProf's converters are real."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from helpers import QUIET_TF
+from helpers import capture_once, run_cli
 
 from profiler_service.analysis.corpus import find_runs, read_tensorflow_verdict, short_name
 from profiler_service.analysis.models import (
@@ -59,16 +57,6 @@ ROW_FIELDS = {
     "analysis_s",
     "error",
 }
-
-
-def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "profiler_service.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, **QUIET_TF},
-    )
 
 
 def as_logdir_run(root: Path, folder: str) -> Path:
@@ -230,22 +218,9 @@ def test_devices_name_the_gpus_count_model_and_idle_ones_else_the_hardware():
 @pytest.fixture(scope="module")
 def cpu_capture(compute_bound_job, tmp_path_factory) -> list[Path]:
     """One real capture of a real Keras job on the CPU."""
-    from profiler_service.capture.capturer import CaptureJob
-    from profiler_service.capture.remote import RemoteCapturer
-    from profiler_service.models import CaptureOptions
-    from profiler_service.targets import Target
-
-    job = CaptureJob(
-        snapshot_id="many-runs",
-        target=Target(name="job", workers=[compute_bound_job.address]),
-        logdir=tmp_path_factory.mktemp("cpu-capture"),
-        attempts=2,
-        timeout_s=60,
-        options=CaptureOptions(
-            duration_ms=1000, host_tracer_level=2, python_tracer_level=0, device_tracer_level=1
-        ),
+    return capture_once(
+        compute_bound_job.address, tmp_path_factory.mktemp("cpu-capture"), "many-runs"
     )
-    return RemoteCapturer().capture(job).paths
 
 
 def test_a_tree_of_cpu_runs_says_cpu_and_has_no_verdict_then(cpu_capture, tmp_path):

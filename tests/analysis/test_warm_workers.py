@@ -14,30 +14,19 @@ from pathlib import Path
 
 import psutil
 import pytest
+from helpers import capture_once
 
 from profiler_service.analysis.analyzer import AnalysisFailed, XprofAnalyzer
 from profiler_service.analysis.summary import AnalysisResult
 from profiler_service.analysis.warm_workers import WarmWorkers
-from profiler_service.capture.capturer import CaptureJob
-from profiler_service.capture.remote import RemoteCapturer
 from profiler_service.child_process import Ending
-from profiler_service.models import CaptureOptions
-from profiler_service.targets import Target
 
 
 @pytest.fixture(scope="module")
 def capture(compute_bound_job, tmp_path_factory) -> list[Path]:
-    job = CaptureJob(
-        snapshot_id="warm-workers",
-        target=Target(name="job", workers=[compute_bound_job.address]),
-        logdir=tmp_path_factory.mktemp("capture"),
-        attempts=2,
-        timeout_s=60,
-        options=CaptureOptions(
-            duration_ms=1000, host_tracer_level=2, python_tracer_level=0, device_tracer_level=1
-        ),
+    return capture_once(
+        compute_bound_job.address, tmp_path_factory.mktemp("capture"), "warm-workers"
     )
-    return RemoteCapturer().capture(job).paths
 
 
 @pytest.fixture
@@ -97,9 +86,7 @@ def test_past_its_memory_limit_or_timeout_a_worker_is_killed_and_the_next_starts
         pool.close()
 
 
-def test_a_capture_xprof_cannot_read_fails_with_its_reason_and_retires_it(
-    run_dir, tmp_path
-):
+def test_a_capture_xprof_cannot_read_fails_with_its_reason_and_retires_it(run_dir, tmp_path):
     bad = tmp_path / "bad"
     bad.mkdir()
     (bad / "host.xplane.pb").write_bytes(b"\x0a\xff\xff\xff\xff\x0fnot a protobuf")

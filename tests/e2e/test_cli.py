@@ -6,17 +6,7 @@ import os
 import subprocess
 import sys
 
-from helpers import QUIET_TF, free_port
-
-
-def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "profiler_service.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, **QUIET_TF},
-    )
+from helpers import free_port, run_cli
 
 
 def test_capture_command_stores_an_analysed_snapshot(input_bound_job, tmp_path):
