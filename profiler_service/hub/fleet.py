@@ -5,7 +5,8 @@ every snapshot is a `remote` entry of `PROFILER_STORE`/index.sqlite, read from t
 thread syncs it every `hub_sync_interval_s`: it lists the bucket, reads only the `snapshot.json`
 files that are new or rewritten (their ETag changed), drops the ones deleted, and reads the
 sidecars' registration records (`sidecars/`). Requests never wait on the bucket; delete the index
-and the next start rebuilds it from the bucket.
+and the next start rebuilds it from the bucket. Replicas: each keeps its own index of the same
+bucket, and shares its registry with the others through it (`peers.py`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 
 from profiler_service.config import HubSettings
 from profiler_service.hub.metrics import FleetCollector, FleetMetrics
+from profiler_service.hub.peers import RegistryShare, replica_name
 from profiler_service.hub.registration import RECORDS_PREFIX
 from profiler_service.hub.registry import SidecarRecord, SidecarRegistry
 from profiler_service.hub.routing import FleetRouter
@@ -109,6 +111,7 @@ class HubService:
     router: FleetRouter
     fleet_sync: FleetSync
     metrics: FleetMetrics
+    peers: RegistryShare | None = None  # the other replicas' registries, through the bucket
 
     @property
     def alerts(self) -> FleetRouter:
@@ -116,10 +119,14 @@ class HubService:
         return self.router
 
     def start(self) -> None:
+        if self.peers is not None:
+            self.peers.start()
         self.fleet_sync.start()
 
     def close(self) -> None:
         self.fleet_sync.stop()
+        if self.peers is not None:
+            self.peers.stop()
         self.router.log.close()
         self.store.close()
 
@@ -138,4 +145,5 @@ def build_hub(settings: HubSettings) -> HubService:
     router = FleetRouter(settings, registry, alert_log)
     fleet_sync = FleetSync(sync, registry, settings.hub_sync_interval_s)
     collector = FleetCollector(settings, store.index, registry, alert_log, fleet_sync)
-    return HubService(settings, store, registry, router, fleet_sync, FleetMetrics(collector))
+    peers = RegistryShare(mirror, registry, replica_name(settings.pod_name))
+    return HubService(settings, store, registry, router, fleet_sync, FleetMetrics(collector), peers)

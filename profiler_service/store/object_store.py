@@ -160,7 +160,8 @@ class ObjectStoreMirror:
         self.fs.pipe_file(path, data)
 
     def read_records(self, prefix: str) -> dict[str, bytes]:
-        """Every object under `URL/<prefix>/`, by path."""
+        """Every object under `URL/<prefix>/`, by path (listed afresh, never from a cache)."""
+        self.fs.invalidate_cache(f"{self.root}/{prefix}")
         found = self._find(f"{self.root}/{prefix}")
         return self.fs.cat(list(found), on_error="omit") if found else {}
 

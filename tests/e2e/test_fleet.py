@@ -77,11 +77,11 @@ def start_alertmanager(tmp_path: Path, hub_url: str, processes: list) -> str:
     return url
 
 
-def fire(am_url: str, namespace: str, pod: str) -> None:
+def fire(am_url: str, namespace: str, pod: str, alertname: str = "TrainingGpuUnderused") -> None:
     """What Prometheus would send: one firing alert, labelled for the profiler route."""
     now = datetime.now(UTC)
     alert = {
-        "labels": {"alertname": "TrainingGpuUnderused", "profile": "true",
+        "labels": {"alertname": alertname, "profile": "true",
                    "namespace": namespace, "pod": pod, "severity": "warning"},
         "annotations": {"profile_duration": "1s"},
         "startsAt": now.isoformat(),
