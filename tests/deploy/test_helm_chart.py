@@ -418,7 +418,15 @@ def test_the_hub_renders_and_the_sidecar_points_at_it(monkeypatch, tmp_path):
         validate_kubernetes(doc)
     deployment, service = hub_objects(docs)
     pod = deployment["spec"]["template"]
-    assert deployment["spec"]["replicas"] == 1
+    # Two replicas, spread over nodes, one at most down through voluntary disruptions.
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    budget = next(d for d in docs if d["kind"] == "PodDisruptionBudget")
+    assert budget["spec"]["maxUnavailable"] == 1
+    assert budget["spec"]["selector"]["matchLabels"] == pod["metadata"]["labels"]
+    spread = pod["spec"]["affinity"]["podAntiAffinity"]
+    term = spread["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]
+    assert term["labelSelector"]["matchLabels"] == pod["metadata"]["labels"]
     assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
     # The sidecar's Service never selects the hub's pod (both listen on 8080).
     sidecar_service = next(
@@ -433,6 +441,8 @@ def test_the_hub_renders_and_the_sidecar_points_at_it(monkeypatch, tmp_path):
     assert hub_env["PROFILER_STORE_OPTIONS"]["valueFrom"]["secretKeyRef"]["key"] == "store-options"
     assert hub["securityContext"]["readOnlyRootFilesystem"] is True
     assert {"name": "hub-index", "mountPath": "/index"} in hub["volumeMounts"]
+    # Each replica's name for the shared registry is its pod's.
+    assert hub_env["PROFILER_POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
 
     env = env_of(sidecar_of(pod_spec(docs)[1]))
     hub_url = f"http://{RELEASE}-profiler-hub.{NAMESPACE}.svc:8080"
@@ -459,6 +469,13 @@ def test_a_job_release_registers_with_another_releases_hub():
     assert not [d for d in docs if d["metadata"]["name"].endswith("-hub")]
     env = env_of(sidecar_of(pod_spec(docs)[1]))
     assert env["PROFILER_HUB_URL"]["value"] == "http://fleet-profiler-hub.ml.svc:8080"
+
+
+def test_one_hub_replica_has_no_disruption_budget():
+    docs = install_dry_run({**HUB_VALUES, "hub": {**HUB_VALUES["hub"], "replicas": 1}})
+    deployment, _ = hub_objects(docs)
+    assert deployment["spec"]["replicas"] == 1
+    assert not [d for d in docs if d["kind"] == "PodDisruptionBudget"]
 
 
 def test_the_hub_needs_the_fleets_bucket():
