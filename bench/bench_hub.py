@@ -1,13 +1,15 @@
 """The fleet hub at scale: a bucket of 10,000 snapshots from 500 registered sidecars.
 
     .venv/bin/python bench/bench_hub.py [--snapshots 10000] [--sidecars 500] [--seed SNAPSHOT_JSON]
+        [--bucket s3|file] [--no-manifests]
 
 Every piece is real and runs in its own process on loopback: an S3 API (moto's standalone
 server), `profiler-service hub` over it, and one `profiler-service serve` sidecar. The bucket's
 `snapshot.json` files are made from one real snapshot (`--seed`; by default this script captures
 a real Keras job through a real sidecar first): the same summary, findings and lead-up, with
 varied ids, namespaces, targets, pods, times (over 7 days), step times, findings and statuses,
-written as the sidecars' mirrors write them.
+written as the sidecars' mirrors write them, each sidecar's manifest too (store/manifest.py;
+`--no-manifests`: none, every snapshot.json read by itself).
 
 It measures:
 - the first sync (from the hub's own log line: list, read and index every snapshot.json), and the
@@ -130,6 +132,27 @@ def fleet_doc(template: dict, i: int, sidecars: int, now: datetime, rng: random.
     return doc
 
 
+def write_manifests(store_url: str, options: dict, docs: list[dict]) -> int:
+    """Each sidecar's manifest, as its mirror writes it: every doc with its listed version."""
+    from profiler_service.store.manifest import ManifestEntry, encode, manifest_path, sidecar_key
+    from profiler_service.store.object_store import ObjectStoreMirror
+
+    mirror = ObjectStoreMirror(store_url, options)
+    listed = mirror.list_snapshots()
+    by_sidecar: dict[tuple[str, str], list[ManifestEntry]] = {}
+    for d in docs:
+        entry = listed.get(d["id"])
+        if entry is not None:
+            line = ManifestEntry(d["id"], entry.location, entry.version, json.dumps(d))
+            by_sidecar.setdefault((d["pod"], d["namespace"]), []).append(line)
+    written = 0
+    for (pod, namespace), entries in by_sidecar.items():
+        data = encode(entries)
+        mirror.put_record(manifest_path(sidecar_key(pod, namespace)), data)
+        written += len(data)
+    return written
+
+
 def fill(fs, prefix: str, docs: list[dict]) -> None:
     for first in range(0, len(docs), 500):
         fs.pipe(
@@ -211,6 +234,9 @@ def main() -> None:
         default="s3",
         help="s3: moto's S3 server on loopback; file: a file:// bucket (no S3 server in the way)",
     )
+    parser.add_argument(
+        "--no-manifests", action="store_true", help="sidecars that write no manifest"
+    )
     args = parser.parse_args()
     rng = random.Random(15)
     procs: list[subprocess.Popen] = []
@@ -261,6 +287,13 @@ def run(args, work: Path, rng: random.Random, procs: list) -> None:
         f"bucket ({args.bucket}): {len(docs)} snapshot.json written in "
         f"{time.perf_counter() - started:.1f} s"
     )
+    if not args.no_manifests:
+        started = time.perf_counter()
+        size = write_manifests(store_url, options, docs)
+        print(
+            f"{args.sidecars} manifests ({size / 2**20:.1f} MiB gzipped) written in "
+            f"{time.perf_counter() - started:.1f} s"
+        )
 
     # The hub.
     hub_port = free_port()
@@ -283,7 +316,8 @@ def run(args, work: Path, rng: random.Random, procs: list) -> None:
     wait_http(f"{hub_url}/healthz", hub)
     first = wait_sync(
         hub_log, rf"fleet sync: {args.snapshots} snapshots listed, (\d+) indexed, 0 dropped in "
-        r"([\d.]+) s \(listing ([\d.]+) s, reading ([\d.]+) s\)", 600,
+        r"([\d.]+) s \(listing ([\d.]+) s, reading ([\d.]+) s; (\d+) from (\d+) manifests\)",
+        1800,
     )  # fmt: skip
     rss, hwm = rss_mb(hub.pid)
     took = float(first[2])
@@ -298,7 +332,8 @@ def run(args, work: Path, rng: random.Random, procs: list) -> None:
     print(
         f"first sync: {first[1]} snapshots indexed in {float(first[2]):.1f} s (listing the "
         f"bucket {float(first[3]):.1f} s, reading the files {float(first[4]):.1f} s, parsing and "
-        f"indexing the rest); hub RSS {rss:.0f} MiB after it, peak {hwm:.0f} MiB"
+        f"indexing the rest; {first[5]} from {first[6]} manifests); hub RSS {rss:.0f} MiB after "
+        f"it, peak {hwm:.0f} MiB"
     )
     index = work / "hub" / "index.sqlite"
     print(f"fleet index: {index.stat().st_size / 2**20:.0f} MiB on disk")

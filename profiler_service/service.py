@@ -99,15 +99,20 @@ def build_service(
     bucket = None
     mirror: MirrorSync | None = None
     if settings.store_url:
+        import socket
+
+        from profiler_service.store.manifest import sidecar_key
         from profiler_service.store.mirror_sync import mirrored_store  # fsspec: sidecar only
         from profiler_service.store.object_store import ObjectStoreMirror
 
         bucket = ObjectStoreMirror(settings.store_url, settings.store_options_dict())
+        pod = (settings.pod_name or socket.gethostname()).lower()
         store, mirror = mirrored_store(
             settings.store,
             bucket,
             refresh_interval_s=settings.store_refresh_s,
             retry_max_s=settings.store_retry_max_s,
+            sidecar=sidecar_key(pod, settings.pod_namespace),
             **limits,
         )
     else:

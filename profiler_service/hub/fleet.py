@@ -3,9 +3,10 @@
 The fleet index is the sidecar's own store (`SnapshotStore` + `MirrorSync`) with nothing local:
 every snapshot is a `remote` entry of `PROFILER_STORE`/index.sqlite, read from the bucket. One
 thread syncs it every `hub_sync_interval_s`: it lists the bucket, reads only the `snapshot.json`
-files that are new or rewritten (their ETag changed), drops the ones deleted, and reads the
-sidecars' registration records (`sidecars/`). Requests never wait on the bucket; delete the index
-and the next start rebuilds it from the bucket. Replicas: each keeps its own index of the same
+files that are new or rewritten (their ETag changed; many at once from the sidecars' manifests),
+drops the ones deleted, and reads the sidecars' registration records (`sidecars/`) and baselines
+(`baselines/`). Requests never wait on the bucket; delete the index and the next start rebuilds
+it from the bucket. Replicas: each keeps its own index of the same
 bucket, and shares its registry with the others through it (`peers.py`).
 """
 
@@ -24,6 +25,7 @@ from profiler_service.hub.registration import RECORDS_PREFIX
 from profiler_service.hub.registry import SidecarRecord, SidecarRegistry
 from profiler_service.hub.routing import FleetRouter
 from profiler_service.store import SnapshotStore
+from profiler_service.store.baselines import FleetBaselines
 from profiler_service.store.mirror_sync import MirrorSync, RefreshStats, mirrored_store
 from profiler_service.store.object_store import ObjectStoreMirror
 from profiler_service.trigger.alert_log import AlertLog
@@ -39,6 +41,7 @@ class FleetSync:
     def __init__(self, sync: MirrorSync, registry: SidecarRegistry, interval_s: float):
         self.sync = sync
         self.registry = registry
+        self.baselines = FleetBaselines(sync.mirror)
         self.interval_s = interval_s
         self.syncs_total = 0
         self.failures_total = 0
@@ -57,13 +60,25 @@ class FleetSync:
             self.last, self.last_success_s = stats, time.time()
             log.info(
                 "fleet sync: %d snapshots listed, %d indexed, %d dropped in %.2f s "
-                "(listing %.2f s, reading %.2f s)",
+                "(listing %.2f s, reading %.2f s; %d from %d manifests)",
                 stats.listed, stats.indexed, stats.removed, stats.duration_s,
-                stats.listed_s, stats.read_s,
+                stats.listed_s, stats.read_s, stats.from_manifests, stats.manifests,
             )  # fmt: skip
         self.read_registrations()
+        self.read_baselines()
         self.first_done.set()
         return stats
+
+    @property
+    def baseline_ids(self) -> dict[tuple[str | None, str], str]:
+        """(namespace, target) -> the baseline its sidecar set (store/baselines.py)."""
+        return self.baselines.by_target
+
+    def read_baselines(self) -> None:
+        try:
+            self.baselines.refresh()
+        except Exception as exc:
+            log.warning("could not read the baselines from %s: %s", self.sync.mirror.url, exc)
 
     def read_registrations(self) -> None:
         """Registration records sidecars wrote into the bucket (hub_register_in_bucket)."""

@@ -18,7 +18,7 @@ Over the last `DEFAULT_DAYS` of ready snapshots, like the fleet page.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import datetime
 from typing import Protocol
 
@@ -48,6 +48,7 @@ class SyncState(Protocol):
     failures_total: int
     last: RefreshStats | None
     last_success_s: float | None
+    baseline_ids: Mapping[tuple[str | None, str], str]
 
 
 class FleetCollector:
@@ -61,7 +62,7 @@ class FleetCollector:
     ):
         self.settings, self.index, self.registry = settings, index, registry
         self.alert_log, self.fleet_sync = alert_log, fleet_sync
-        self.views = FleetViewCache(index, settings)
+        self.views = FleetViewCache(index, settings, lambda: fleet_sync.baseline_ids)
 
     def view(self) -> FleetView:
         """The fleet view as of the last sync (what the page and each scrape read)."""

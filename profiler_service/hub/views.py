@@ -2,16 +2,17 @@
 regressed against its baseline, and the findings counted by rule. Index columns only: the page
 reads no snapshot.json.
 
-A job is a (namespace, target). Its baseline is its newest pinned snapshot (`PUT
-/profiles/{id}/pin`, what `set_baseline` does on a sidecar), else its oldest snapshot of the
-window; it regressed when its latest step time exceeds the baseline's by more than
-`regression_max_share` (10 %).
+A job is a (namespace, target). Its baseline is the one its sidecar set (`PUT
+/profiles/{id}/baseline`, copied to the bucket: store/baselines.py), even older than the
+window; else its newest pinned snapshot, else its oldest snapshot of the window. It regressed
+when its latest step time exceeds the baseline's by more than `regression_max_share` (10 %).
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -59,8 +60,15 @@ class FleetViewCache:
     `max_age_s`: over 10,000 snapshots one view costs ~150 ms, and the page and every scrape
     read it."""
 
-    def __init__(self, index: SnapshotIndex, settings: Settings, max_age_s: float = 60.0):
+    def __init__(
+        self,
+        index: SnapshotIndex,
+        settings: Settings,
+        baselines: Callable[[], Mapping[tuple[str | None, str], str]] = dict,
+        max_age_s: float = 60.0,
+    ):
         self.index, self.settings, self.max_age_s = index, settings, max_age_s
+        self.baselines = baselines
         self._lock = threading.Lock()
         self._key: object = None
         self._view: FleetView | None = None
@@ -70,12 +78,19 @@ class FleetViewCache:
         with self._lock:
             fresh = time.monotonic() - self._built_s < self.max_age_s
             if self._view is None or self._key != version or not fresh:
-                self._view = fleet_view(self.index, self.settings)
+                self._view = fleet_view(self.index, self.settings, baselines=self.baselines())
                 self._key, self._built_s = version, time.monotonic()
             return self._view
 
 
-def fleet_view(index: SnapshotIndex, settings: Settings, days: float = DEFAULT_DAYS) -> FleetView:
+def fleet_view(
+    index: SnapshotIndex,
+    settings: Settings,
+    days: float = DEFAULT_DAYS,
+    baselines: Mapping[tuple[str | None, str], str] | None = None,
+) -> FleetView:
+    """`baselines`: (namespace, target) -> the snapshot id its sidecar made its baseline."""
+    baselines = baselines or {}
     end = datetime.now(UTC)
     start = end - timedelta(days=days)
     rows = index.fleet_rows(start)
@@ -92,8 +107,12 @@ def fleet_view(index: SnapshotIndex, settings: Settings, days: float = DEFAULT_D
             for r in its
             if r.step_time_ms is not None
         ]
+        declared = baselines.get((namespace, target))
+        chosen = None
+        if declared is not None and declared != its[-1].id:
+            chosen = next((r for r in its if r.id == declared), None) or index.fleet_row(declared)
         pinned = [r for r in its if r.pinned and r is not its[-1]]
-        job.baseline = pinned[-1] if pinned else (its[0] if len(its) > 1 else None)
+        job.baseline = chosen or (pinned[-1] if pinned else (its[0] if len(its) > 1 else None))
         base, head = job.baseline, job.latest
         if base is not None and base.step_time_ms and head.step_time_ms is not None:
             job.step_time_ratio = head.step_time_ms / base.step_time_ms

@@ -2,15 +2,29 @@
 
 Kept in `STORE/baselines.json` as `{"target:trainer": "<snapshot id>", "label:model=resnet": ...}`;
 baseline snapshots are pinned, so retention never evicts them.
+
+With a shared bucket, each sidecar also copies its baselines beside the snapshots
+(`URL/baselines/<namespace>.<pod>.json`, by its mirror after each change), so the fleet hub
+compares every job with the baseline its team chose, even one older than the page's window
+(`FleetBaselines`, read at each sync: only the files that changed).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from profiler_service.store.object_store import ObjectStoreMirror
+
+log = logging.getLogger(__name__)
+
+BASELINES_PREFIX = "baselines"
 
 _KEY = re.compile(r"^(target:[a-z0-9-]{1,40}|label:[A-Za-z0-9_.-]{1,64}=[^\s]{1,128})$")
 
@@ -60,3 +74,37 @@ class BaselineRegistry:
         tmp = self.path.with_name(f".{self.path.name}.tmp")
         tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
         os.replace(tmp, self.path)
+
+
+def fleet_baselines_path(sidecar: str) -> str:
+    """Where a sidecar (manifest.sidecar_key) copies its baselines in the bucket."""
+    return f"{BASELINES_PREFIX}/{sidecar}.json"
+
+
+class FleetBaselines:
+    """Every sidecar's baselines, from the bucket: (namespace, target) -> snapshot id."""
+
+    def __init__(self, mirror: ObjectStoreMirror):
+        self.mirror = mirror
+        self._files: dict[str, tuple[int, str | None, dict[str, str]]] = {}  # path -> what
+        self.by_target: dict[tuple[str | None, str], str] = {}
+
+    def refresh(self) -> None:
+        """Read the files that changed; drop the ones gone (may raise what the bucket raises)."""
+        listed = self.mirror.list_records(BASELINES_PREFIX)
+        changed = [p for p, v in listed.items() if self._files.get(p, (None,))[0] != v]
+        files = {p: f for p, f in self._files.items() if p in listed}
+        for path, data in self.mirror.read_paths(changed).items():
+            try:
+                doc = json.loads(data)
+                keys = {k: v for k, v in doc["baselines"].items() if isinstance(v, str)}
+                files[path] = (listed[path], doc.get("namespace"), keys)
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                log.warning("skipping the baselines file %s: %s", path, exc)
+        self._files = files
+        by_target: dict[tuple[str | None, str], str] = {}
+        for _, namespace, keys in sorted(files.values(), key=lambda f: f[0]):
+            for key, snapshot_id in keys.items():
+                if key.startswith("target:"):
+                    by_target[(namespace, key.removeprefix("target:"))] = snapshot_id
+        self.by_target = by_target

@@ -272,6 +272,16 @@ class SnapshotIndex:
             ).fetchall()
         return [FleetRow(*r[:-1], bool(r[-1])) for r in rows]
 
+    def fleet_row(self, snapshot_id: str) -> FleetRow | None:
+        """One ready snapshot as `fleet_rows` reads it, whenever it was taken (a baseline)."""
+        with self._lock:
+            r = self._conn.execute(
+                "SELECT id, namespace, target, pod, created_at, step_time_ms, bottleneck, rules, "
+                "findings, pinned FROM snapshots WHERE status = 'ready' AND id = ?",
+                (snapshot_id,),
+            ).fetchone()
+        return FleetRow(*r[:-1], bool(r[-1])) if r else None
+
     def count_by_status(self) -> list[tuple[str | None, str, int]]:
         """(namespace, status, snapshots) of every snapshot indexed, wherever it is."""
         with self._lock:

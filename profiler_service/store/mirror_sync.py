@@ -22,11 +22,18 @@ upload; the id stays hidden from refreshes until it is done.
 The catalogue (under this class's own lock): which ids the store holds locally (our own: never
 read back from the bucket) and, for each it lists from the bucket, the version of `snapshot.json`
 last indexed, so a refresh reads only what is new or rewritten.
+
+Manifests (manifest.py): after each pass of the queue, a sidecar rewrites its manifest, the
+`snapshot.json` of every snapshot it holds and has copied, each with the version the bucket gave
+it. A refresh with many snapshots to read (`MANIFEST_MIN_WANTED`: a first sync) reads the
+manifests that changed since it last read them and takes each line whose version is the one it
+listed, then reads the rest one `snapshot.json` at a time.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import math
 import threading
@@ -36,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from profiler_service.models import Snapshot, is_snapshot_id
+from profiler_service.store.baselines import fleet_baselines_path
 from profiler_service.store.events import (
     REMOTE,
     RemoteSnapshot,
@@ -43,6 +51,13 @@ from profiler_service.store.events import (
     StoreEventKind,
 )
 from profiler_service.store.layout import FAILED, READY
+from profiler_service.store.manifest import (
+    ManifestEntry,
+    ManifestReader,
+    decode,
+    encode,
+    manifest_path,
+)
 from profiler_service.store.object_store import ObjectStoreMirror, RemoteEntry
 from profiler_service.store.snapshot_store import SnapshotStore
 
@@ -51,6 +66,7 @@ __all__ = ["REMOTE", "MirrorSync", "RefreshStats", "mirrored_store"]
 log = logging.getLogger(__name__)
 
 REFRESH_BATCH = 500  # snapshot.json files read, parsed and indexed at a time
+MANIFEST_MIN_WANTED = 100  # fewer to read: one snapshot.json each beats a manifest each
 
 
 @dataclass
@@ -61,8 +77,10 @@ class RefreshStats:
     indexed: int = 0
     removed: int = 0
     listed_s: float = 0.0  # listing the bucket
-    read_s: float = 0.0  # reading the new snapshot.json files
+    read_s: float = 0.0  # reading the new snapshot.json files (and manifests)
     duration_s: float = 0.0
+    manifests: int = 0  # manifests read
+    from_manifests: int = 0  # snapshots indexed from them (the rest: one read each)
 
 
 UPLOAD, DELETE = "upload", "delete"
@@ -74,12 +92,21 @@ def mirrored_store(
     *,
     refresh_interval_s: float = 10.0,
     retry_max_s: float = 300.0,
+    sidecar: str | None = None,
     **store_options: int,
 ) -> tuple[SnapshotStore, MirrorSync]:
     """A SnapshotStore at `root` and the MirrorSync that copies it to `mirror`'s bucket, wired
-    together (open the store, then start the sync; stop the sync, then close the store)."""
+    together (open the store, then start the sync; stop the sync, then close the store).
+    `sidecar` (manifest.sidecar_key): the name of this sidecar's manifest and baselines in the
+    bucket; None (the hub): it writes neither."""
     store = SnapshotStore(root, **store_options)
-    sync = MirrorSync(store, mirror, refresh_interval_s=refresh_interval_s, retry_max_s=retry_max_s)
+    sync = MirrorSync(
+        store,
+        mirror,
+        refresh_interval_s=refresh_interval_s,
+        retry_max_s=retry_max_s,
+        sidecar=sidecar,
+    )
     sync.attach()
     return store, sync
 
@@ -92,6 +119,7 @@ class MirrorSync:
         *,
         refresh_interval_s: float = 10.0,
         retry_max_s: float = 300.0,
+        sidecar: str | None = None,
     ):
         self.store = store
         self.mirror = mirror
@@ -113,6 +141,14 @@ class MirrorSync:
         self._seeded = False
         self._local: set[str] = set()  # held by the store locally: our own
         self._remote: dict[str, int] = {}  # listed from the bucket: version last indexed
+        # Our manifest: what we copied (each doc as written, with its version); and the
+        # others', read again only when they changed.
+        self.manifest = manifest_path(sidecar) if sidecar else None
+        self.baselines_path = fleet_baselines_path(sidecar) if sidecar else None
+        self._baselines_copied: dict[str, str] | None = None
+        self._written: dict[str, ManifestEntry] | None = None  # None: not read back yet
+        self._manifest_dirty = sidecar is not None
+        self._manifest_reader = ManifestReader(mirror, own=self.manifest)
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -167,6 +203,9 @@ class MirrorSync:
                 self._remote.pop(snapshot_id, None)
                 # Queued before the lock is left: a refresh under way cannot list it again.
                 self.queue_delete(snapshot_id)
+            if self.manifest is not None and event.kind is StoreEventKind.EVICTED:
+                self._manifest_dirty = True  # it leaves our manifest
+                self._wake.set()
         if event.kind in (StoreEventKind.PUBLISHED, StoreEventKind.UPDATED):
             self.queue_upload(snapshot_id)
 
@@ -228,7 +267,7 @@ class MirrorSync:
             self._wake.clear()
             if self._stop.is_set():
                 break
-            if self.sync_pending():
+            if self.sync_pending() and self.write_manifest() and self.copy_baselines():
                 delay = 0.0
             else:
                 delay = min(max(2 * delay, 1.0), self.retry_max_s)
@@ -285,10 +324,18 @@ class MirrorSync:
             return
         started = time.monotonic()
         if stored.files_dir is None:  # remote-only: its files are there, its record changed
-            self.mirror.write_doc(stored.snapshot)
+            entry = self.mirror.write_doc(stored.snapshot)
             sent = 0
         else:
-            sent = self.mirror.upload_snapshot(stored.files_dir, stored.snapshot)
+            sent, entry = self.mirror.upload_snapshot(stored.files_dir, stored.snapshot)
+        if self.manifest is not None:
+            written = ManifestEntry(
+                entry.id, entry.location, entry.version, stored.snapshot.model_dump_json()
+            )
+            with self._lock:
+                if self._written is not None:
+                    self._written[snapshot_id] = written
+                self._manifest_dirty = True
         self.uploads_total += 1
         log.info(
             "snapshot %s uploaded to %s (%d bytes in %.1f s)",
@@ -297,6 +344,69 @@ class MirrorSync:
             sent,
             time.monotonic() - started,
         )
+
+    # ---- our manifest ----------------------------------------------------------------------
+
+    def write_manifest(self) -> bool:
+        """Rewrite our manifest if what we hold and copied changed; False when the bucket
+        refused (retried with the queue)."""
+        if self.manifest is None or not self._manifest_dirty:
+            return True
+        try:
+            if self._written is None:
+                self._read_back_manifest()
+            with self._lock:
+                self._seed()
+                self._manifest_dirty = False
+                pending = self._pending(UPLOAD)
+                entries = [
+                    e
+                    for i, e in sorted(self._written.items())
+                    if i in self._local and i not in pending
+                ]
+            self.mirror.put_record(self.manifest, encode(entries))
+        except Exception as exc:
+            self._manifest_dirty = True
+            log.warning("could not write the manifest to %s: %s", self.mirror.url, _brief(exc))
+            return False
+        return True
+
+    def copy_baselines(self) -> bool:
+        """Copy STORE/baselines.json beside the snapshots when it changed (for the fleet)."""
+        if self.baselines_path is None:
+            return True
+        baselines = self.store.baselines.all()
+        if baselines == self._baselines_copied:
+            return True
+        namespace = self.baselines_path.rsplit("/", 1)[1].split(".", 1)[0]
+        doc = {"namespace": None if namespace == "_" else namespace, "baselines": baselines}
+        try:
+            self.mirror.put_record(self.baselines_path, json.dumps(doc, sort_keys=True).encode())
+        except Exception as exc:
+            log.warning("could not copy the baselines to %s: %s", self.mirror.url, _brief(exc))
+            return False
+        self._baselines_copied = baselines
+        return True
+
+    def _read_back_manifest(self) -> None:
+        """After a restart: the lines of our last manifest still true (held, copied as is)."""
+        data = self.mirror.read_paths([self.manifest]).get(self.manifest, b"")
+        with self._lock:
+            self._seed()
+            pending = self._pending(UPLOAD)
+            self._written = {
+                e.id: e for e in decode(data) if e.id in self._local and e.id not in pending
+            }
+
+    def _from_manifests(self, wanted: dict[str, RemoteEntry], stats: RefreshStats) -> set[str]:
+        """Index what the changed manifests hold of `wanted` at its listed version; the ids."""
+        taken: set[str] = set()
+        for batch in self._manifest_reader.matching(wanted, stats):
+            found = [f for entry, doc in batch if (f := _parse(entry, doc))]
+            indexed = self._index_remote(found)
+            stats.from_manifests += len(indexed)
+            taken.update(f.snapshot.id for f in found)
+        return taken
 
     # ---- reading the bucket ----------------------------------------------------------------
 
@@ -344,6 +454,10 @@ class MirrorSync:
                     and self._remote.get(e.id) != e.version
                 ]
             stats = RefreshStats(listed=len(remote), listed_s=listed_s)
+            if len(wanted) >= MANIFEST_MIN_WANTED:
+                taken = self._from_manifests({e.id: e for e in wanted}, stats)
+                stats.indexed += stats.from_manifests
+                wanted = [e for e in wanted if e.id not in taken]
             for first in range(0, len(wanted), REFRESH_BATCH):
                 batch = wanted[first : first + REFRESH_BATCH]
                 read_from = time.monotonic()
@@ -410,7 +524,7 @@ class MirrorSync:
         return size, self.mirror.open_file(snapshot, name)
 
 
-def _parse(entry: RemoteEntry, data: bytes | None) -> RemoteSnapshot | None:
+def _parse(entry: RemoteEntry, data: bytes | str | None) -> RemoteSnapshot | None:
     """A complete snapshot's record from the bucket, or None (vanished, unreadable, in flight)."""
     if data is None:
         return None

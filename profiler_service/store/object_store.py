@@ -4,6 +4,7 @@
     URL/plugins/profile/<id>/snapshot.json      written last: a prefix without it is absent
     URL/failed/<id>/snapshot.json               failed and interrupted records
     URL/failed/<id>/run/<host>.xplane.pb        the whole files an analysis failure kept
+    URL/manifests/<namespace>.<pod>.jsonl.gz    a sidecar's snapshot.json files in one (manifest.py)
 
 `URL` is any fsspec URL (`s3://bucket/prefix`, `gs://bucket/prefix`, `file:///shared/dir`). Each
 object is written whole (a PUT), the capture files first and `snapshot.json` last, so a reader
@@ -92,8 +93,9 @@ class ObjectStoreMirror:
 
     # ---- writing ---------------------------------------------------------------------------
 
-    def upload_snapshot(self, directory: Path, snapshot: Snapshot) -> int:
-        """Copy a finished snapshot's files, then its `snapshot.json`; returns bytes sent.
+    def upload_snapshot(self, directory: Path, snapshot: Snapshot) -> tuple[int, RemoteEntry]:
+        """Copy a finished snapshot's files, then its `snapshot.json`; returns bytes sent and
+        the version of the `snapshot.json` written.
 
         `directory` holds the files (`plugins/profile/<id>` or `failed/<id>/run`). A file already
         in the bucket with the same size is not sent again, so a retry or a re-upload after a
@@ -112,23 +114,28 @@ class ObjectStoreMirror:
                 continue
             self.fs.put_file(str(local), remote)
             sent += local.stat().st_size
-        self.write_doc(snapshot)
+        entry = self.write_doc(snapshot)
         # A snapshot lives in one place: a record that moved from failed/ to ready (or back)
         # must not be listed twice.
         other = FAILED if location == READY else READY
         self._remove_prefix(self._dir(snapshot.id, other))
-        return sent
+        return sent, entry
 
     def upload_record(self, snapshot: Snapshot) -> None:
         """Only the `snapshot.json` (a failed or interrupted snapshot without files)."""
         self.write_doc(snapshot)
 
-    def write_doc(self, snapshot: Snapshot) -> None:
-        directory = self._dir(snapshot.id, self.location_of(snapshot))
+    def write_doc(self, snapshot: Snapshot) -> RemoteEntry:
+        """Write `snapshot.json`; its version as a listing reports it (the manifest's)."""
+        location = self.location_of(snapshot)
+        directory = self._dir(snapshot.id, location)
         self._ensure_dir(directory)
-        self.fs.pipe_file(
-            f"{directory}/{SNAPSHOT_FILE}", snapshot.model_dump_json(indent=2).encode()
-        )
+        path = f"{directory}/{SNAPSHOT_FILE}"
+        answer = self.fs.pipe_file(path, snapshot.model_dump_json(indent=2).encode())
+        if not (isinstance(answer, dict) and answer.get("ETag")):  # S3's PUT tells its ETag
+            self.fs.invalidate_cache(path)
+            answer = self.fs.info(path)
+        return RemoteEntry(snapshot.id, location, _version(answer))
 
     def _ensure_dir(self, path: str) -> None:
         """Directories exist only on filesystems; on object stores makedirs would even create
@@ -164,6 +171,24 @@ class ObjectStoreMirror:
         self.fs.invalidate_cache(f"{self.root}/{prefix}")
         found = self._find(f"{self.root}/{prefix}")
         return self.fs.cat(list(found), on_error="omit") if found else {}
+
+    def list_records(self, prefix: str) -> dict[str, int]:
+        """Every object under `URL/<prefix>/`: its path relative to URL, and its version."""
+        base = f"{self.root}/{prefix}"
+        self.fs.invalidate_cache(base)
+        return {
+            posixpath.relpath(self.fs._strip_protocol(path), self.root): _version(info)
+            for path, info in self._find(base, detail=True).items()
+        }
+
+    def read_paths(self, relpaths: list[str]) -> dict[str, bytes]:
+        """The objects at these paths relative to URL (concurrently where fsspec can); a
+        missing one is left out."""
+        if not relpaths:
+            return {}
+        paths = {f"{self.root}/{p}": p for p in relpaths}
+        data = self.fs.cat(list(paths), on_error="omit")
+        return {paths[self.fs._strip_protocol(p)]: v for p, v in data.items()}
 
     def remove_record(self, relpath: str) -> None:
         path = f"{self.root}/{relpath}"
