@@ -1,6 +1,7 @@
 """The fleet hub: one contact point and one view over many sidecars and their shared bucket.
 
 registry.py      who the sidecars are (registration, heartbeat, TTL)
+peers.py         replicas share their registries through the bucket
 registration.py  the sidecar's side: its heartbeat to the hub (and to the bucket)
 routing.py       alerts and operator captures to the sidecar they name
 fleet.py         the hub's parts wired together; the bucket's sync into the fleet index

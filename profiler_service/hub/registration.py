@@ -98,11 +98,19 @@ class HubRegistration:
         return True
 
     def _put_hub(self) -> None:
-        response = self._client.put(
-            f"{self.settings.hub_url}/sidecars/{self.record.name}",
-            content=self.record.model_dump_json(exclude={"last_seen", "via"}),
-            headers={**self._headers(), "Content-Type": "application/json"},
-        )
+        def put() -> httpx.Response:
+            return self._client.put(
+                f"{self.settings.hub_url}/sidecars/{self.record.name}",
+                content=self.record.model_dump_json(exclude={"last_seen", "via"}),
+                headers={**self._headers(), "Content-Type": "application/json"},
+            )
+
+        try:
+            response = put()
+        except httpx.TransportError:
+            # The replica behind the kept-alive connection is gone: a new connection reaches a
+            # live one through the Service now, not a heartbeat later.
+            response = put()
         if response.status_code != 200:
             raise RuntimeError(f"the hub answered {response.status_code}: {response.text[:200]}")
 

@@ -267,7 +267,12 @@ class MirrorSync:
             self._wake.clear()
             if self._stop.is_set():
                 break
-            if self.sync_pending() and self.write_manifest() and self.copy_baselines():
+            if (
+                self.read_back_manifest()
+                and self.sync_pending()
+                and self.write_manifest()
+                and self.copy_baselines()
+            ):
                 delay = 0.0
             else:
                 delay = min(max(2 * delay, 1.0), self.retry_max_s)
@@ -353,15 +358,13 @@ class MirrorSync:
         if self.manifest is None or not self._manifest_dirty:
             return True
         try:
-            if self._written is None:
-                self._read_back_manifest()
             with self._lock:
                 self._seed()
                 self._manifest_dirty = False
                 pending = self._pending(UPLOAD)
                 entries = [
                     e
-                    for i, e in sorted(self._written.items())
+                    for i, e in sorted((self._written or {}).items())
                     if i in self._local and i not in pending
                 ]
             self.mirror.put_record(self.manifest, encode(entries))
@@ -388,15 +391,23 @@ class MirrorSync:
         self._baselines_copied = baselines
         return True
 
-    def _read_back_manifest(self) -> None:
-        """After a restart: the lines of our last manifest still true (held, copied as is)."""
-        data = self.mirror.read_paths([self.manifest]).get(self.manifest, b"")
+    def read_back_manifest(self) -> bool:
+        """Once, before the first copies: the lines of our last manifest still true (held,
+        copied as is), so a restart does not drop them. False when the bucket refused."""
+        if self.manifest is None or self._written is not None:
+            return True
+        try:
+            data = self.mirror.read_paths([self.manifest]).get(self.manifest, b"")
+        except Exception as exc:
+            log.warning("could not read the manifest from %s: %s", self.mirror.url, _brief(exc))
+            return False
         with self._lock:
             self._seed()
             pending = self._pending(UPLOAD)
             self._written = {
                 e.id: e for e in decode(data) if e.id in self._local and e.id not in pending
             }
+        return True
 
     def _from_manifests(self, wanted: dict[str, RemoteEntry], stats: RefreshStats) -> set[str]:
         """Index what the changed manifests hold of `wanted` at its listed version; the ids."""

@@ -28,7 +28,7 @@ def replicas(tmp_path, clock: FakeClock) -> tuple[list[SidecarRegistry], list[Re
 
 
 def test_a_heartbeat_to_one_replica_reaches_the_other_and_so_does_a_deregistration(tmp_path):
-    clock = FakeClock(clock_now := time.time())
+    clock = FakeClock(clock_now := float(int(time.time())))
     (a, b), (share_a, share_b) = replicas(tmp_path, clock)
     a.heartbeat(record("trainer-0").model_copy(update={"via": "hub"}))
     assert a.changed.is_set()  # a new sidecar: shared at the next round, not an interval later
@@ -48,7 +48,7 @@ def test_a_heartbeat_to_one_replica_reaches_the_other_and_so_does_a_deregistrati
 
 
 def test_a_fresher_heartbeat_wins_and_a_silent_replicas_sidecars_age_out(tmp_path):
-    clock = FakeClock(time.time())
+    clock = FakeClock(float(int(time.time())))
     (a, b), (share_a, share_b) = replicas(tmp_path, clock)
     a.heartbeat(record("trainer-0", "http://10.0.0.1:8080"))
     share_a.once()
@@ -65,7 +65,7 @@ def test_a_fresher_heartbeat_wins_and_a_silent_replicas_sidecars_age_out(tmp_pat
 
 
 def test_a_replica_that_starts_knows_the_fleet_before_its_first_request(tmp_path):
-    clock = FakeClock(time.time())
+    clock = FakeClock(float(int(time.time())))
     (a, b), (share_a, share_b) = replicas(tmp_path, clock)
     for i in range(3):
         a.heartbeat(record(f"trainer-{i}"))
@@ -78,7 +78,7 @@ def test_a_replica_that_starts_knows_the_fleet_before_its_first_request(tmp_path
 
 
 def test_an_unreadable_replica_file_is_skipped_and_the_bucket_down_is_survived(tmp_path):
-    clock = FakeClock(time.time())
+    clock = FakeClock(float(int(time.time())))
     (a, b), (share_a, share_b) = replicas(tmp_path, clock)
     a.heartbeat(record("trainer-0"))
     share_a.once()
