@@ -133,24 +133,42 @@ def fleet_doc(template: dict, i: int, sidecars: int, now: datetime, rng: random.
 
 
 def write_manifests(store_url: str, options: dict, docs: list[dict]) -> int:
-    """Each sidecar's manifest, as its mirror writes it: every doc with its listed version."""
+    """Each sidecar's manifest, as its mirror writes it: every doc with its listed version
+    (read back from the bucket a sidecar at a time: 100,000 documents do not fit in memory)."""
     from profiler_service.store.manifest import ManifestEntry, encode, manifest_path, sidecar_key
     from profiler_service.store.object_store import ObjectStoreMirror
 
     mirror = ObjectStoreMirror(store_url, options)
     listed = mirror.list_snapshots()
-    by_sidecar: dict[tuple[str, str], list[ManifestEntry]] = {}
+    by_sidecar: dict[tuple[str, str], list[str]] = {}
     for d in docs:
-        entry = listed.get(d["id"])
-        if entry is not None:
-            line = ManifestEntry(d["id"], entry.location, entry.version, json.dumps(d))
-            by_sidecar.setdefault((d["pod"], d["namespace"]), []).append(line)
+        by_sidecar.setdefault((d["pod"], d["namespace"]), []).append(d["id"])
     written = 0
-    for (pod, namespace), entries in by_sidecar.items():
-        data = encode(entries)
+    for (pod, namespace), ids in by_sidecar.items():
+        entries = [listed[i] for i in ids if i in listed]
+        texts = mirror.read_docs(entries)  # one line each: fill() wrote json.dumps
+        data = encode(
+            ManifestEntry(e.id, e.location, e.version, texts[e.id].decode())
+            for e in entries
+            if e.id in texts
+        )
         mirror.put_record(manifest_path(sidecar_key(pod, namespace)), data)
         written += len(data)
     return written
+
+
+def fill_made(fs, prefix: str, file_bucket: bool, make, count: int) -> list[dict]:
+    """Write `count` docs made by `make(i)`, 500 at a time; returns only their ids and places."""
+    kept = []
+    for first in range(0, count, 500):
+        docs = [make(i) for i in range(first, min(count, first + 500))]
+        if file_bucket:
+            for d in docs:
+                where = "plugins/profile" if d["status"] == "ready" else "failed"
+                fs.makedirs(f"{prefix}/{where}/{d['id']}", exist_ok=True)
+        fill(fs, prefix, docs)
+        kept += [{k: d[k] for k in ("id", "status", "pod", "namespace")} for d in docs]
+    return kept
 
 
 def fill(fs, prefix: str, docs: list[dict]) -> None:
@@ -257,7 +275,6 @@ def run(args, work: Path, rng: random.Random, procs: list) -> None:
     print(f"seed snapshot {template['id']}: {seed.stat().st_size / 1024:.1f} KiB of JSON")
 
     now = datetime.now(UTC)
-    docs = [fleet_doc(template, i, args.sidecars, now, rng) for i in range(args.snapshots)]
     if args.bucket == "s3":
         s3_port = free_port()
         moto = subprocess.Popen(
@@ -278,11 +295,14 @@ def run(args, work: Path, rng: random.Random, procs: list) -> None:
         fs = fsspec.filesystem("file")
         prefix = str(work / "bucket")
         store_url = f"file://{prefix}"
-        for d in docs:
-            where = "plugins/profile" if d["status"] == "ready" else "failed"
-            fs.makedirs(f"{prefix}/{where}/{d['id']}", exist_ok=True)
     started = time.perf_counter()
-    fill(fs, prefix, docs)
+    docs = fill_made(
+        fs,
+        prefix,
+        args.bucket == "file",
+        lambda i: fleet_doc(template, i, args.sidecars, now, rng),
+        args.snapshots,
+    )
     print(
         f"bucket ({args.bucket}): {len(docs)} snapshot.json written in "
         f"{time.perf_counter() - started:.1f} s"
@@ -339,12 +359,13 @@ def run(args, work: Path, rng: random.Random, procs: list) -> None:
     print(f"fleet index: {index.stat().st_size / 2**20:.0f} MiB on disk")
 
     # An incremental sync: 100 new, 10 deleted.
-    new = [fleet_doc(template, args.snapshots + i, args.sidecars, now, rng) for i in range(100)]
-    if args.bucket == "file":
-        for d in new:
-            where = "plugins/profile" if d["status"] == "ready" else "failed"
-            fs.makedirs(f"{prefix}/{where}/{d['id']}", exist_ok=True)
-    fill(fs, prefix, new)
+    fill_made(
+        fs,
+        prefix,
+        args.bucket == "file",
+        lambda i: fleet_doc(template, args.snapshots + i, args.sidecars, now, rng),
+        100,
+    )
     for d in docs[:10]:
         where = "plugins/profile" if d["status"] == "ready" else "failed"
         fs.rm(f"{prefix}/{where}/{d['id']}", recursive=True)
