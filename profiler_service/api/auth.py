@@ -47,7 +47,7 @@ from starlette.authentication import AuthCredentials, AuthenticationBackend, Bas
 from starlette.middleware.authentication import AuthenticationMiddleware
 from starlette.requests import HTTPConnection
 
-from profiler_service.config import Settings
+from profiler_service.config import AppSettings, ServerSettings, WebhookSettings
 from profiler_service.errors import Forbidden, InvalidSignature, Unauthorized
 
 __all__ = [
@@ -117,7 +117,8 @@ class _Challenge:
 class Authenticator(AuthenticationBackend):
     """The settings' secrets, and the scopes each one grants (the table in the module doc)."""
 
-    settings: Settings
+    server: ServerSettings
+    webhook: WebhookSettings
     hub_vouches: bool = True  # a sidecar: the hub token stands in for a Grafana signature
     _bearer: list[tuple[bytes, str, frozenset[Scope]]] = field(init=False)
     _anonymous: frozenset[Scope] = field(init=False)
@@ -126,9 +127,9 @@ class Authenticator(AuthenticationBackend):
     signature_grants: frozenset[Scope] = field(init=False)
 
     def __post_init__(self) -> None:
-        s = self.settings
-        basic = s.webhook_username is not None and s.webhook_password is not None
-        hook_creds = s.webhook_token is not None or basic
+        s, w = self.server, self.webhook
+        basic = w.webhook_username is not None and w.webhook_password is not None
+        hook_creds = w.webhook_token is not None or basic
         self.signature_grants = frozenset({Scope.SIGNED}) | (
             frozenset() if hook_creds else frozenset({Scope.WEBHOOK})
         )
@@ -148,14 +149,14 @@ class Authenticator(AuthenticationBackend):
         hub = {Scope.READ, Scope.CAPTURE, Scope.WEBHOOK, Scope.REGISTER}
         if self.hub_vouches:
             hub.add(Scope.HUB)
-        bearer = [(s.api_token, "api", api), (s.webhook_token, "webhook", {Scope.WEBHOOK})]
+        bearer = [(s.api_token, "api", api), (w.webhook_token, "webhook", {Scope.WEBHOOK})]
         bearer.append((s.hub_token, "hub", hub))
         self._bearer = [(_raw(t), name, frozenset(g)) for t, name, g in bearer if t is not None]
         self._basic = (
-            (s.webhook_username.encode(), _raw(s.webhook_password)) if basic else None  # type: ignore[union-attr,arg-type]
+            (w.webhook_username.encode(), _raw(w.webhook_password)) if basic else None  # type: ignore[union-attr,arg-type]
         )
         # Webhooks: which schemes are asked for, as the receiver's check always said.
-        tokens = s.webhook_token is not None or s.hub_token is not None
+        tokens = w.webhook_token is not None or s.hub_token is not None
         tokens = tokens or (not hook_creds and s.api_token is not None)
         asked = (["Bearer <token>"] if tokens else []) + (["Basic"] if basic else [])
         self._challenges = {
@@ -213,7 +214,7 @@ class Authenticator(AuthenticationBackend):
 
     def signature(self, headers: Mapping[str, str], body: bytes, now_s: float) -> frozenset[Scope]:
         """The scopes a valid, fresh Grafana signature earns; InvalidSignature otherwise."""
-        s = self.settings
+        s = self.webhook
         if s.webhook_hmac_secret is None:
             return frozenset()
         header = s.webhook_hmac_header
@@ -263,7 +264,7 @@ class Authenticator(AuthenticationBackend):
         """Grafana's webhook with `webhook_hmac_secret` set, unless the hub vouches for it."""
         return (
             source == "grafana"
-            and self.settings.webhook_hmac_secret is not None
+            and self.webhook.webhook_hmac_secret is not None
             and Scope.HUB not in grant.scope_set
         )
 
@@ -281,11 +282,11 @@ def sign(secret: str, body: bytes, timestamp: str | None = None) -> str:
 # ---- the app's side ---------------------------------------------------------------------------
 
 
-def install_auth(app: FastAPI, settings: Settings | None, *, hub_vouches: bool) -> None:
+def install_auth(app: FastAPI, settings: AppSettings | None, *, hub_vouches: bool) -> None:
     """Add the middleware (none without settings: an app built only to describe its routes)."""
     if settings is None:
         return
-    backend = Authenticator(settings, hub_vouches=hub_vouches)
+    backend = Authenticator(settings.server, settings.webhook, hub_vouches=hub_vouches)
     app.state.authenticator = backend
     app.add_middleware(AuthenticationMiddleware, backend=backend)
 

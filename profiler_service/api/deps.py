@@ -9,15 +9,20 @@ from fastapi import Depends, Request
 from profiler_service.api.auth import Scope, requires
 from profiler_service.api.core import AlertSink, MetricsPage, SnapshotReader
 from profiler_service.capture.controller import CaptureController
-from profiler_service.config import Settings
+from profiler_service.config import AppSettings
 from profiler_service.service import Service
 from profiler_service.store import SnapshotStore
+from profiler_service.targets import Target
 
 # ---- the core: what a sidecar and the hub both serve (api/core.py) ----------------------------
 
 
-async def get_settings(request: Request) -> Settings:
+async def get_settings(request: Request) -> AppSettings:
     return request.app.state.core.settings
+
+
+async def get_targets(request: Request) -> list[Target]:
+    return request.app.state.core.targets
 
 
 async def get_reader(request: Request) -> SnapshotReader:
@@ -33,7 +38,8 @@ async def get_alerts(request: Request) -> AlertSink:
     return request.app.state.core.alerts
 
 
-SettingsDep = Annotated[Settings, Depends(get_settings)]
+SettingsDep = Annotated[AppSettings, Depends(get_settings)]
+TargetsDep = Annotated[list[Target], Depends(get_targets)]
 ReaderDep = Annotated[SnapshotReader, Depends(get_reader)]
 MetricsDep = Annotated[MetricsPage, Depends(get_metrics)]
 AlertsDep = Annotated[AlertSink, Depends(get_alerts)]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from profiler_service.config import Settings
+from profiler_service.config import ReportSettings
 from profiler_service.exporters.links import LinkSource, SnapshotLinks, snapshot_links
 from profiler_service.models import Snapshot
 
@@ -18,7 +18,7 @@ class SnapshotPublic(Snapshot):
     links: SnapshotLinks
 
     @classmethod
-    def of(cls, snapshot: Snapshot, settings: Settings, base_url: str = "") -> SnapshotPublic:
+    def of(cls, snapshot: Snapshot, settings: ReportSettings, base_url: str = "") -> SnapshotPublic:
         # Built without validating again: the snapshot is valid (a page of 50 would cost ~30 ms).
         return cls.model_construct(
             **{name: getattr(snapshot, name) for name in Snapshot.model_fields},
@@ -34,7 +34,7 @@ class SnapshotsPublic(BaseModel):
 
 
 def snapshots_page_json(
-    docs: list[str], count: int, limit: int, offset: int, settings: Settings
+    docs: list[str], count: int, limit: int, offset: int, settings: ReportSettings
 ) -> str:
     """A `SnapshotsPublic` as JSON, spliced from stored snapshot.json texts (each already holds
     what `SnapshotPublic` has but its links): a page of 50 costs milliseconds, not a parse and a

@@ -6,7 +6,7 @@ from urllib.parse import quote, urlencode
 
 from pydantic import BaseModel, Field
 
-from profiler_service.config import Settings
+from profiler_service.config import ReportSettings
 from profiler_service.models import Snapshot, SnapshotFile, SnapshotStatus
 
 
@@ -41,7 +41,7 @@ class LinkSource(BaseModel):
 
 
 def snapshot_links(
-    snapshot: Snapshot | LinkSource, settings: Settings, base_url: str = ""
+    snapshot: Snapshot | LinkSource, settings: ReportSettings, base_url: str = ""
 ) -> SnapshotLinks:
     base = base_url.rstrip("/")
     own = f"{base}/profiles/{quote(snapshot.id)}"

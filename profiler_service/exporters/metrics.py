@@ -1,7 +1,7 @@
 """`GET /metrics`: one registry per service, the collectors in it, and the exposition.
 
     captures = CaptureMetrics(registry, targets)      # handed to the controller's on_finished
-    metrics = ServiceMetrics(settings, controller, store, registry, captures, ...)
+    metrics = ServiceMetrics(controller, store, registry, captures, ...)
     body, content_type = metrics.render(accept)    # OpenMetrics when the scraper asks for it
 
 Events (a capture finished) are counted by instrumented metrics fed from the controller's
@@ -18,7 +18,6 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessColl
 from prometheus_client.exposition import choose_encoder
 
 from profiler_service.capture.controller import CaptureController
-from profiler_service.config import Settings
 from profiler_service.exporters.gpu_collector import GpuCollector
 from profiler_service.exporters.lookback_collector import LookbackCollector
 from profiler_service.exporters.service_collector import ServiceCollector, UploadQueue
@@ -110,7 +109,6 @@ class ServiceMetrics:
 
     def __init__(
         self,
-        settings: Settings,
         controller: CaptureController,
         store: SnapshotStore,
         registry: CollectorRegistry,
@@ -135,7 +133,7 @@ class ServiceMetrics:
             self.gpu,
             ProcessCollector(registry=None),
         ]
-        self.in_process = any(t.kind is TargetKind.IN_PROCESS for t in settings.targets)
+        self.in_process = any(t.kind is TargetKind.IN_PROCESS for t in controller.capture.targets)
         if self.in_process:
             collectors += [StepCollector(steps), tf_memory or TFMemoryCollector()]
         if sampler is not None:

@@ -22,7 +22,7 @@ def create_hub_app(hub: HubService) -> FastAPI:
         hub.start()
         yield
         await hub.router.aclose()
-        hub.close()
+        hub.stop()
 
     app = FastAPI(
         title="profiler-service hub",

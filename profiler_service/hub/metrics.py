@@ -31,7 +31,7 @@ from prometheus_client.core import (
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.samples import Exemplar
 
-from profiler_service.config import Settings
+from profiler_service.config import ReportSettings
 from profiler_service.hub.registry import SidecarRegistry
 from profiler_service.hub.views import FleetView, FleetViewCache
 from profiler_service.store.index import SnapshotIndex
@@ -53,7 +53,7 @@ class SyncState(Protocol):
 class FleetCollector:
     def __init__(
         self,
-        settings: Settings,
+        settings: ReportSettings,
         index: SnapshotIndex,
         registry: SidecarRegistry,
         alert_log: AlertLog,

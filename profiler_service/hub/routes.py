@@ -92,5 +92,5 @@ def read_fleet_page(hub: HubDep, days: Annotated[float, Query(gt=0, le=90)] = DE
     if days == DEFAULT_DAYS:
         view = hub.metrics.collector.view()  # as of the last sync, shared with /metrics
     else:
-        view = fleet_view(hub.store.index, hub.settings, days)
-    return render_fleet(view, hub.registry.live(), hub.settings)
+        view = fleet_view(hub.store.index, hub.settings.report, days)
+    return render_fleet(view, hub.registry.live(), hub.settings.report)

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from profiler_service.config import Settings
+from profiler_service.config import ReportSettings
 from profiler_service.exporters import charts
 from profiler_service.exporters.report import SEVERITY_COLOURS, _environment
 from profiler_service.hub.registry import SidecarRecord
@@ -59,7 +59,7 @@ class FleetViewCache:
     `max_age_s`: over 10,000 snapshots one view costs ~150 ms, and the page and every scrape
     read it."""
 
-    def __init__(self, index: SnapshotIndex, settings: Settings, max_age_s: float = 60.0):
+    def __init__(self, index: SnapshotIndex, settings: ReportSettings, max_age_s: float = 60.0):
         self.index, self.settings, self.max_age_s = index, settings, max_age_s
         self._lock = threading.Lock()
         self._key: object = None
@@ -75,7 +75,9 @@ class FleetViewCache:
             return self._view
 
 
-def fleet_view(index: SnapshotIndex, settings: Settings, days: float = DEFAULT_DAYS) -> FleetView:
+def fleet_view(
+    index: SnapshotIndex, settings: ReportSettings, days: float = DEFAULT_DAYS
+) -> FleetView:
     end = datetime.now(UTC)
     start = end - timedelta(days=days)
     rows = index.fleet_rows(start)
@@ -111,7 +113,7 @@ def fleet_view(index: SnapshotIndex, settings: Settings, days: float = DEFAULT_D
     return FleetView(start, end, jobs, by_rule, len(rows), rows, findings)
 
 
-def render_fleet(view: FleetView, sidecars: list[SidecarRecord], settings: Settings) -> str:
+def render_fleet(view: FleetView, sidecars: list[SidecarRecord], settings: ReportSettings) -> str:
     return (
         _environment()
         .get_template("fleet.html")

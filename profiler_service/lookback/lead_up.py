@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from profiler_service.config import Settings
+from profiler_service.config import LookbackSettings
 from profiler_service.lookback.models import LeadUp
 from profiler_service.lookback.prometheus import lead_up_variables, query_lead_up
 from profiler_service.lookback.sampler import Sampler
@@ -19,7 +19,7 @@ from profiler_service.models import Snapshot, utcnow
 class LeadUpRecorder:
     """`controller.lead_up`: called once the trace is done, before analysis."""
 
-    def __init__(self, settings: Settings, sampler: Sampler | None):
+    def __init__(self, settings: LookbackSettings, sampler: Sampler | None):
         self.settings = settings
         self.sampler = sampler
 
@@ -42,7 +42,9 @@ class LeadUpRecorder:
             series, notes = query_lead_up(
                 s.prometheus_url,
                 s.prometheus_queries,
-                lead_up_variables(snapshot.target, snapshot.trigger.labels, s),
+                lead_up_variables(
+                    snapshot.target, snapshot.trigger.labels, snapshot.pod, snapshot.namespace
+                ),
                 since,
                 end,
                 timeout_s=s.prometheus_timeout_s,

@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from profiler_service.config import PromQuery, Settings
+from profiler_service.config import PromQuery
 from profiler_service.lookback.models import Series
 
 __all__ = [
@@ -81,9 +81,12 @@ def render_query(expr: str, variables: Mapping[str, str]) -> str:
     return Template.pattern.sub(replace, expr)
 
 
-def lead_up_variables(target: str, labels: Mapping[str, str], settings: Settings) -> dict[str, str]:
+def lead_up_variables(
+    target: str, labels: Mapping[str, str], pod: str | None = None, namespace: str | None = None
+) -> dict[str, str]:
     """The variables of a snapshot's queries: the trigger's labels, then `target`, and `pod` and
-    `namespace` where the settings know them (PROFILER_POD_NAME, PROFILER_POD_NAMESPACE).
+    `namespace` where the settings know them (PROFILER_POD_NAME, PROFILER_POD_NAMESPACE, which
+    the controller stamps on every snapshot).
 
     The service's own knowledge wins over a label of the same name: an alert cannot point $pod
     at another pod's data. Where the settings do not know the pod (a service outside the job's
@@ -92,10 +95,10 @@ def lead_up_variables(target: str, labels: Mapping[str, str], settings: Settings
     """
     variables = {k: str(v) for k, v in labels.items() if _PLACEHOLDER_NAME.fullmatch(k)}
     variables["target"] = target
-    if settings.pod_name:
-        variables["pod"] = settings.pod_name
-    if settings.pod_namespace:
-        variables["namespace"] = settings.pod_namespace
+    if pod:
+        variables["pod"] = pod
+    if namespace:
+        variables["namespace"] = namespace
     return variables
 
 

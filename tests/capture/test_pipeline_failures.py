@@ -16,7 +16,7 @@ from profiler_service.analysis.analyzer import AnalysisFailed, XprofAnalyzer
 from profiler_service.capture.capturer import CaptureFailed, Capturer
 from profiler_service.capture.controller import CaptureController, CaptureRequest
 from profiler_service.child_process import Ending, WorkerRun, run_worker
-from profiler_service.config import Settings
+from profiler_service.config import BoundsSettings, CaptureSettings
 from profiler_service.errors import PipelineFailure, SnapshotErrorCode
 from profiler_service.models import Snapshot, SnapshotError, SnapshotStatus
 from profiler_service.store import SnapshotStore
@@ -32,9 +32,11 @@ def store(tmp_path):
 
 
 def _run(store: SnapshotStore, capturer: Capturer, analyzer=None) -> Snapshot:
-    settings = Settings(store=store.root, targets=[Target(name="job", workers=["127.0.0.1:9"])])
+    capture = CaptureSettings(targets=[Target(name="job", workers=["127.0.0.1:9"])])
     analyzer = analyzer or FailingAnalyzer(AnalysisFailed("analysis_failed", "unused"))
-    controller = CaptureController(settings, store, {TargetKind.GRPC: capturer}, analyzer)
+    controller = CaptureController(
+        capture, BoundsSettings(), store, {TargetKind.GRPC: capturer}, analyzer
+    )
     snapshot = controller.start(CaptureRequest(duration_s=0.1))
     assert controller.wait(snapshot.id, 30)
     done = store.get(snapshot.id)

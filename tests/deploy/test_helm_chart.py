@@ -25,7 +25,7 @@ from deploy_tools import (
     validate_kubernetes,
 )
 
-from profiler_service.config import Settings
+from profiler_service.config import HubSettings, Settings
 
 OPERATOR_KINDS = {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
 
@@ -205,8 +205,8 @@ def test_sidecar_shares_the_store_and_dials_the_job_over_localhost(monkeypatch):
             monkeypatch.setenv(key, entry["value"])
     settings = Settings(api_token="t")
     assert (
-        settings.targets[0].workers == ["127.0.0.1:6009"]
-        and settings.webhook_target_rules[0].pattern == rules[0]["pattern"]
+        settings.capture.targets[0].workers == ["127.0.0.1:6009"]
+        and settings.webhook.webhook_target_rules[0].pattern == rules[0]["pattern"]
     )
     # Native sidecar: an init container that keeps running and does not hold the Job open.
     assert sidecar in spec["initContainers"] and sidecar["restartPolicy"] == "Always"
@@ -218,7 +218,7 @@ def test_a_multi_worker_target_is_found_where_target_discovery_says(monkeypatch)
     target = env["PROFILER_TARGETS"]["value"]
     assert target == "trainer=tf-config:///profiles/tf_config.json?tasks=chief,worker"
     monkeypatch.setenv("PROFILER_TARGETS", target)
-    discovery = Settings(api_token="t").targets[0].discover
+    discovery = Settings(api_token="t").capture.targets[0].discover
     assert (discovery.source, discovery.path, discovery.tasks) == (
         "tf-config",
         "/profiles/tf_config.json",
@@ -240,7 +240,7 @@ def test_the_memory_watch_shares_the_pods_processes_only_when_asked(monkeypatch)
     assert spec["shareProcessNamespace"] is True
     watch = env_of(sidecar_of(spec))["PROFILER_WATCH_PROCESS"]["value"]
     monkeypatch.setenv("PROFILER_WATCH_PROCESS", watch)
-    assert Settings(api_token="t").watch_process == "python .*train"
+    assert Settings(api_token="t").lookback.watch_process == "python .*train"
 
 
 def test_secure_defaults():
@@ -325,7 +325,7 @@ def test_schema_lists_exactly_the_settings_the_chart_does_not_set_itself():
         "grafana_token", "store_options", "watch_process", "pod_name", "pod_namespace",
         "hub_url", "hub_token", "hub_advertise_url",
     }  # fmt: skip
-    assert offered == set(Settings.model_fields) - chart_set
+    assert offered == (set(Settings.owners) | set(HubSettings.owners)) - chart_set
 
 
 def test_named_templates_work_from_a_chart_that_owns_its_pod_spec(tmp_path):
@@ -444,13 +444,11 @@ def test_the_hub_renders_and_the_sidecar_points_at_it(monkeypatch, tmp_path):
     assert secret["data"]["hub-token"] == "ZmxlZXQtc2VjcmV0"  # base64 of fleet-secret
 
     # What the chart writes is what the hub and the sidecar accept (Kubernetes expands $(POD_IP)).
-    from profiler_service.config import HubSettings
-
     for key, entry in hub_env.items():
         if key.startswith("PROFILER_") and "value" in entry:
             monkeypatch.setenv(key, entry["value"])
     settings = HubSettings(api_token="t", hub_token="fleet-secret")
-    assert settings.hub_sidecar_ttl_s == 90 and settings.port == 8080
+    assert settings.fleet.hub_sidecar_ttl_s == 90 and settings.server.port == 8080
 
 
 def test_a_job_release_registers_with_another_releases_hub():

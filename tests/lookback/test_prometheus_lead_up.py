@@ -23,7 +23,7 @@ import pytest
 from helpers import free_port
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
-from profiler_service.config import PromQuery, Settings
+from profiler_service.config import PromQuery
 from profiler_service.lookback.prometheus import (
     MissingVariable,
     lead_up_variables,
@@ -132,15 +132,14 @@ def test_lead_up_variables_are_the_labels_then_target_pod_and_namespace():
         "target": "from-the-alert",
         "app.kubernetes.io/name": "trainer",  # cannot be a placeholder: left out
     }
-    known = Settings(pod_name="trainer-0-abc", pod_namespace="ml")
-    assert lead_up_variables("trainer", labels, known) == {
+    assert lead_up_variables("trainer", labels, "trainer-0-abc", "ml") == {
         "alertname": "StepTimeHigh",
         "pod": "trainer-0-abc",
         "target": "trainer",
         "namespace": "ml",
     }
     # Where the service does not know its pod, the alert's pod label is $pod.
-    assert lead_up_variables("trainer", labels, Settings(pod_name=None, pod_namespace=None)) == {
+    assert lead_up_variables("trainer", labels) == {
         "alertname": "StepTimeHigh",
         "pod": "from-the-alert",
         "target": "trainer",
@@ -154,7 +153,7 @@ def test_lead_up_holds_the_values_served_in_order_within_the_window(world):
     series, notes = query_lead_up(
         world.prom.url,
         [RAMP_QUERY],
-        lead_up_variables(TARGET, {}, Settings(pod_name=None, pod_namespace=None)),
+        lead_up_variables(TARGET, {}),
         at(world.ramp_start),
         at(world.ramp_end),
     )

@@ -631,7 +631,7 @@ def test_the_listing_spliced_from_stored_texts_is_what_the_models_would_answer(t
     import json
 
     from profiler_service.api.schemas import SnapshotPublic, snapshots_page_json
-    from profiler_service.config import Settings
+    from profiler_service.config import ReportSettings
     from profiler_service.models import (
         CaptureOptions,
         Snapshot,
@@ -641,7 +641,7 @@ def test_the_listing_spliced_from_stored_texts_is_what_the_models_would_answer(t
     )
     from profiler_service.store.index import SnapshotIndex, SnapshotQuery
 
-    settings = Settings(tensorboard_url="http://xprof:8791")
+    settings = ReportSettings(tensorboard_url="http://xprof:8791")
     index = SnapshotIndex(tmp_path / "index.sqlite")
     snapshots = [
         Snapshot(

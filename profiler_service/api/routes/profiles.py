@@ -75,9 +75,9 @@ def create_profile(
     labels = _parse_labels(label or [])
     seconds = parse_duration(
         duration,
-        default_s=settings.duration_default_s,
-        min_s=settings.duration_min_s,
-        max_s=settings.duration_max_s,
+        default_s=settings.bounds.duration_default_s,
+        min_s=settings.bounds.duration_min_s,
+        max_s=settings.bounds.duration_max_s,
     )
     client = request.client.host if request.client else None
     snapshot = controller.start(
@@ -95,7 +95,7 @@ def create_profile(
         snapshot = store.get(snapshot.id)
         response.status_code = 200
     response.headers["Location"] = f"/profiles/{snapshot.id}"
-    return SnapshotPublic.of(snapshot, settings)
+    return SnapshotPublic.of(snapshot, settings.report)
 
 
 @read_router.get("/profiles", response_model=SnapshotsPublic)
@@ -134,7 +134,7 @@ def list_profiles(
             offset=offset,
         )
     )
-    page = snapshots_page_json(docs, total, limit, offset, settings)
+    page = snapshots_page_json(docs, total, limit, offset, settings.report)
     return Response(page, media_type="application/json")
 
 
@@ -143,7 +143,7 @@ def read_profile(
     snapshot_id: SnapshotId, settings: SettingsDep, store: ReaderDep
 ) -> SnapshotPublic:
     """One snapshot: status, trigger, capture options, summary, findings, links."""
-    return SnapshotPublic.of(store.get(checked_id(snapshot_id)), settings)
+    return SnapshotPublic.of(store.get(checked_id(snapshot_id)), settings.report)
 
 
 @read_router.get("/profiles/{snapshot_id}/report", response_class=HTMLResponse)
@@ -161,7 +161,7 @@ def read_profile_report(
     if baseline is not None:
         base = store.get(checked_id(baseline))
         comparison = (base, compare(base, snapshot))
-    return render_report(snapshot, settings, comparison)
+    return render_report(snapshot, settings.report, comparison)
 
 
 @read_router.get("/profiles/{snapshot_id}/files/{name:path}", response_class=FileResponse)
@@ -194,7 +194,7 @@ def delete_profile(snapshot_id: SnapshotId, store: StoreDep) -> Response:
 )
 def pin_profile(snapshot_id: SnapshotId, settings: SettingsDep, store: StoreDep) -> SnapshotPublic:
     """Pin a snapshot (a baseline): retention never evicts it."""
-    return SnapshotPublic.of(store.set_pinned(checked_id(snapshot_id), True), settings)
+    return SnapshotPublic.of(store.set_pinned(checked_id(snapshot_id), True), settings.report)
 
 
 @router.delete(
@@ -204,7 +204,7 @@ def unpin_profile(
     snapshot_id: SnapshotId, settings: SettingsDep, store: StoreDep
 ) -> SnapshotPublic:
     """Unpin a snapshot, so retention may evict it again."""
-    return SnapshotPublic.of(store.set_pinned(checked_id(snapshot_id), False), settings)
+    return SnapshotPublic.of(store.set_pinned(checked_id(snapshot_id), False), settings.report)
 
 
 def _parse_labels(items: list[str]) -> dict[str, str]:

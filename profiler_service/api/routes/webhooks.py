@@ -22,7 +22,7 @@ from profiler_service.api.auth import check_signature, webhook_needs_signature
 from profiler_service.api.core import AlertSink
 from profiler_service.api.deps import AlertsDep, ReadRequired
 from profiler_service.api.schemas import ErrorPublic
-from profiler_service.config import Settings
+from profiler_service.config import AppSettings
 from profiler_service.errors import InvalidPayload, PayloadTooLarge
 from profiler_service.trigger.alerts import (
     AlertOutcome,
@@ -95,8 +95,8 @@ def list_alert_outcomes(
     return AlertLogPublic(data=data, count=len(data), counts=counts)
 
 
-async def read_body(request: Request, settings: Settings) -> bytes:
-    limit = settings.webhook_max_body_bytes
+async def read_body(request: Request, settings: AppSettings) -> bytes:
+    limit = settings.webhook.webhook_max_body_bytes
     too_large = f"the body is over the {limit}-byte limit (PROFILER_WEBHOOK_MAX_BODY_BYTES)"
     length = request.headers.get("content-length", "")
     if length.isdigit() and int(length) > limit:
