@@ -143,7 +143,7 @@ def main() -> None:
             rotations.append(round((session.since - first) / args.lookback_trace))
             return per_step
         finally:
-            session.close()
+            session.stop()
 
     late = 0
     samples_per_round: list[int] = []
