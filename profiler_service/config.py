@@ -340,6 +340,14 @@ class Settings(BaseSettings):
         description="`$pod` in the queries (the Helm chart sets it from the downward API).",
     )
     pod_namespace: str | None = Field(default=None, description="`$namespace` in the queries.")
+    workload: str | None = Field(
+        default=None,
+        pattern=r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$",
+        description="The job this sidecar profiles, as the fleet tells jobs apart (its "
+        "Deployment, Job or JobSet; the Helm chart: the pod's `profiler-service/workload` "
+        "label, the release name by default). Recorded in every snapshot. Unset: the target's "
+        "name stands for it.",
+    )
     lookback_trace_s: float = Field(
         default=0.0,
         ge=0,
@@ -458,6 +466,12 @@ class Settings(BaseSettings):
         if not isinstance(parsed, dict):
             raise ValueError("PROFILER_STORE_OPTIONS must be a JSON object")
         return parsed
+
+    @field_validator("workload", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: Any) -> Any:
+        """The chart's downward API gives "" when the pod lacks the label."""
+        return value or None
 
     @field_validator("targets", mode="before")
     @classmethod
@@ -578,3 +592,19 @@ class HubSettings(Settings):
     """The hub's: the same variables; its alert rules name the targets the sidecars register."""
 
     checks_target_names: ClassVar[bool] = False
+
+    tokens_file: Path | None = Field(
+        default=None,
+        description="Tenants: a JSON file of tokens, each reading and/or capturing only some "
+        "namespaces (`*`: all); re-read when it changes, no restart (a Secret mounted as a "
+        "file). With it, reading needs a token. Format: [Fleet](fleet.md#tenants).",
+    )
+
+    @model_validator(mode="after")
+    def _check_tokens_file(self) -> HubSettings:
+        """A tokens file that cannot be read or is invalid fails the start."""
+        if self.tokens_file is not None:
+            from profiler_service.tenancy import load_token_file
+
+            load_token_file(self.tokens_file)
+        return self

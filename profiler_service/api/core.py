@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from profiler_service.config import Settings
 from profiler_service.models import Snapshot
 from profiler_service.store import SnapshotQuery
+from profiler_service.tenancy import EVERYWHERE, Reach
 from profiler_service.trigger.alert_log import AlertLog, AlertOutcome
 from profiler_service.trigger.alerts import AlertTrigger, Source, WebhookPayload
 
@@ -39,7 +40,10 @@ class SnapshotReader(Protocol):
 
 
 class MetricsPage(Protocol):
-    def render(self, accept: str | None) -> tuple[bytes, str]: ...
+    """The exposition, held to the namespaces `reach` allows (the hub's tenants; a sidecar
+    has none and ignores it)."""
+
+    def render(self, accept: str | None, reach: Reach = EVERYWHERE) -> tuple[bytes, str]: ...
 
 
 class AlertSink(Protocol):

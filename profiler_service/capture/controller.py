@@ -182,6 +182,7 @@ class CaptureController:
                 target=target.name,
                 pod=self.settings.pod_name,
                 namespace=self.settings.pod_namespace,
+                workload=self.settings.workload,
                 workers=target.workers,
                 trigger=trigger,
                 capture=options,

@@ -24,6 +24,7 @@ from profiler_service.hub.routing import FleetRouter
 from profiler_service.store import SnapshotStore
 from profiler_service.store.mirror_sync import MirrorSync, RefreshStats, mirrored_store
 from profiler_service.store.object_store import ObjectStoreMirror
+from profiler_service.tenancy import TenantTokens
 from profiler_service.trigger.alert_log import AlertLog
 
 __all__ = ["FleetSync", "HubService", "build_hub"]
@@ -109,6 +110,7 @@ class HubService:
     router: FleetRouter
     fleet_sync: FleetSync
     metrics: FleetMetrics
+    tenants: TenantTokens | None = None  # tokens_file: tokens that reach some namespaces
 
     @property
     def alerts(self) -> FleetRouter:
@@ -138,4 +140,6 @@ def build_hub(settings: HubSettings) -> HubService:
     router = FleetRouter(settings, registry, alert_log)
     fleet_sync = FleetSync(sync, registry, settings.hub_sync_interval_s)
     collector = FleetCollector(settings, store.index, registry, alert_log, fleet_sync)
-    return HubService(settings, store, registry, router, fleet_sync, FleetMetrics(collector))
+    tenants = TenantTokens(settings.tokens_file) if settings.tokens_file else None
+    metrics = FleetMetrics(collector)
+    return HubService(settings, store, registry, router, fleet_sync, metrics, tenants)

@@ -207,7 +207,7 @@ def test_every_route_declares_the_scope_it_needs():
         "POST /webhooks/alertmanager": "-",
         "GET /healthz": "-",
         "GET /readyz": "-",
-        "GET /metrics": "-",
+        "GET /metrics": "read",  # open, unless the hub has tenants (a token per namespace)
     }
     sidecar = {
         **shared,
