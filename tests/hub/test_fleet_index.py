@@ -209,7 +209,8 @@ def test_the_fleet_page_and_metrics_show_each_jobs_latest_state(s3, tmp_path):
             ).text
             exemplar = re.search(
                 r'^profiler_fleet_findings_total\{namespace="team-a",rule="host_bound",'
-                r'severity="critical",target="ranker",workload=""\} 3.0 # \{snapshot_id="([^"]+)"\}',
+                r'severity="critical",target="ranker",workload=""\} 3.0 '
+                r'# \{snapshot_id="([^"]+)"\}',
                 open_metrics,
                 re.M,
             )
