@@ -24,8 +24,8 @@ Which credential gives which scope:
   credentials (it replaces `api_token` there);
 - the hub's tenants (`tokens_file`, profiler_service/tenancy.py): a token of the file earns
   `read` and/or `capture`, each with its reach (the namespaces it applies to); with the file,
-  nobody reads without a token: anyone, the webhook token and basic auth lose `read`. Every other
-  credential reaches every namespace.
+  nobody reads or captures without a token: anyone, the webhook token and basic auth lose `read`
+  and `capture`. Every other credential reaches every namespace.
 
 A missing scope is `401 unauthorized` (with `WWW-Authenticate`) when no credential of a kind the
 route takes was sent, else `403 forbidden`; a bad signature is `401 invalid_signature`. Where a
@@ -153,9 +153,11 @@ class Authenticator(AuthenticationBackend):
         self.signature_grants = frozenset({Scope.SIGNED}) | (
             frozenset() if hook_creds else frozenset({Scope.WEBHOOK})
         )
+        # With tenants, reading and capturing need a token (else anyone reaches everywhere).
         anonymous = set() if self.tenants is not None else {Scope.READ}
         if s.api_token is None:
-            anonymous.add(Scope.CAPTURE)
+            if self.tenants is None:
+                anonymous.add(Scope.CAPTURE)
             if not hook_creds:
                 anonymous.add(Scope.WEBHOOK)
             if s.hub_token is None:
