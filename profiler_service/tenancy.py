@@ -170,9 +170,9 @@ class TenantTokens:
         self._clock = clock
         self._lock = threading.Lock()
         self._identity: tuple[int, int, int] | None = None
-        self._checked_s = float("-inf")
         self.reloads_total = 0
         self._entries = self._load()  # a bad file at start-up fails the start
+        self._checked_s = clock()
 
     def _stat(self) -> tuple[int, int, int] | None:
         try:

@@ -62,7 +62,7 @@ one hub.url names (name.NAMESPACE.svc...), else the release's. */}}
 {{- define "profiler-service.hubNamespace" -}}
 {{- $host := "" -}}
 {{- if .Values.hub.url -}}
-{{- $host = (urlParse .Values.hub.url).host | regexReplaceAll ":[0-9]+$" "" -}}
+{{- $host = regexReplaceAll ":[0-9]+$" (urlParse .Values.hub.url).host "" -}}
 {{- end -}}
 {{- $parts := splitList "." $host -}}
 {{- $named := .Release.Namespace -}}
