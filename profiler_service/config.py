@@ -343,10 +343,10 @@ class Settings(BaseSettings):
     workload: str | None = Field(
         default=None,
         pattern=r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$",
-        description="The job this sidecar profiles, as the fleet tells jobs apart (its "
-        "Deployment, Job or JobSet; the Helm chart: the pod's `profiler-service/workload` "
-        "label, the release name by default). Recorded in every snapshot. Unset: the target's "
-        "name stands for it.",
+        description="The job this sidecar profiles, as the fleet hub tells jobs apart: its "
+        "Deployment, Job or JobSet (the Helm chart: the release name, or a pod label, "
+        "`workload.fromLabel`). Recorded in every snapshot. Unset: the hub keys the job by its "
+        "target's name.",
     )
     lookback_trace_s: float = Field(
         default=0.0,
@@ -597,7 +597,7 @@ class HubSettings(Settings):
         default=None,
         description="Tenants: a JSON file of tokens, each reading and/or capturing only some "
         "namespaces (`*`: all); re-read when it changes, no restart (a Secret mounted as a "
-        "file). With it, reading needs a token. Format: [Fleet](fleet.md#tenants).",
+        "file). With it, reading and capturing need a token. Format: docs/fleet.md, Tenants.",
     )
 
     @model_validator(mode="after")

@@ -1,4 +1,5 @@
-"""docs/reference/configuration.md: every field of `Settings`, from its `Field(description=...)`."""
+"""docs/reference/configuration.md: every field of `Settings` (and the hub's own, of
+`HubSettings`), from its `Field(description=...)`."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pydantic import BaseModel, SecretStr
 from pydantic.fields import FieldInfo
 
 from profiler_service.cli import build_parser
-from profiler_service.config import Settings
+from profiler_service.config import HubSettings, Settings
 from profiler_service.docs_reference.markdown import code, table
 
 INTRO = """# Configuration
@@ -46,16 +47,17 @@ def render() -> str:
             type_name(field.annotation),
             default_of(field),
             allowed(field),
-            description_of(name, field),
+            ("Hub only. " if name not in Settings.model_fields else "")
+            + description_of(name, field),
         )
-        for name, field in Settings.model_fields.items()
+        for name, field in HubSettings.model_fields.items()
     ]
     return INTRO + table(["variable", "type", "default", "allowed", "description"], rows)
 
 
 def cli_flags() -> dict[str, dict[str, list[str]]]:
     """{setting: {flag: [commands]}} for the command-line options that set a setting."""
-    found: dict[str, dict[str, list[str]]] = {name: {} for name in Settings.model_fields}
+    found: dict[str, dict[str, list[str]]] = {name: {} for name in HubSettings.model_fields}
     for action in build_parser()._actions:
         if not isinstance(action, argparse._SubParsersAction):
             continue

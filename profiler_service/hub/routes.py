@@ -72,8 +72,10 @@ async def route_profile(
     pod: Annotated[str | None, Query(description="the sidecar's pod")] = None,
     wait: bool = False,
 ) -> Response:
-    """Start a capture on the sidecar that captures `target`, among those of the namespaces
-    you may capture; its answer, as it gave it."""
+    """Start a capture on the sidecar that captures `target`; its answer, as it gave it.
+
+    Only sidecars of the namespaces your token may capture are candidates.
+    """
     router: FleetRouter = hub.router
     query = [(k, v) for k, v in request.query_params.multi_items() if k not in ("namespace", "pod")]
     sidecars = reach.keep(hub.registry.live(), lambda s: s.namespace)
@@ -94,8 +96,10 @@ async def route_profile(
 def read_fleet_page(
     hub: HubDep, reach: ReadReach, days: Annotated[float, Query(gt=0, le=90)] = DEFAULT_DAYS
 ) -> str:
-    """Every job's latest verdict, step time over the window, regressions, findings by rule
-    (of the namespaces you read)."""
+    """Every job's latest verdict, step time over the window, regressions, findings by rule.
+
+    A job is its namespace, workload and target; only the namespaces your token reads.
+    """
     if days == DEFAULT_DAYS:
         view = hub.metrics.collector.view()  # as of the last sync, shared with /metrics
     else:
