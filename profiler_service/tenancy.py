@@ -73,11 +73,6 @@ class Reach:
         """A snapshot or sidecar without a namespace is only for those who reach everywhere."""
         return self.namespaces is None or (namespace is not None and namespace in self.namespaces)
 
-    def union(self, other: Reach) -> Reach:
-        if self.namespaces is None or other.namespaces is None:
-            return EVERYWHERE
-        return Reach(self.namespaces | other.namespaces)
-
     def keep(self, items: Iterable[T], namespace_of: Callable[[T], str | None]) -> list[T]:
         """The items whose namespace (`namespace_of(item)`) this reach allows."""
         return [i for i in items if self.allows(namespace_of(i))]

@@ -73,7 +73,7 @@ _REALM = 'Basic realm="profiler-service webhooks"'
 
 
 class Scope(StrEnum):
-    READ = "read"  # snapshots, reports, files, comparisons, the alert log, the fleet page
+    READ = "read"  # snapshots, reports, files, comparisons, the alert log, the fleet page, /metrics
     CAPTURE = "capture"  # start captures; delete, pin, unpin, set baselines
     WEBHOOK = "webhook"  # post alerts
     SIGNED = "signed"  # the body carries a valid Grafana signature (granted after reading it)
