@@ -137,6 +137,9 @@ class Snapshot(BaseModel):
     # Which sidecar took it (PROFILER_POD_NAME / PROFILER_POD_NAMESPACE): the fleet hub's filters.
     pod: str | None = None
     namespace: str | None = None
+    # Which job (PROFILER_WORKLOAD: the chart's release, or the pod's owner): a job is its
+    # workload, not its target's name (every chart release names its target `trainer`).
+    workload: str | None = None
     workers: list[str] = Field(default_factory=list)
     trigger: Trigger = Field(default_factory=Trigger)
     capture: CaptureOptions

@@ -264,3 +264,16 @@ def start_hub(store: Path, env: dict[str, str], port: int | None = None) -> Serv
     url = f"http://127.0.0.1:{port}"
     wait_for_http(proc, f"{url}/healthz", log, "the hub")
     return ServiceProcess(proc, url, store, log)
+
+
+def api_routes(routes: list) -> Iterator:
+    """Every `APIRoute` of an app's route table, through its included routers (FastAPI >=
+    0.16x keeps each `include_router` as one entry): what route-table checks walk."""
+    from fastapi.routing import APIRoute
+
+    for route in routes:
+        included = getattr(route, "original_router", None)
+        if included is not None:
+            yield from api_routes(included.routes)
+        if isinstance(route, APIRoute):
+            yield route

@@ -16,6 +16,7 @@ from profiler_service.config import AppSettings
 from profiler_service.models import Snapshot
 from profiler_service.store import SnapshotQuery
 from profiler_service.targets import Target
+from profiler_service.tenancy import EVERYWHERE, Reach
 from profiler_service.trigger.alert_log import AlertLog, AlertOutcome
 from profiler_service.trigger.alerts import AlertTrigger, Source, WebhookPayload
 
@@ -40,7 +41,10 @@ class SnapshotReader(Protocol):
 
 
 class MetricsPage(Protocol):
-    def render(self, accept: str | None) -> tuple[bytes, str]: ...
+    """The exposition, held to the namespaces `reach` allows (the hub's tenants; a sidecar
+    has none and ignores it)."""
+
+    def render(self, accept: str | None, reach: Reach = EVERYWHERE) -> tuple[bytes, str]: ...
 
 
 class AlertSink(Protocol):

@@ -184,6 +184,7 @@ class CaptureController:
                 target=target.name,
                 pod=s.pod_name,
                 namespace=s.pod_namespace,
+                workload=s.workload,
                 workers=target.workers,
                 trigger=trigger,
                 capture=options,

@@ -135,6 +135,20 @@ class CaptureSettings(Group):
         description="`$pod` in the queries (the Helm chart sets it from the downward API).",
     )
     pod_namespace: str | None = Field(default=None, description="`$namespace` in the queries.")
+    workload: str | None = Field(
+        default=None,
+        pattern=r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$",
+        description="The job this sidecar profiles, as the fleet hub tells jobs apart: its "
+        "Deployment, Job or JobSet (the Helm chart: the release name, or a pod label, "
+        "`workload.fromLabel`). Recorded in every snapshot. Unset: the hub keys the job by its "
+        "target's name.",
+    )
+
+    @field_validator("workload", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: Any) -> Any:
+        """The chart's downward API gives "" when the pod lacks the label."""
+        return value or None
 
     @field_validator("targets", mode="before")
     @classmethod

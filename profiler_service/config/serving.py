@@ -291,3 +291,18 @@ class FleetSettings(Group):
         gt=0,
         description="How long the hub waits for a sidecar it forwards an alert or a capture to.",
     )
+    tokens_file: Path | None = Field(
+        default=None,
+        description="Tenants: a JSON file of tokens, each reading and/or capturing only some "
+        "namespaces (`*`: all); re-read when it changes, no restart (a Secret mounted as a "
+        "file). With it, reading and capturing need a token. Format: docs/fleet.md, Tenants.",
+    )
+
+    @model_validator(mode="after")
+    def _check_tokens_file(self) -> FleetSettings:
+        """A tokens file that cannot be read or is invalid fails the start."""
+        if self.tokens_file is not None:
+            from profiler_service.tenancy import load_token_file
+
+            load_token_file(self.tokens_file)
+        return self

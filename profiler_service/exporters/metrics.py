@@ -30,6 +30,7 @@ from profiler_service.models import Snapshot, SnapshotStatus, TriggerKind
 from profiler_service.probes.steps import STEP_STATS, StepStats
 from profiler_service.store import SnapshotStore
 from profiler_service.targets import TargetKind
+from profiler_service.tenancy import EVERYWHERE, Reach
 from profiler_service.trigger.memory_watch import MemoryWatch
 
 __all__ = ["CaptureMetrics", "ServiceMetrics"]
@@ -141,7 +142,8 @@ class ServiceMetrics:
         for collector in collectors:
             self.registry.register(collector)
 
-    def render(self, accept: str | None) -> tuple[bytes, str]:
-        """The exposition and its content type: OpenMetrics 1.0 when `accept` asks for it."""
+    def render(self, accept: str | None, reach: Reach = EVERYWHERE) -> tuple[bytes, str]:
+        """The exposition and its content type: OpenMetrics 1.0 when `accept` asks for it.
+        `reach` is the hub's (its tenants); a sidecar's metrics are its own job's."""
         encoder, content_type = choose_encoder(accept or "")
         return encoder(self.registry), content_type

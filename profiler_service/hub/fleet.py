@@ -26,6 +26,7 @@ from profiler_service.store import SnapshotStore
 from profiler_service.store.mirror_sync import MirrorSync, RefreshStats, mirrored_store
 from profiler_service.store.object_store import ObjectStoreMirror
 from profiler_service.targets import Target
+from profiler_service.tenancy import TenantTokens
 from profiler_service.trigger.alert_log import AlertLog
 
 __all__ = ["FleetSync", "HubService", "build_hub"]
@@ -108,6 +109,7 @@ class HubService:
     fleet_sync: FleetSync
     metrics: FleetMetrics
     lifecycle: Lifecycle = field(default_factory=Lifecycle)  # the index, the log: closed last
+    tenants: TenantTokens | None = None  # tokens_file: tokens that reach some namespaces
 
     @property
     def alerts(self) -> FleetRouter:
@@ -146,5 +148,7 @@ def build_hub(settings: HubSettings) -> HubService:
     router = FleetRouter(settings, registry, alert_log)
     fleet_sync = FleetSync(sync, registry, settings.fleet.hub_sync_interval_s)
     collector = FleetCollector(settings.report, store.index, registry, alert_log, fleet_sync)
+    tokens_file = settings.fleet.tokens_file
+    tenants = TenantTokens(tokens_file) if tokens_file else None
     metrics = FleetMetrics(collector)
-    return HubService(settings, store, registry, router, fleet_sync, metrics, lifecycle)
+    return HubService(settings, store, registry, router, fleet_sync, metrics, lifecycle, tenants)

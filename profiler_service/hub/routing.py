@@ -222,10 +222,12 @@ class FleetRouter:
         namespace: str | None,
         pod: str | None,
         wait: bool,
+        sidecars: Iterable[SidecarRecord] | None = None,
     ) -> tuple[SidecarRecord, httpx.Response]:
-        """`POST /profile` on the sidecar that captures `target` (narrowed by namespace/pod)."""
+        """`POST /profile` on the sidecar that captures `target` (narrowed by namespace/pod),
+        among `sidecars` (the live ones the caller may capture; default: every live one)."""
         labels = {k: v for k, v in (("namespace", namespace), ("pod", pod)) if v}
-        found = self.match(labels, target=target)
+        found = self.match(labels, sidecars, target=target)
         if found.sidecar is None:
             raise NoSidecar(found.how, reason=found.reason)
         b = self.settings.bounds

@@ -8,6 +8,7 @@ chart renders), and the PrometheusRule's groups pass `promtool check rules`.
 
 from __future__ import annotations
 
+import base64
 import json
 import shutil
 from pathlib import Path
@@ -323,7 +324,7 @@ def test_schema_lists_exactly_the_settings_the_chart_does_not_set_itself():
         "host", "port", "insecure", "api_token", "store", "targets", "public_url",
         "webhook_token", "webhook_username", "webhook_password", "webhook_hmac_secret",
         "grafana_token", "store_options", "watch_process", "pod_name", "pod_namespace",
-        "hub_url", "hub_token", "hub_advertise_url",
+        "hub_url", "hub_token", "hub_advertise_url", "workload",
     }  # fmt: skip
     assert offered == (set(Settings.owners) | set(HubSettings.owners)) - chart_set
 
@@ -461,3 +462,78 @@ def test_a_job_release_registers_with_another_releases_hub():
 
 def test_the_hub_needs_the_fleets_bucket():
     assert "hub.enabled needs hub.storeUrl" in install_error({"hub": {"enabled": True}})
+
+
+def test_tenants_are_a_secret_mounted_as_a_directory_that_the_hub_accepts(tmp_path):
+    """A subPath mount would never see the Secret's updates: the hub re-reads the file."""
+    from profiler_service.config import HubSettings
+
+    tokens = [{"name": "team-a", "sha256": "ab" * 32, "read": ["team-a"], "capture": ["team-a"]},
+              {"name": "platform", "token": "x" * 32, "read": ["*"], "capture": ["*"]}]  # fmt: skip
+    docs = install_dry_run(
+        {**HUB_VALUES, "hub": {**HUB_VALUES["hub"], "tenants": {"tokens": tokens}}}
+    )
+    for doc in docs:
+        validate_kubernetes(doc)
+    deployment, _ = hub_objects(docs)
+    pod = deployment["spec"]["template"]["spec"]
+    hub = pod["containers"][0]
+    path = Path(env_of(hub)["PROFILER_TOKENS_FILE"]["value"])
+    mount = next(m for m in hub["volumeMounts"] if m["name"] == "tenants")
+    assert mount["mountPath"] == str(path.parent) and "subPath" not in mount and mount["readOnly"]
+    volume = next(v for v in pod["volumes"] if v["name"] == "tenants")
+    secret = next(d for d in docs if d["metadata"]["name"] == volume["secret"]["secretName"])
+    written = tmp_path / path.name
+    written.write_bytes(base64.b64decode(secret["data"]["tokens.json"]))
+    assert HubSettings(tokens_file=written, api_token="t").tokens_file == written
+
+    theirs = {**HUB_VALUES, "hub": {**HUB_VALUES["hub"], "tenants": {"existingSecret": "teams"}}}
+    docs = install_dry_run(theirs)
+    assert not [d for d in docs if d["metadata"]["name"].endswith("-hub-tenants")]
+    pod = hub_objects(docs)[0]["spec"]["template"]["spec"]
+    assert (
+        next(v for v in pod["volumes"] if v["name"] == "tenants")["secret"]["secretName"] == "teams"
+    )
+    assert "PROFILER_TOKENS_FILE" not in env_of(hub_objects(install_dry_run(HUB_VALUES))[0][
+        "spec"]["template"]["spec"]["containers"][0])  # fmt: skip
+
+
+def test_the_network_policy_lets_the_hub_reach_the_sidecar_port_and_nothing_else_in():
+    values = {"hub": {"url": "http://fleet-profiler-hub.fleet.svc:8080"},
+              "networkPolicy": {"enabled": True}, "training": {"metricsPort": 9464}}  # fmt: skip
+    docs = install_dry_run(values)
+    policy = next(d for d in docs if d["kind"] == "NetworkPolicy")
+    validate_kubernetes(policy)
+    hub_rule = next(r for r in policy["spec"]["ingress"] if "namespaceSelector" in r["from"][0])
+    peer = hub_rule["from"][0]
+    assert peer["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": "fleet"}
+    assert hub_rule["ports"] == [{"port": 8080, "protocol": "TCP"}]  # not 9464, not 6009
+    # The hub's own pods carry the labels the rule admits.
+    hub_docs = install_dry_run({**HUB_VALUES, "networkPolicy": {"enabled": True}})
+    hub_pod = hub_objects(hub_docs)[0]["spec"]["template"]["metadata"]["labels"]
+    assert peer["podSelector"]["matchLabels"].items() <= hub_pod.items()
+    # And the hub's: its port only, from this namespace and from the sidecars of any namespace.
+    hub_policy = next(d for d in hub_docs if d["kind"] == "NetworkPolicy"
+                      and d["metadata"]["name"].endswith("-hub"))  # fmt: skip
+    validate_kubernetes(hub_policy)
+    assert hub_policy["spec"]["podSelector"]["matchLabels"].items() <= hub_pod.items()
+    (rule,) = hub_policy["spec"]["ingress"]
+    assert rule["ports"] == [{"port": 8080, "protocol": "TCP"}]
+    sidecar_labels = pod_spec(hub_docs)[0]["labels"]
+    anywhere = next(p for p in rule["from"] if "namespaceSelector" in p)
+    assert anywhere["namespaceSelector"] == {}
+    assert anywhere["podSelector"]["matchLabels"].items() <= sidecar_labels.items()
+
+
+def test_the_sidecar_names_its_workload_for_the_fleet(monkeypatch):
+    env = env_of(sidecar_of(pod_spec(install_dry_run({}))[1]))
+    assert env["PROFILER_WORKLOAD"]["value"] == RELEASE
+    named = env_of(sidecar_of(pod_spec(install_dry_run({"workload": {"name": "bert-large"}}))[1]))
+    assert named["PROFILER_WORKLOAD"]["value"] == "bert-large"
+    label = "jobset.sigs.k8s.io/jobset-name"
+    owned = env_of(sidecar_of(pod_spec(install_dry_run({"workload": {"fromLabel": label}}))[1]))
+    assert owned["PROFILER_WORKLOAD"]["valueFrom"] == {
+        "fieldRef": {"fieldPath": f"metadata.labels['{label}']"}
+    }
+    monkeypatch.setenv("PROFILER_WORKLOAD", "")  # the downward API's value for a missing label
+    assert Settings(api_token="t").workload is None

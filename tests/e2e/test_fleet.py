@@ -2,7 +2,8 @@
 loopback (moto), a real Alertmanager posting to the hub with deploy/alertmanager/alertmanager.yml.
 
 The three sidecars capture a target of the same name (`trainer`, what the Helm chart names every
-job's), in three namespaces: only the alert's pod and namespace tell them apart. An alert for one
+job's), in three namespaces: only the alert's pod and namespace tell them apart, and each
+snapshot names its job by its workload (PROFILER_WORKLOAD, the chart's release). An alert for one
 captures that job and no other; the snapshot reaches the bucket and the hub's fleet listing. Then
 a sidecar is killed: an alert for it is `sidecar_unreachable` until the TTL, `no_sidecar` after,
 and an alert for another sidecar meanwhile is captured as usual.
@@ -134,6 +135,7 @@ def run_fleet(tmp_path, s3, hub, store_env, processes, service_factory, jobs) ->
                 "PROFILER_HUB_HEARTBEAT_S": "1",
                 "PROFILER_POD_NAME": f"trainer-{name}-0",
                 "PROFILER_POD_NAMESPACE": f"ml-{name}",
+                "PROFILER_WORKLOAD": f"job-{name}",  # what the chart sets: the release's name
                 "PROFILER_WEBHOOK_TOKEN": SIDECAR_WEBHOOK_TOKEN,
                 "PROFILER_WEBHOOK_MIN_INTERVAL_S": "0",
             },
@@ -156,6 +158,7 @@ def run_fleet(tmp_path, s3, hub, store_env, processes, service_factory, jobs) ->
         snapshot = wait_for_status(b, outcome["snapshot_id"], {"ready", "failed"}, 180)
     assert snapshot["status"] == "ready", snapshot.get("error")
     assert snapshot["namespace"] == "ml-b" and snapshot["pod"] == "trainer-b-0"
+    assert snapshot["workload"] == "job-b"
     assert snapshot["trigger"]["labels"]["pod"] == "trainer-b-0"
     assert snapshot["workers"] == [jobs[1].address.removeprefix("grpc://")]
     for other in ("a", "c"):
@@ -175,7 +178,8 @@ def run_fleet(tmp_path, s3, hub, store_env, processes, service_factory, jobs) ->
     download = client.get(f"/profiles/{snapshot['id']}/files/{name}")
     local = tmp_path / "sidecar-b" / "plugins" / "profile" / snapshot["id"] / name
     assert download.status_code == 200 and download.content == local.read_bytes()
-    assert 'data-job="ml-b/trainer"' in client.get("/fleet").text
+    assert 'data-job="ml-b/job-b/trainer"' in client.get("/fleet").text
+    assert client.get("/profiles", params={"workload": "job-b"}).json()["count"] == 1
 
     # Sidecar c is killed. An alert for it is unreachable (then, past the TTL, no sidecar);
     # an alert for sidecar a at the same time is captured as usual.

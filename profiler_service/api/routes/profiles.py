@@ -113,6 +113,9 @@ def list_profiles(
         str | None, Query(description="taken by a sidecar of this namespace")
     ] = None,
     pod: Annotated[str | None, Query(description="taken by the sidecar of this pod")] = None,
+    workload: Annotated[
+        str | None, Query(description="of this job (its workload: the chart's release)")
+    ] = None,
     since: Annotated[datetime | None, Query(description="created at or after (ISO 8601)")] = None,
     until: Annotated[datetime | None, Query(description="created before (ISO 8601)")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
@@ -128,6 +131,7 @@ def list_profiles(
             severity=severity,
             pod=pod,
             namespace=namespace,
+            workload=workload,
             since=_utc(since),
             until=_utc(until),
             limit=limit,
