@@ -252,7 +252,7 @@ NAMES = [
     "hub_sidecar_ttl_s", "hub_sync_interval_s", "hub_forward_timeout_s", "memory_watch",
     "memory_watch_share", "memory_watch_horizon_s", "memory_watch_growth_min_share",
     "memory_watch_window_s", "memory_watch_cooldown_s", "memory_watch_duration_s",
-    "memory_watch_capacity_bytes", "memory_watch_target",
+    "memory_watch_capacity_bytes", "memory_watch_target", "workload", "tokens_file",
 ]  # fmt: skip
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from profiler_service.api.auth import Authenticator, Scope
-from profiler_service.config import HubSettings, Settings
+from profiler_service.config import HubSettings, ServerSettings, WebhookSettings
 from profiler_service.errors import Forbidden, Unauthorized
 from profiler_service.tenancy import EVERYWHERE, Reach, TenantTokens, load_token_file
 
@@ -47,7 +47,9 @@ class Clock:
 
 def authenticator(path: Path, clock: Clock | None = None, **settings) -> Authenticator:
     tenants = TenantTokens(path, clock or Clock())
-    return Authenticator(Settings(**settings), hub_vouches=False, tenants=tenants)
+    return Authenticator(
+        ServerSettings(**settings), WebhookSettings(**settings), hub_vouches=False, tenants=tenants
+    )
 
 
 def test_a_tenant_token_earns_read_and_capture_where_the_file_says(tmp_path):

@@ -324,7 +324,7 @@ def test_schema_lists_exactly_the_settings_the_chart_does_not_set_itself():
         "host", "port", "insecure", "api_token", "store", "targets", "public_url",
         "webhook_token", "webhook_username", "webhook_password", "webhook_hmac_secret",
         "grafana_token", "store_options", "watch_process", "pod_name", "pod_namespace",
-        "hub_url", "hub_token", "hub_advertise_url", "workload",
+        "hub_url", "hub_token", "hub_advertise_url", "workload", "tokens_file",
     }  # fmt: skip
     assert offered == (set(Settings.owners) | set(HubSettings.owners)) - chart_set
 
@@ -485,7 +485,7 @@ def test_tenants_are_a_secret_mounted_as_a_directory_that_the_hub_accepts(tmp_pa
     secret = next(d for d in docs if d["metadata"]["name"] == volume["secret"]["secretName"])
     written = tmp_path / path.name
     written.write_bytes(base64.b64decode(secret["data"]["tokens.json"]))
-    assert HubSettings(tokens_file=written, api_token="t").tokens_file == written
+    assert HubSettings(tokens_file=written, api_token="t").fleet.tokens_file == written
 
     theirs = {**HUB_VALUES, "hub": {**HUB_VALUES["hub"], "tenants": {"existingSecret": "teams"}}}
     docs = install_dry_run(theirs)
@@ -536,4 +536,4 @@ def test_the_sidecar_names_its_workload_for_the_fleet(monkeypatch):
         "fieldRef": {"fieldPath": f"metadata.labels['{label}']"}
     }
     monkeypatch.setenv("PROFILER_WORKLOAD", "")  # the downward API's value for a missing label
-    assert Settings(api_token="t").workload is None
+    assert Settings(api_token="t").capture.workload is None
