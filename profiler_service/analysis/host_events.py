@@ -6,8 +6,8 @@ page's JSON leaves them out; it reports `compile_time_ms_avg` 0.0 on CPU capture
 most of each step in XLA compilation (measured on TF 2.21: 60 ms of every 69 ms step); its input
 pipeline analyzer names the iterators but not their parallelism, which a `MapAndBatch` hides.
 This module collects those events in one pass over the host plane, which also classifies every
-event for the GPU reading (host_activity.py), and an allocator's events where the memory profile
-asks (`memory_events`, for kept_memory.py and step_allocations.py); the readers that turn them
+event for the GPU reading (host_activity.py) and keeps the allocators' events for the memory
+readers (`HostEvents.memory_of`: kept_memory.py, step_allocations.py); the readers that turn them
 into the summary are `tf_functions.py`, `step_allocations.py` and `input_pipeline.py`.
 """
 
@@ -58,6 +58,22 @@ class HostEvents:
     iterators: dict[str, dict[str, Any]] = field(default_factory=dict)
     memory: list[Span] = field(default_factory=list)  # one allocator's, when asked for
     activity: dict[HostActivity, Intervals] | None = None  # every event's, when asked for
+    # Every allocator's memory events as the pass met them (line, line's start, name, event),
+    # read into spans only for the allocators the memory profile asks about (`memory_of`).
+    memory_events: list[tuple[int, int, str, Any]] = field(default_factory=list, repr=False)
+    stat_names: dict[int, str] = field(default_factory=dict, repr=False)
+
+    def memory_of(self, allocator: str) -> list[Span]:
+        """One allocator's allocation and deallocation events, in time order."""
+        found = []
+        for line_index, base_ps, name, event in self.memory_events:
+            stats = _stats(event, self.stat_names)
+            if stats.get("allocator_name") != allocator:
+                continue
+            start = base_ps + event.offset_ps
+            found.append(Span(line_index, start, start + event.duration_ps, name, stats))
+        found.sort(key=lambda s: s.start_ps)
+        return found
 
 
 def _kind(name: str) -> str | None:
@@ -121,9 +137,12 @@ def read_host_events(
                     ids = {s.metadata_id for s in event.stats}
                     kind = "calls" if call_stat in ids else "steps" if step_stat in ids else ""
                 kinds[meta] = kind
-            if not kind or kind == "memory":  # memory: one allocator's, read below when asked
+            if not kind:
                 continue
             name = event_names[meta]
+            if kind == "memory":
+                found.memory_events.append((line_index, base_ps, name, event))
+                continue
             if kind == "iterators":
                 if meta not in iterators_read:
                     stats = _stats(event, stat_names)
@@ -139,35 +158,12 @@ def read_host_events(
     for kind in ("calls", "graph_building", "kernel_executions", "compiles", "compiled_ops"):
         getattr(found, kind).sort(key=lambda s: (s.line, s.start_ps, -s.end_ps))
     found.steps.sort(key=lambda s: s.start_ps)
+    found.stat_names = stat_names
     if memory_allocator is not None:
-        found.memory = memory_events(capture, memory_allocator)
+        found.memory = found.memory_of(memory_allocator)
     if collector is not None:
         found.activity = collector.intervals()
     return found
-
-
-def memory_events(capture: CaptureFile | Path, allocator: str) -> list[Span]:
-    """One allocator's allocation and deallocation events, in time order: read only where the
-    memory profile asks (growth to explain, or memory that swings every step)."""
-    plane = as_capture(capture).plane(HOST_PLANE)
-    if plane is None:
-        return []
-    wanted = {k: v.name for k, v in plane.event_metadata.items() if v.name in MEMORY_EVENTS}
-    stat_names = {k: v.name for k, v in plane.stat_metadata.items()}
-    events = []
-    for line_index, line in enumerate(plane.lines):
-        base_ps = line.timestamp_ns * 1000
-        for event in line.events:
-            name = wanted.get(event.metadata_id)
-            if name is None:
-                continue
-            stats = _stats(event, stat_names)
-            if stats.get("allocator_name") != allocator:
-                continue
-            start = base_ps + event.offset_ps
-            events.append(Span(line_index, start, start + event.duration_ps, name, stats))
-    events.sort(key=lambda s: s.start_ps)
-    return events
 
 
 def _stats(event: Any, stat_names: dict[int, str]) -> dict[str, Any]:

@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from google.protobuf.message import DecodeError
-
-from profiler_service.analysis.host_events import HostEvents, memory_events
-from profiler_service.analysis.kept_memory import kept_allocations_in_capture
+from profiler_service.analysis.host_events import HostEvents
+from profiler_service.analysis.kept_memory import kept_allocations
 from profiler_service.analysis.memory import may_be_growing
 from profiler_service.analysis.models import AllocatorMemory, TfFunctions
 from profiler_service.analysis.step_allocations import (
@@ -19,7 +17,6 @@ from profiler_service.analysis.step_allocations import (
     worth_reading,
 )
 from profiler_service.analysis.tf_functions import summarise_tf_functions
-from profiler_service.analysis.xplane import CaptureFile
 
 
 def costliest_tf_functions(events_by_host: dict[str, HostEvents]) -> TfFunctions | None:
@@ -32,26 +29,15 @@ def _cost_ms(functions: TfFunctions) -> float:
     return sum(f.tracing_ms + f.compile_ms for f in functions.functions)
 
 
-def add_allocations(
-    capture: CaptureFile, allocators: list[AllocatorMemory], events: HostEvents | None
-) -> list[str]:
-    """What the memory profile of `capture` cannot say, from its memory events: the allocations
-    kept by an allocator that may be growing, and, for the one whose memory swings most every
-    step without growing, what each op allocates per step. Notes on what could not be read."""
-    notes = []
-    try:
-        for allocator in allocators:
-            if may_be_growing(allocator):
-                allocator.kept_allocations = kept_allocations_in_capture(
-                    capture, allocator.allocator
-                )
-        sawtooth = [m for m in allocators if worth_reading(m)]
-        memory = max(sawtooth, key=step_swing_bytes, default=None)
-        if memory is not None and events is not None:
-            with_memory = dataclasses.replace(
-                events, memory=memory_events(capture, memory.allocator)
-            )
-            memory.allocations_by_op = allocations_by_op(with_memory)
-    except (OSError, ValueError, DecodeError) as exc:
-        notes.append(f"memory events of {capture.path.name}: {exc}")
-    return notes
+def add_allocations(allocators: list[AllocatorMemory], events: HostEvents) -> None:
+    """What a host's memory profile cannot say, from its memory events: the allocations kept by
+    an allocator that may be growing, and, for the one whose memory swings most every step
+    without growing, what each op allocates per step."""
+    for allocator in allocators:
+        if may_be_growing(allocator):
+            allocator.kept_allocations = kept_allocations(events.memory_of(allocator.allocator))
+    sawtooth = [m for m in allocators if worth_reading(m)]
+    memory = max(sawtooth, key=step_swing_bytes, default=None)
+    if memory is not None:
+        with_memory = dataclasses.replace(events, memory=events.memory_of(memory.allocator))
+        memory.allocations_by_op = allocations_by_op(with_memory)

@@ -16,7 +16,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from profiler_service.analysis.host_events import ALLOCATION, Span, memory_events
+from profiler_service.analysis.host_events import ALLOCATION, Span, read_host_events
 from profiler_service.analysis.models import KeptAllocation
 from profiler_service.analysis.xplane import CaptureFile, file_contains
 
@@ -34,11 +34,14 @@ def has_memory_events(xplane: Path) -> bool:
 
 
 def kept_allocations_in_capture(
-    capture: CaptureFile | Path, allocator: str, max_groups: int = 5
+    capture: CaptureFile | Path, allocator: str
 ) -> list[KeptAllocation]:
-    """Allocations of `allocator` made in the first half of the capture and never freed in it,
-    grouped by op and shape, largest first."""
-    events = memory_events(capture, allocator)
+    return kept_allocations(read_host_events(capture).memory_of(allocator))
+
+
+def kept_allocations(events: list[Span], max_groups: int = 5) -> list[KeptAllocation]:
+    """Of one allocator's memory events (in time order), the allocations made in the first half
+    of the capture and never freed in it, grouped by op and shape, largest first."""
     if not events:
         return []
     start, end = events[0].start_ps, events[-1].start_ps

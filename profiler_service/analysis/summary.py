@@ -101,7 +101,8 @@ def summarise_run(run_dir: Path) -> Summary:
             parts.notes.append(f"memory_profile: {profile.reason}")
             continue
         allocators = read_memory(profile)
-        parts.notes.extend(add_allocations(capture, allocators, events.by_host.get(capture.host)))
+        if capture.host in events.by_host:  # else its host events said why they are missing
+            add_allocations(allocators, events.by_host[capture.host])
         parts.memory.extend(allocators)
     parts.iterator_stats = [e.iterators for e in events.by_host.values()]
     parts.tf_functions = costliest_tf_functions(events.by_host)
