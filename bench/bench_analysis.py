@@ -12,7 +12,10 @@ alternating in the same run on fresh copies (XProf caches results beside the cap
               checkout on its PYTHONPATH, say), for a before/after in one run.
 Prints medians and minima and their ratios to the baselines. Aim: warm <= 1.15x XProf alone at
 the worker's priority (the worker runs at nice 10 on purpose: on a loaded machine a nice 0
-baseline measures the priority, not the analysis; both ratios are printed).
+baseline measures the priority, not the analysis; both ratios are printed). Then the CPU
+seconds of XProf alone and of the warm workers' analyses, which other work on the machine
+disturbs far less than wall time: the analysis runs XProf's tools side by side, so with a core
+to spare its wall time is near the overview's, and with none it is near its CPU time.
 
     .venv/bin/python bench/bench_analysis.py [--durations 1 5] [--rounds 5] [--workload ...]
                                              [--also-python PYTHON]
@@ -21,6 +24,7 @@ baseline measures the priority, not the analysis; both ratios are printed).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import statistics
@@ -28,7 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_common import free_port, record, start_job, xprof_alone
+import psutil
+from bench_common import free_port, record, start_job, xprof_alone_with_cpu
 
 from profiler_service.analysis.analyzer import XprofAnalyzer
 from profiler_service.analysis.summary import analyse_run
@@ -71,6 +76,16 @@ def timed(fn) -> float:
     return time.perf_counter() - start
 
 
+def children_cpu_s() -> float:
+    """CPU seconds of this process's live children so far (the warm workers)."""
+    total = 0.0
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            times = child.cpu_times()
+            total += times.user + times.system
+    return total
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--durations", type=float, nargs="+", default=[1.0, 5.0])
@@ -111,15 +126,21 @@ def main() -> None:
         for seconds, xplanes in captures.items():
             size_mb = sum(p.stat().st_size for p in xplanes) / 1e6
             arms: dict[str, list[float]] = {name: [] for name in runs}
+            cpu: dict[str, list[float]] = {"nice10": [], "warm": [], "other": []}
             for i in range(args.rounds):
                 for name, fn in runs.items():
                     run = fresh_copy(xplanes, root, f"{name}-{seconds:g}-{i}")
                     if fn is None:
-                        arms[name].append(xprof_alone(run))
+                        wall_s, cpu_s = xprof_alone_with_cpu(run)
+                        arms[name].append(wall_s)
+                        cpu[name].append(cpu_s)
                         continue
                     if name in ("warm", "other"):
                         time.sleep(1)  # as after a capture: the worker is warm and idle
+                    before = children_cpu_s()
                     arms[name].append(timed(lambda fn=fn, run=run: fn(run)))
+                    if name in cpu:
+                        cpu[name].append(children_cpu_s() - before)
             print(f"\n{seconds:g} s capture, {size_mb:.1f} MB: seconds (median / min), ratios")
             print(f"{'arm':<8} {'median':>7} {'min':>7} {'÷ base':>13} {'÷ nice 10':>13}")
             for name, times in arms.items():
@@ -129,6 +150,19 @@ def main() -> None:
                     for b in ("base", "nice10")
                 ]
                 print(f"{name:<8} {med:>7.3f} {low:>7.3f} {ratios[0]:>13} {ratios[1]:>13}")
+            alone = statistics.median(cpu["nice10"])
+            for name in ("warm", "other"):
+                if cpu[name]:
+                    used = statistics.median(cpu[name])
+                    print(
+                        f"CPU: {name} {used:.3f} s, XProf alone {alone:.3f} s: "
+                        f"{used / alone:.2f}x (medians)"
+                    )
+            record(
+                f"analysis, warm worker's CPU / XProf overview_page's CPU, {seconds:g} s capture",
+                statistics.median(cpu["warm"]) / alone,
+                unit="x",
+            )
             w, n = statistics.median(arms["warm"]), statistics.median(arms["nice10"])
             record(
                 f"analysis, warm worker / XProf overview_page alone at its priority, {seconds:g} s "
