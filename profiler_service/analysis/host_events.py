@@ -28,6 +28,8 @@ KERNEL_EXECUTE = "EagerKernelExecute"
 ASYNC_OP_START = "ExecutorState::ProcessAsync::Start"
 ALLOCATION, DEALLOCATION = "MemoryAllocation", "MemoryDeallocation"
 MEMORY_EVENTS = (ALLOCATION, DEALLOCATION)
+# The memory events' stats that kept_memory.py and step_allocations.py read.
+MEMORY_STATS = frozenset({"allocator_name", "addr", "tf_op", "shape", "allocation_bytes"})
 _INDEX = re.compile(r"\[\d+\]")
 SPAN_TAIL_EVENTS = 64  # a line's last events, whose latest end closes the capture's span
 
@@ -64,10 +66,12 @@ class HostEvents:
     stat_names: dict[int, str] = field(default_factory=dict, repr=False)
 
     def memory_of(self, allocator: str) -> list[Span]:
-        """One allocator's allocation and deallocation events, in time order."""
+        """One allocator's allocation and deallocation events, in time order, with the stats
+        the memory readers use (of about a dozen on each event)."""
+        wanted = {k: name for k, name in self.stat_names.items() if name in MEMORY_STATS}
         found = []
         for line_index, base_ps, name, event in self.memory_events:
-            stats = _stats(event, self.stat_names)
+            stats = _stats(event, self.stat_names, wanted)
             if stats.get("allocator_name") != allocator:
                 continue
             start = base_ps + event.offset_ps
@@ -166,10 +170,16 @@ def read_host_events(
     return found
 
 
-def _stats(event: Any, stat_names: dict[int, str]) -> dict[str, Any]:
+def _stats(
+    event: Any, stat_names: dict[int, str], only: dict[int, str] | None = None
+) -> dict[str, Any]:
+    """The event's stats by name; with `only`, just the stats of those ids."""
     stats: dict[str, Any] = {}
     for stat in event.stats:
-        name = stat_names.get(stat.metadata_id, "")
+        if only is None:
+            name = stat_names.get(stat.metadata_id, "")
+        elif (name := only.get(stat.metadata_id)) is None:
+            continue
         if stat.HasField("ref_value"):
             stats[name] = stat_names.get(stat.ref_value, "")
         elif stat.HasField("str_value"):
