@@ -36,6 +36,7 @@ def has_memory_events(xplane: Path) -> bool:
 def kept_allocations_in_capture(
     capture: CaptureFile | Path, allocator: str
 ) -> list[KeptAllocation]:
+    """`kept_allocations` of one file read on its own (the analysis reuses its host pass)."""
     return kept_allocations(read_host_events(capture).memory_of(allocator))
 
 
