@@ -334,7 +334,12 @@ class Settings(BaseSettings):
         "trigger's labels are substituted as quoted PromQL strings. Default: step time, GPU "
         "engine activity, working set of `$pod`.",
     )
-    prometheus_timeout_s: float = Field(default=5.0, gt=0, description="Per Prometheus query.")
+    prometheus_timeout_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="For all of a snapshot's Prometheus queries together, asked beside the "
+        "analysis; what is left unasked when it is spent is noted.",
+    )
     pod_name: str | None = Field(
         default=None,
         description="`$pod` in the queries (the Helm chart sets it from the downward API).",

@@ -22,6 +22,13 @@ import httpx
 from profiler_service.demo import run as demo_run
 
 QUIET_TF = {"TF_CPP_MIN_LOG_LEVEL": "1", "PYTHONUNBUFFERED": "1"}
+# A small real capture someone recorded (tests/fixtures/gpu-captures/README.md): it analyses to a
+# ready snapshot in well under a second, for tests about what happens around the analysis.
+RECORDED_CAPTURE = (
+    Path(__file__).resolve().parent
+    / "fixtures/gpu-captures/aoberai-chess-engine"
+    / "logs__fit__20210615-181006__train__2021_06_15_18_10_10/aoberai.xplane.pb"
+)
 
 
 def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
