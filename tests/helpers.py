@@ -92,14 +92,23 @@ class Job:
         stop_process(self.proc)
 
 
-def launch_job(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
-    """Start a real TF job (profiler_service.demo.job) without waiting for it."""
+def launch_job(
+    *args: str, env: dict[str, str] | None = None, cgroup: Path | None = None
+) -> subprocess.Popen:
+    """Start a real TF job (profiler_service.demo.job) without waiting for it; in `cgroup` (a
+    cgroup v1 directory, see memory_cgroup) from its first instruction when given."""
+
+    def join_cgroup() -> None:
+        if cgroup is not None:
+            (cgroup / "cgroup.procs").write_text(str(os.getpid()))
+
     return subprocess.Popen(
         [sys.executable, "-m", "profiler_service.demo.job", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
         env={**os.environ, **QUIET_TF, **(env or {})},
+        preexec_fn=join_cgroup if cgroup is not None else None,
     )
 
 
@@ -271,3 +280,34 @@ def start_hub(store: Path, env: dict[str, str], port: int | None = None) -> Serv
     url = f"http://127.0.0.1:{port}"
     wait_for_http(proc, f"{url}/healthz", log, "the hub")
     return ServiceProcess(proc, url, store, log)
+
+
+CGROUP_MEMORY = Path("/sys/fs/cgroup/memory")
+
+
+@contextlib.contextmanager
+def memory_cgroup(name: str) -> Iterator[Path | None]:
+    """A cgroup v1 memory group of its own under this process's, removed afterwards (once the
+    processes moved into it are gone); None where the machine allows none (no v1 memory
+    controller mounted writable, or not root: a v2-only host would need a delegated subtree)."""
+    own = next(
+        (line.split(":", 2)[2] for line in Path("/proc/self/cgroup").read_text().splitlines()
+         if "memory" in line.split(":", 2)[1].split(",")),
+        None,
+    )  # fmt: skip
+    if own is None or os.geteuid() != 0:
+        yield None
+        return
+    path = CGROUP_MEMORY / own.lstrip("/") / f"{name}-{os.getpid()}"
+    try:
+        path.mkdir()
+    except OSError:
+        yield None
+        return
+    try:
+        yield path
+    finally:
+        deadline = time.monotonic() + 30
+        while (path / "cgroup.procs").read_text().strip() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        path.rmdir()
