@@ -1,4 +1,5 @@
-"""What the benchmarks share: free loopback ports and a real training job to measure."""
+"""What the benchmarks share: free loopback ports, a real training job to measure, a real
+sidecar beside it, and how its processes are told apart and weighed."""
 
 from __future__ import annotations
 
@@ -9,7 +10,11 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
+
+import httpx
+import psutil
 
 
 def free_port() -> int:
@@ -81,3 +86,44 @@ def xprof_alone_with_cpu(run: Path) -> tuple[float, float]:
         )
         wall, cpu = out.stdout.strip().splitlines()[-1].split()
         return float(wall), float(cpu)
+
+
+def start_service(
+    store: Path, target: str, port: int, env: dict[str, str] | None = None
+) -> subprocess.Popen:
+    """`profiler-service serve` (the sidecar) capturing `target`; returns once it answers."""
+    proc = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "profiler_service.cli", "--log-level", "WARNING", "serve"),
+            *("--store", str(store), "--port", str(port), "--target", target),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "PROFILER_ANALYSIS_TIMEOUT_S": "1200", **(env or {})},
+    )
+    for _ in range(600):
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                return proc
+        except httpx.TransportError:
+            time.sleep(0.1)
+    raise RuntimeError("service did not start")
+
+
+def rss(proc: psutil.Process) -> int:
+    try:
+        return proc.memory_info().rss
+    except psutil.Error:
+        return 0
+
+
+def role(child: psutil.Process) -> str:
+    """What a child of the sidecar is: `analysis` (a warm XProf worker), `capture` (XProf's
+    capture client) or `other`."""
+    try:
+        cmdline = " ".join(child.cmdline())
+    except psutil.Error:
+        return "other"
+    if "analysis.worker" in cmdline:
+        return "analysis"
+    return "capture" if "remote_child" in cmdline else "other"

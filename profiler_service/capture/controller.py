@@ -34,7 +34,7 @@ from profiler_service.errors import (
     SnapshotErrorCode,
     UnknownTarget,
 )
-from profiler_service.lookback.models import LeadUp
+from profiler_service.lookback.models import LeadUp, PendingLeadUp
 from profiler_service.models import (
     CaptureOptions,
     Snapshot,
@@ -98,12 +98,12 @@ class CaptureController:
         capturers: Mapping[TargetKind, Capturer],
         analyzer: XprofAnalyzer,
         *,
-        lead_up: Callable[[Snapshot], LeadUp | None] | None = None,
+        lead_up: Callable[[Snapshot], PendingLeadUp | None] | None = None,
         on_finished: Sequence[Callable[[Snapshot], None]] = (),
     ):
         """`lead_up` records the minutes before a capture once its trace is done
-        (lookback/lead_up.py); `on_finished` get every finished snapshot, ready or failed
-        (metrics, annotations)."""
+        (lookback/lead_up.py), completed beside the analysis; `on_finished` get every finished
+        snapshot, ready or failed (metrics, annotations)."""
         self.capture, self.bounds = capture, bounds
         self.store = store
         self.capturers = capturers
@@ -238,6 +238,7 @@ class CaptureController:
 
     def _run(self, active: _Active, capturer: Capturer, job: CaptureJob) -> None:
         snapshot = active.snapshot
+        pending: PendingLeadUp | None = None
         try:
             target, found = resolve_workers(job.target, self.capture.capture_max_workers)
             job = dataclasses.replace(job, target=target)
@@ -252,7 +253,7 @@ class CaptureController:
                 snapshot.capture.lookback_ms = max(
                     0, round((snapshot.capture_started_at - began).total_seconds() * 1000)
                 )
-            self._record_lead_up(snapshot)
+            pending = self._begin_lead_up(snapshot)
             run_dir = self.store.adopt_capture(snapshot, captured.paths)
             snapshot.status = SnapshotStatus.ANALYZING
             self.store.update(snapshot)
@@ -264,12 +265,15 @@ class CaptureController:
                     f"{found} workers were discovered; the first {len(target.workers)} were "
                     "captured (PROFILER_CAPTURE_MAX_WORKERS)"
                 )
+            self._complete_lead_up(snapshot, pending)
             self.store.publish(snapshot)
             log.info("snapshot %s ready (%s)", snapshot.id, snapshot.target)
         except PipelineFailure as exc:  # CaptureFailed, AnalysisFailed (whose files are kept)
+            self._complete_lead_up(snapshot, pending)
             self._fail(snapshot, exc.code, exc.detail, keep_files=exc.keep_files)
         except Exception as exc:
             log.exception("snapshot %s failed unexpectedly", snapshot.id)
+            self._complete_lead_up(snapshot, pending)
             self._fail(
                 snapshot,
                 SnapshotErrorCode.INTERNAL_ERROR,
@@ -283,13 +287,26 @@ class CaptureController:
             self._notify(snapshot)
             active.done.set()
 
-    def _record_lead_up(self, snapshot: Snapshot) -> None:
+    def _begin_lead_up(self, snapshot: Snapshot) -> PendingLeadUp | None:
+        """The ring's part now (the analysis reads the job's memory from it); Prometheus's part
+        runs on beside the analysis."""
         if self.lead_up is None:
-            return
+            return None
         try:
-            snapshot.lead_up = self.lead_up(snapshot)
+            pending = self.lead_up(snapshot)
         except Exception:  # the lead-up is context: it never fails a capture
             log.exception("could not record the lead-up of snapshot %s", snapshot.id)
+            return None
+        snapshot.lead_up = pending.now if pending is not None else None
+        return pending
+
+    def _complete_lead_up(self, snapshot: Snapshot, pending: PendingLeadUp | None) -> None:
+        if pending is None:
+            return
+        try:
+            snapshot.lead_up = pending.result()
+        except Exception:
+            log.exception("could not complete the lead-up of snapshot %s", snapshot.id)
 
     def _notify(self, snapshot: Snapshot) -> None:
         for callback in self.on_finished:

@@ -263,7 +263,12 @@ class LookbackSettings(Group):
         "trigger's labels are substituted as quoted PromQL strings. Default: step time, GPU "
         "engine activity, working set of `$pod`.",
     )
-    prometheus_timeout_s: float = Field(default=5.0, gt=0, description="Per Prometheus query.")
+    prometheus_timeout_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="For all of a snapshot's Prometheus queries together, asked beside the "
+        "analysis; what is left unasked when it is spent is noted.",
+    )
     lookback_trace_s: float = Field(
         default=0.0,
         ge=0,

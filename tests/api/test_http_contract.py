@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from fakes import WritesBytes
 from fastapi.testclient import TestClient
+from helpers import RECORDED_CAPTURE
 
 from profiler_service.api import create_app
 from profiler_service.models import CaptureOptions, Snapshot
@@ -159,3 +161,29 @@ def test_an_offset_beyond_sqlite_integers_is_a_json_422_not_a_500(make_client):
         assert response.status_code == 422
         assert response.json()["error"] == "invalid_request"
         assert "offset" in response.json()["detail"]
+
+
+def test_the_list_is_light_and_the_whole_snapshot_one_read_away(make_service):
+    """`GET /profiles` items carry no summary, lead-up or findings' evidence: a page of 50 is
+    about 100 KB, where it was 1.4 MB of whole snapshots."""
+    service = make_service(WritesBytes(RECORDED_CAPTURE.read_bytes()))
+    with TestClient(create_app(service)) as client:
+        made = [
+            client.post("/profile", params={"duration": "100ms", "wait": "true"}).json()
+            for _ in range(3)
+        ]
+        assert all(s["status"] == "ready" and s["findings"] for s in made), made
+        page = client.get("/profiles")
+        items = page.json()["data"]
+        whole = client.get(items[0]["links"]["self"])
+    assert [i["id"] for i in items] == [s["id"] for s in reversed(made)]
+    item = items[0]
+    assert "summary" not in item and "lead_up" not in item
+    assert set(item["findings"][0]) == {"rule", "severity", "title"}
+    assert whole.json()["summary"] and whole.json()["findings"][0]["evidence"]
+    assert {k: v for k, v in whole.json().items() if k in item and k != "findings"} == {
+        k: v for k, v in item.items() if k != "findings"
+    }
+    per_item = len(page.content) / len(items)
+    # Measured: 1.9 KB an item (five findings' titles), 27 KB the whole snapshot.
+    assert per_item < 4_000 and 10 * per_item < len(whole.content), (per_item, len(whole.content))

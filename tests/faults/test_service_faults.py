@@ -61,6 +61,7 @@ def test_index_deleted_or_corrupt_while_stopped_is_rebuilt_with_the_same_listing
         assert client.put(f"/profiles/{pinned}/pin").status_code == 200
         listing = client.get("/profiles").json()
         assert listing["count"] == 3
+        whole = {s["id"]: client.get(f"/profiles/{s['id']}").json() for s in listing["data"]}
     service.stop()
 
     index = store / "index.sqlite"
@@ -73,8 +74,8 @@ def test_index_deleted_or_corrupt_while_stopped_is_rebuilt_with_the_same_listing
         restarted = service_factory(targets, store=store)
         with restarted.client() as client:
             assert client.get("/profiles").json() == listing, damage
-            for snapshot in listing["data"]:
-                assert client.get(f"/profiles/{snapshot['id']}").json() == snapshot
+            for snapshot_id, snapshot in whole.items():
+                assert client.get(f"/profiles/{snapshot_id}").json() == snapshot
             ready = [s["id"] for s in listing["data"] if s["status"] == "ready"]
             assert_nothing_half_written(client, store, ready)
         restarted.stop()

@@ -121,7 +121,10 @@ def list_profiles(
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: Annotated[int, Query(ge=0, le=2**63 - 1)] = 0,  # SQLite's INTEGER; fuzzing found it
 ) -> Response:
-    """List snapshots, newest first."""
+    """List snapshots, newest first, without their analysis (a page of 50 in kilobytes).
+
+    Each item is the snapshot without its summary, lead-up and findings' evidence; the whole
+    snapshot is at `links.self` (`GET /profiles/{id}`)."""
     docs, total = store.list_docs(
         SnapshotQuery(
             status=status,
