@@ -1,12 +1,20 @@
-"""What the benchmarks share: free loopback ports and a real training job to measure."""
+"""What the benchmarks share: free loopback ports, a real training job to measure, a real
+sidecar beside it, and how its processes are told apart and weighed."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import psutil
 
 
 def free_port() -> int:
@@ -44,3 +52,78 @@ def record(
     line = {"figure": figure, "value": value, "unit": unit, "aim": aim, "met": met}
     with open(path, "a", encoding="utf-8") as out:
         out.write(json.dumps(line) + "\n")
+
+
+XPROF_ALONE = """
+import sys, time
+from pathlib import Path
+from profiler_service.analysis.xprof_tools import load_xprof, tool_data
+load_xprof()
+started, cpu = time.perf_counter(), time.process_time()
+tool_data(sorted(Path(sys.argv[1]).glob("*.xplane.pb")), "overview_page")
+print(time.perf_counter() - started, time.process_time() - cpu)
+"""
+
+
+def xprof_alone(run: Path) -> float:
+    """Seconds of XProf's overview_page conversion of a fresh copy of `run` (it caches results
+    beside a capture), timed inside a process at the analysis worker's priority (nice 10): the
+    conditions the service's own analysis runs in."""
+    return xprof_alone_with_cpu(run)[0]
+
+
+def xprof_alone_with_cpu(run: Path) -> tuple[float, float]:
+    """`xprof_alone`'s wall seconds, and the CPU seconds the conversion took."""
+    with tempfile.TemporaryDirectory(prefix="bench-xprof-") as tmp:
+        for path in sorted(run.glob("*.xplane.pb")):
+            shutil.copy(path, Path(tmp) / path.name)
+        out = subprocess.run(
+            [sys.executable, "-c", XPROF_ALONE, tmp],
+            capture_output=True,
+            text=True,
+            check=True,
+            preexec_fn=lambda: os.nice(10),
+        )
+        wall, cpu = out.stdout.strip().splitlines()[-1].split()
+        return float(wall), float(cpu)
+
+
+def start_service(
+    store: Path, target: str, port: int, env: dict[str, str] | None = None
+) -> subprocess.Popen:
+    """`profiler-service serve` (the sidecar) capturing `target`; returns once it answers."""
+    proc = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "profiler_service.cli", "--log-level", "WARNING", "serve"),
+            *("--store", str(store), "--port", str(port), "--target", target),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "PROFILER_ANALYSIS_TIMEOUT_S": "1200", **(env or {})},
+    )
+    for _ in range(600):
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                return proc
+        except httpx.TransportError:
+            time.sleep(0.1)
+    raise RuntimeError("service did not start")
+
+
+def rss(proc: psutil.Process) -> int:
+    try:
+        return proc.memory_info().rss
+    except psutil.Error:
+        return 0
+
+
+def role(child: psutil.Process) -> str:
+    """What a child of the sidecar is: `analysis` (a warm XProf worker), `capture` (XProf's
+    capture client) or `other`."""
+    try:
+        cmdline = " ".join(child.cmdline())
+    except psutil.Error:
+        return "other"
+    if "analysis.worker" in cmdline:
+        return "analysis"
+    return "capture" if "remote_child" in cmdline else "other"

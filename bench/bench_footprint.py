@@ -18,7 +18,6 @@ Nothing is asserted; everything is printed.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import subprocess
 import sys
@@ -29,46 +28,10 @@ from pathlib import Path
 
 import httpx
 import psutil
-from bench_common import free_port, record, start_job
+from bench_common import free_port, record, role, rss, start_job, start_service
 
 ROOT = Path(__file__).resolve().parent.parent
 MB = 1024 * 1024
-
-
-def start_service(store: Path, target: str, port: int) -> subprocess.Popen:
-    proc = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "profiler_service.cli", "--log-level", "WARNING", "serve"),
-            *("--store", str(store), "--port", str(port), "--target", target),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env={**os.environ, "PROFILER_ANALYSIS_TIMEOUT_S": "1200"},
-    )
-    for _ in range(600):
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                return proc
-        except httpx.TransportError:
-            time.sleep(0.1)
-    raise RuntimeError("service did not start")
-
-
-def rss(proc: psutil.Process) -> int:
-    try:
-        return proc.memory_info().rss
-    except psutil.Error:
-        return 0
-
-
-def role(child: psutil.Process) -> str:
-    try:
-        cmdline = " ".join(child.cmdline())
-    except psutil.Error:
-        return "other"
-    if "analysis.worker" in cmdline:
-        return "analysis"
-    return "capture" if "remote_child" in cmdline else "other"
 
 
 def capture_and_watch(

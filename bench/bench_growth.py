@@ -15,50 +15,19 @@ worker peak bytes per captured second (with R²), and the worker's peak at 60 s.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import httpx
 import psutil
-from bench_common import free_port, record, start_job
+from bench_common import free_port, record, start_job, xprof_alone
 from bench_footprint import capture_and_watch, seconds_between, start_service
 
 from profiler_service.analysis.fit import fit_line
 
 MB = 1024 * 1024
-
-
-XPROF_ALONE = """
-import sys, time
-from pathlib import Path
-from profiler_service.analysis.xprof_tools import load_xprof, tool_data
-load_xprof()
-started = time.perf_counter()
-tool_data(sorted(Path(sys.argv[1]).glob("*.xplane.pb")), "overview_page")
-print(time.perf_counter() - started)
-"""
-
-
-def xprof_alone(run: Path) -> float:
-    """XProf's overview_page conversion of a fresh copy (it caches results beside a capture), in
-    a process at the analysis worker's priority (nice 10), beside the same running job: the
-    conditions the service's own analysis ran in."""
-    with tempfile.TemporaryDirectory(prefix="bench-growth-") as tmp:
-        for path in sorted(run.glob("*.xplane.pb")):
-            shutil.copy(path, Path(tmp) / path.name)
-        out = subprocess.run(
-            [sys.executable, "-c", XPROF_ALONE, tmp],
-            capture_output=True,
-            text=True,
-            check=True,
-            preexec_fn=lambda: os.nice(10),
-        )
-        return float(out.stdout.strip().splitlines()[-1])
 
 
 def measure(workload: str, durations: list[float]) -> list[dict]:

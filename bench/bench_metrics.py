@@ -110,7 +110,7 @@ def bench_scrape(n_snapshots: int, n_scrapes: int) -> None:
                 f"scrape ({label}, {len(body)} bytes): median {statistics.median(times_ms):.2f} ms,"
                 f" p99 {percentile(times_ms, 99):.2f} ms over {n_scrapes} scrapes"
             )
-        service.close()
+        service.stop()
 
 
 def bench_step_callback(rounds: int, steps: int) -> None:

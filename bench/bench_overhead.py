@@ -128,10 +128,10 @@ def main() -> None:
 
     def continuous() -> float:
         from profiler_service.capture.continuous import ContinuousSession
-        from profiler_service.config import Settings
+        from profiler_service.config import CaptureSettings
 
         session = ContinuousSession(
-            f"127.0.0.1:{server_port}", Settings(lookback_trace_s=args.lookback_trace)
+            f"127.0.0.1:{server_port}", CaptureSettings(), args.lookback_trace
         )
         session.start()
         try:
@@ -143,7 +143,7 @@ def main() -> None:
             rotations.append(round((session.since - first) / args.lookback_trace))
             return per_step
         finally:
-            session.close()
+            session.stop()
 
     late = 0
     samples_per_round: list[int] = []

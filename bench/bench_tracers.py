@@ -18,15 +18,19 @@ window per configuration, in an order that rotates round by round:
 Per configuration: the job's own wall time per step (a Keras callback) over the capture call
 (session start, the trace, the collection at stop), as a ratio to the bare windows by medians and
 by minima; XProf's average step time inside the trace (tracing cost alone, no collection) over
-bare; the capture's size; then what the analysis of the last round's capture finds: XProf's
-input classification and input share, the steps it saw, and the rules that fire. Nothing is
-asserted.
+bare; the capture's size; where the CPU went, which load on a shared machine disturbs far less
+than wall time: the job's training threads per step, TF's profiler server collecting the trace
+in the job (its gRPC threads, per capture), the capture client (the child process, per capture),
+and all of it per step over the bare job's CPU per step; then what the analysis of the last
+round's capture finds: XProf's input classification and input share, the steps it saw, and the
+rules that fire. Nothing is asserted.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import tempfile
@@ -88,6 +92,33 @@ class Arm:
     per_step: list[float] = field(default_factory=list)
     sizes: list[int] = field(default_factory=list)
     last_run: Path | None = None
+    train_cpu_per_step: list[float] = field(default_factory=list)  # the job's other threads
+    collect_cpu: list[float] = field(default_factory=list)  # TF's profiler server (gRPC threads)
+    client_cpu: list[float] = field(default_factory=list)  # the capture client's process
+    cpu_per_step: list[float] = field(default_factory=list)  # all three, per step
+
+
+PROFILER_SERVER_THREADS = "grpcpp_sync_ser"  # TF's profiler server answers on gRPC's threads
+
+
+def cpu_by_thread() -> dict[tuple[str, str], float]:
+    """CPU seconds of each of this process's threads so far, by (tid, name) (Linux /proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    seconds = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            stat = Path(f"/proc/self/task/{tid}/stat").read_text()
+        except OSError:
+            continue
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2 :].split()
+        seconds[(tid, name)] = (int(fields[11]) + int(fields[12])) / tick
+    return seconds
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def capture(config, seconds: float, server: str, logdir: Path) -> list[Path]:
@@ -141,12 +172,21 @@ def run_workload(workload: str, rounds: int, seconds: float, root: Path) -> dict
 
             def capture_now(config=config, logdir=logdir, window=window) -> None:
                 time.sleep(0.5)  # the job is training by then
+                threads, children = cpu_by_thread(), children_cpu()
                 window["start"] = time.perf_counter()
                 if config is None:
                     time.sleep(seconds)
                 else:
                     window["files"] = capture(config, seconds, f"127.0.0.1:{port}", logdir)
                 window["end"] = time.perf_counter()
+                window["client"] = children_cpu() - children
+                used = cpu_by_thread()
+                window["collect"] = sum(
+                    t - threads.get(k, 0.0)
+                    for k, t in used.items()
+                    if k[1].startswith(PROFILER_SERVER_THREADS)
+                )
+                window["job"] = sum(t - threads.get(k, 0.0) for k, t in used.items())
                 clock.deadline = window["end"] + 0.3
 
             clock.ends.clear()
@@ -159,6 +199,12 @@ def run_workload(workload: str, rounds: int, seconds: float, root: Path) -> dict
             arm = arms[name]
             if per_step is not None:
                 arm.per_step.append(per_step)
+                steps = (window["end"] - window["start"]) / per_step
+                job, collect, client = window["job"], window["collect"], window["client"]
+                arm.train_cpu_per_step.append((job - collect) / steps)
+                arm.collect_cpu.append(collect)
+                arm.client_cpu.append(client)
+                arm.cpu_per_step.append((job + client) / steps)
             files = window.get("files") or []
             arm.sizes.append(sum(p.stat().st_size for p in files))
             if files:
@@ -176,10 +222,25 @@ def run_workload(workload: str, rounds: int, seconds: float, root: Path) -> dict
 def report(workload: str, arms: dict[str, Arm]) -> None:
     bare = arms["bare"].per_step
     base_med, base_min = statistics.median(bare), min(bare)
+    base_cpu = statistics.median(arms["bare"].cpu_per_step)
     print(
         f"\n{workload}: bare {base_med * 1000:.2f} ms/step (median; its rounds ranged "
-        f"{(max(bare) - min(bare)) / base_med * 100:.0f} % of it)"
+        f"{(max(bare) - min(bare)) / base_med * 100:.0f} % of it), "
+        f"{base_cpu * 1000:.2f} ms of CPU a step"
     )
+    print(
+        f"{'CPU (medians)':<14} {'training/step':>13} {'collection':>10} {'client':>7} "
+        f"{'all/step ÷ bare':>15}"
+    )
+    for name, arm in arms.items():
+        if not arm.cpu_per_step:
+            continue
+        print(
+            f"{name:<14} {statistics.median(arm.train_cpu_per_step) * 1000:>10.2f} ms "
+            f"{statistics.median(arm.collect_cpu):>8.3f} s "
+            f"{statistics.median(arm.client_cpu):>5.3f} s "
+            f"{statistics.median(arm.cpu_per_step) / base_cpu:>15.3f}"
+        )
     print(
         f"{'config':<14} {'median':>7} {'min':>6} {'in-trace':>8} {'MB':>6} {'XProf input':>17} "
         f"{'steps':>5}  findings"
@@ -235,7 +296,12 @@ def main() -> None:
     )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=4.0, help="each capture's duration")
+    parser.add_argument(
+        "--configs", nargs="+", choices=list(CONFIGS), default=list(CONFIGS), help="bare is kept"
+    )
     args = parser.parse_args()
+    for name in [n for n in CONFIGS if n != "bare" and n not in args.configs]:
+        del CONFIGS[name]
     warnings.filterwarnings("ignore")
     root = Path(tempfile.mkdtemp(prefix="bench-tracers-"))
     try:

@@ -28,6 +28,7 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
     "metrics": ("bench_metrics.py", [], []),
     "webhooks": ("bench_webhooks.py", [], []),
     "hub": ("bench_hub.py", [], ["--snapshots", "2000", "--sidecars", "100"]),
+    "soak": ("bench_soak.py", ["--max-minutes", "90"], ["--captures", "200"]),
     "footprint": (
         "bench_footprint.py",
         ["--skip-install"],

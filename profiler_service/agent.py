@@ -43,7 +43,7 @@ class Agent:
 
     @property
     def url(self) -> str:
-        host = self.service.settings.host
+        host = self.service.settings.server.host
         host = f"[{host}]" if ":" in host else host
         return f"http://{host}:{self.port}"
 
@@ -76,7 +76,7 @@ def start(
         targets=[in_process_target(target_name)],
         **settings,
     )
-    config.check_bind_is_safe()
+    config.server.check_bind_is_safe()
     capturer = InProcessCapturer()
     service = build_service(config, {TargetKind.IN_PROCESS: capturer})
     server = uvicorn.Server(
@@ -89,7 +89,7 @@ def start(
     deadline = time.monotonic() + 30
     while not server.started:
         if not thread.is_alive() or time.monotonic() > deadline:
-            service.close()
+            service.stop()
             raise RuntimeError(f"profiler agent could not listen on {host}:{port}")
         time.sleep(0.02)
     agent = Agent(service, server, thread, capturer)

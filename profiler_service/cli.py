@@ -14,13 +14,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from profiler_service import __version__
-from profiler_service.config import Settings
+from profiler_service.config import AppSettings, Settings
 from profiler_service.errors import ServiceError
 
 
-def _settings(args: argparse.Namespace, cls: type[Settings] = Settings, **extra: Any) -> Settings:
+def _settings(args: argparse.Namespace, cls: type[AppSettings] = Settings, **extra: Any) -> Any:
     """Environment first (`PROFILER_*`), then the flags that were given."""
-    given = {k: v for k, v in vars(args).items() if k in cls.model_fields and v is not None}
+    given = {k: v for k, v in vars(args).items() if k in cls.owners and v is not None}
     return cls(**given, **extra)
 
 
@@ -43,11 +43,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from profiler_service.service import build_service
 
     settings = _settings(args)
-    settings.check_bind_is_safe()
-    if not settings.targets:
+    settings.server.check_bind_is_safe()
+    if not settings.capture.targets:
         logging.warning("no --target configured: POST /profile will answer 422 until one is")
     app = create_app(build_service(settings))
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level=args.log_level.lower())
+    server = settings.server
+    uvicorn.run(app, host=server.host, port=server.port, log_level=args.log_level.lower())
     return 0
 
 
@@ -59,9 +60,10 @@ def cmd_hub(args: argparse.Namespace) -> int:
     from profiler_service.hub.fleet import build_hub
 
     settings = _settings(args, HubSettings)
-    settings.check_bind_is_safe()
+    settings.server.check_bind_is_safe()
     app = create_hub_app(build_hub(settings))
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level=args.log_level.lower())
+    server = settings.server
+    uvicorn.run(app, host=server.host, port=server.port, log_level=args.log_level.lower())
     return 0
 
 
@@ -76,12 +78,13 @@ def cmd_capture(args: argparse.Namespace) -> int:
     settings = _settings(args)
     seconds = parse_duration(
         args.duration,
-        default_s=settings.duration_default_s,
-        min_s=settings.duration_min_s,
-        max_s=settings.duration_max_s,
+        default_s=settings.bounds.duration_default_s,
+        min_s=settings.bounds.duration_min_s,
+        max_s=settings.bounds.duration_max_s,
     )
     service = build_service(settings)
     try:
+        service.start(serving=False)  # the mirror, the annotator: no sampler, no schedules
         snapshot = service.controller.start(
             CaptureRequest(
                 duration_s=seconds,
@@ -100,7 +103,7 @@ def cmd_capture(args: argparse.Namespace) -> int:
             bar.update(total_ms - bar.n)
         snapshot = service.store.get(snapshot.id)
     finally:
-        service.close()
+        service.stop()
     _print_snapshot(snapshot, service.store.root)
     return 0 if snapshot.status is SnapshotStatus.READY else 1
 

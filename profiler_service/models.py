@@ -128,8 +128,9 @@ class SnapshotFile(BaseModel):
     size_bytes: int
 
 
-class Snapshot(BaseModel):
-    """One capture from trigger to findings; stored as `snapshot.json` beside the capture files."""
+class SnapshotHead(BaseModel):
+    """What a snapshot is without what its analysis found: who took it, when, how, its files, its
+    end. `GET /profiles` lists these (api/schemas.py); the whole `Snapshot` is one read away."""
 
     id: str
     status: SnapshotStatus = SnapshotStatus.CAPTURING
@@ -137,6 +138,9 @@ class Snapshot(BaseModel):
     # Which sidecar took it (PROFILER_POD_NAME / PROFILER_POD_NAMESPACE): the fleet hub's filters.
     pod: str | None = None
     namespace: str | None = None
+    # Which job (PROFILER_WORKLOAD: the chart's release, or the pod's owner): a job is its
+    # workload, not its target's name (every chart release names its target `trainer`).
+    workload: str | None = None
     workers: list[str] = Field(default_factory=list)
     trigger: Trigger = Field(default_factory=Trigger)
     capture: CaptureOptions
@@ -146,11 +150,6 @@ class Snapshot(BaseModel):
     finished_at: datetime | None = None
     pinned: bool = False
     files: list[SnapshotFile] = Field(default_factory=list)
-    summary: Summary | None = None
-    findings: list[Finding] = Field(default_factory=list)
-    # The minutes before the capture and the capture itself: the service's own samples and,
-    # when configured, Prometheus's series.
-    lead_up: LeadUp | None = None
     error: SnapshotError | None = None
 
     @computed_field
@@ -164,3 +163,13 @@ class Snapshot(BaseModel):
         return [
             f.name.removesuffix(".xplane.pb") for f in self.files if f.name.endswith(".xplane.pb")
         ]
+
+
+class Snapshot(SnapshotHead):
+    """One capture from trigger to findings; stored as `snapshot.json` beside the capture files."""
+
+    summary: Summary | None = None
+    findings: list[Finding] = Field(default_factory=list)
+    # The minutes before the capture and the capture itself: the service's own samples and,
+    # when configured, Prometheus's series.
+    lead_up: LeadUp | None = None

@@ -1,9 +1,12 @@
-"""Wires the pipeline stages together; the HTTP app, the CLI and the agent all start here."""
+"""Wires the pipeline stages together; the HTTP app, the CLI and the agent all start here.
+
+`build_service` builds (and opens the store); `Service.start` starts the background parts in
+order and `Service.stop` stops them in reverse (lifecycle.py)."""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import psutil
@@ -14,11 +17,12 @@ from profiler_service.analysis.warm_workers import WarmWorkers
 from profiler_service.capture.capturer import Capturer
 from profiler_service.capture.controller import CaptureController
 from profiler_service.capture.remote import RemoteCapturer
-from profiler_service.config import Settings
+from profiler_service.config import AnalysisSettings, Settings
 from profiler_service.exporters.gpu_collector import GpuCollector
 from profiler_service.exporters.grafana import GrafanaAnnotator, grafana_annotator
 from profiler_service.exporters.metrics import CaptureMetrics, ServiceMetrics
 from profiler_service.exporters.tf_collector import TFMemoryCollector
+from profiler_service.lifecycle import Component, Lifecycle
 from profiler_service.lookback.lead_up import LeadUpRecorder
 from profiler_service.lookback.ring import SampleRing
 from profiler_service.lookback.sampler import Sampler
@@ -46,118 +50,115 @@ if TYPE_CHECKING:
 
 @dataclass
 class Service:
+    """A sidecar's (or the agent's) parts, built by `build_service`, which starts nothing."""
+
     settings: Settings
     store: SnapshotStore
     controller: CaptureController
     metrics: ServiceMetrics | None = None  # GET /metrics; built by build_service
     alerts: AlertTrigger | None = None  # POST /webhooks/...; built by build_service
     annotator: GrafanaAnnotator | None = None  # when a Grafana URL and token are set
-    scheduler: CaptureScheduler | None = None  # started by the HTTP app, when schedules are set
-    sampler: Sampler | None = None  # the look-back ring's; started by the HTTP app
+    scheduler: CaptureScheduler | None = None  # runs only when schedules are set
+    sampler: Sampler | None = None  # the look-back ring's
     memory_watch: MemoryWatch | None = None  # listens to the sampler
     continuous: ContinuousCapturer | None = None  # the look-back trace, when configured
     registration: HubRegistration | None = None  # the fleet hub's heartbeat, when configured
     mirror: MirrorSync | None = None  # the store's bucket mirror, with PROFILER_STORE_URL
+    lifecycle: Lifecycle = field(default_factory=Lifecycle)  # what build_service opened
 
-    def start(self) -> None:
-        """Background work that runs while the service serves: schedules, the look-back, a
-        warm analysis worker."""
+    def start(self, *, serving: bool = True) -> None:
+        """Start, in order, what a capture needs (the bucket mirror, a warm analysis worker,
+        the Grafana annotator), then, when serving, what runs beside the API: the look-back
+        sampler and trace, the schedules, the hub registration. A part already started is not
+        started again; the one-off `capture` command starts with `serving=False`."""
         self.controller.analyzer.warm()
-        if self.scheduler is not None:
-            self.scheduler.start()
-        if self.sampler is not None:
-            self.sampler.start()
-        if self.continuous is not None:
-            self.continuous.start()
-        if self.registration is not None:
-            self.registration.start()
+        parts: list[Component | None] = [self.mirror, self.annotator]
+        if serving:
+            parts += [self.sampler, self.continuous, self.scheduler, self.registration]
+        self.lifecycle.start(parts)
 
-    def close(self) -> None:
-        if self.registration is not None:
-            self.registration.stop()
-        if self.continuous is not None:
-            self.continuous.close()
-        if self.sampler is not None:
-            self.sampler.stop()
-        if self.scheduler is not None:
-            self.scheduler.stop()
-        if self.annotator is not None:
-            self.annotator.close()
-        if self.alerts is not None:
-            self.alerts.close()
-        self.controller.analyzer.close()
-        if self.mirror is not None:
-            self.mirror.stop()
-        self.store.close()
+    def stop(self) -> None:
+        """Stop what was started, in reverse, then close what was opened: the analysis
+        workers, the alert log, the store."""
+        self.lifecycle.stop()
 
 
 def build_service(
     settings: Settings, capturers: dict[TargetKind, Capturer] | None = None
 ) -> Service:
-    """Open the store (recovering interrupted snapshots) and build the controller."""
-    limits = {"max_count": settings.retention_max_count, "max_bytes": settings.retention_max_bytes}
+    """Open the store (recovering interrupted snapshots) and build every part; start nothing."""
+    lifecycle = Lifecycle()
+    storage = settings.storage
+    limits = {"max_count": storage.retention_max_count, "max_bytes": storage.retention_max_bytes}
     bucket = None
     mirror: MirrorSync | None = None
-    if settings.store_url:
+    if storage.store_url:
         import socket
 
         from profiler_service.store.manifest import sidecar_key
         from profiler_service.store.mirror_sync import mirrored_store  # fsspec: sidecar only
         from profiler_service.store.object_store import ObjectStoreMirror
 
-        bucket = ObjectStoreMirror(settings.store_url, settings.store_options_dict())
-        pod = (settings.pod_name or socket.gethostname()).lower()
+        bucket = ObjectStoreMirror(storage.store_url, storage.store_options_dict())
+        pod = (settings.capture.pod_name or socket.gethostname()).lower()
         store, mirror = mirrored_store(
-            settings.store,
+            storage.store,
             bucket,
-            refresh_interval_s=settings.store_refresh_s,
-            retry_max_s=settings.store_retry_max_s,
-            sidecar=sidecar_key(pod, settings.pod_namespace),
+            refresh_interval_s=storage.store_refresh_s,
+            retry_max_s=storage.store_retry_max_s,
+            sidecar=sidecar_key(pod, settings.capture.pod_namespace),
             **limits,
         )
     else:
-        store = SnapshotStore(settings.store, **limits)
+        store = SnapshotStore(storage.store, **limits)
     store.open()
-    if mirror is not None:
-        mirror.start()  # after open(): it reads the recovered index
+    lifecycle.closing(store.close)
     continuous = None
     if capturers is None:
-        remote = RemoteCapturer(settings.capture_url)
-        if settings.lookback_trace_s > 0:
+        remote = RemoteCapturer(settings.capture.capture_url)
+        if settings.lookback.lookback_trace_s > 0:
             from profiler_service.capture.continuous import ContinuousCapturer  # grpcio
 
-            continuous = ContinuousCapturer(settings, fallback=remote)
+            continuous = ContinuousCapturer(
+                settings.capture, settings.lookback.lookback_trace_s, fallback=remote
+            )
         capturers = {TargetKind.GRPC: continuous or remote}
-    gpu = GpuCollector(max_age_s=1.5 * settings.lookback_interval_s)
-    tf_memory = TFMemoryCollector(max_age_s=1.5 * settings.lookback_interval_s)
+    interval_s = settings.lookback.lookback_interval_s
+    gpu = GpuCollector(max_age_s=1.5 * interval_s)
+    tf_memory = TFMemoryCollector(max_age_s=1.5 * interval_s)
     sampler = build_sampler(settings, gpu, tf_memory)
-    annotator = grafana_annotator(settings)
+    annotator = grafana_annotator(settings.grafana, settings.report.public_url)
     registry = CollectorRegistry()
-    captures = CaptureMetrics(registry, [t.name for t in settings.targets])
+    captures = CaptureMetrics(registry, settings.capture.target_names)
+    analysis = settings.analysis
+    analyzer = XprofAnalyzer(
+        timeout_s=settings.bounds.analysis_timeout_s,
+        python=analysis.analysis_python,
+        max_memory_bytes=lambda: analysis_memory_limit(analysis),
+        workers=WarmWorkers(
+            str(analysis.analysis_python) if analysis.analysis_python else None,
+            max_jobs=analysis.analysis_worker_max_jobs,
+            recycle_bytes=analysis.analysis_worker_recycle_bytes,
+            idle_s=analysis.analysis_worker_idle_s,
+        ),
+    )
+    lifecycle.closing(analyzer.close)
     controller = CaptureController(
-        settings,
+        settings.capture,
+        settings.bounds,
         store,
         capturers,
-        XprofAnalyzer(
-            timeout_s=settings.analysis_timeout_s,
-            python=settings.analysis_python,
-            max_memory_bytes=lambda: analysis_memory_limit(settings),
-            workers=WarmWorkers(
-                str(settings.analysis_python) if settings.analysis_python else None,
-                max_jobs=settings.analysis_worker_max_jobs,
-                recycle_bytes=settings.analysis_worker_recycle_bytes,
-                idle_s=settings.analysis_worker_idle_s,
-            ),
-        ),
-        lead_up=LeadUpRecorder(settings, sampler),  # records nothing while it has no source
+        analyzer,
+        lead_up=LeadUpRecorder(settings.lookback, sampler),  # nothing while it has no source
         on_finished=[captures.observe] + ([annotator.on_finished] if annotator else []),
     )
     alerts = AlertTrigger(
-        settings, controller, AlertLog(store.root / "webhooks" / "alerts.jsonl").open()
+        settings.webhook, controller, AlertLog(store.root / "webhooks" / "alerts.jsonl").open()
     )
+    lifecycle.closing(alerts.close)
     memory_watch = None
-    if sampler is not None and settings.memory_watch:
-        memory_watch = MemoryWatch(settings, controller, sampler.ring, sampler.source_of)
+    if sampler is not None and settings.watch.memory_watch:
+        memory_watch = MemoryWatch(settings.watch, controller, sampler.ring, sampler.source_of)
         sampler.listeners.append(memory_watch)
     service = Service(
         settings,
@@ -165,19 +166,24 @@ def build_service(
         controller,
         alerts=alerts,
         annotator=annotator,
-        scheduler=CaptureScheduler(settings, controller),
+        scheduler=CaptureScheduler(settings.schedule, controller),
         sampler=sampler,
         memory_watch=memory_watch,
         continuous=continuous,
         mirror=mirror,
+        lifecycle=lifecycle,
     )
-    if settings.hub_url or (settings.hub_register_in_bucket and bucket is not None):
-        from profiler_service.hub.registration import HubRegistration
+    registration = settings.registration
+    if registration.hub_url or (registration.hub_register_in_bucket and bucket is not None):
+        from profiler_service.hub.registration import HubRegistration, sidecar_record
 
-        in_bucket = bucket if settings.hub_register_in_bucket else None
-        service.registration = HubRegistration(settings, in_bucket)
+        service.registration = HubRegistration(
+            registration,
+            sidecar_record(settings),
+            settings.server.hub_token,
+            bucket if registration.hub_register_in_bucket else None,
+        )
     service.metrics = ServiceMetrics(
-        settings,
         controller,
         store,
         registry,
@@ -196,7 +202,7 @@ def build_service(
 MIN_ANALYSIS_MEMORY = 256 * 2**20
 
 
-def analysis_memory_limit(settings: Settings) -> int:
+def analysis_memory_limit(settings: AnalysisSettings) -> int:
     """PROFILER_ANALYSIS_MAX_MEMORY_BYTES, else 3/4 of what this process's cgroup limit (else
     the host's memory) leaves beside this process: the training job itself, for the agent."""
     if settings.analysis_max_memory_bytes:
@@ -209,24 +215,23 @@ def build_sampler(
     settings: Settings, gpu: GpuCollector, tf_memory: TFMemoryCollector
 ) -> Sampler | None:
     """The look-back sources each mode can read (lookback/sources.py has the table)."""
-    if settings.lookback_s <= 0:
+    lookback, capacity = settings.lookback, settings.watch.memory_watch_capacity_bytes
+    if lookback.lookback_s <= 0:
         return None
-    if any(t.kind is TargetKind.IN_PROCESS for t in settings.targets):
+    if any(t.kind is TargetKind.IN_PROCESS for t in settings.capture.targets):
         sources: list[Source] = [
             StepSource(),
-            ProcessMemorySource(limit_bytes=settings.memory_watch_capacity_bytes),
+            ProcessMemorySource(limit_bytes=capacity),
             TFMemorySource(tf_memory, gpu),
             GpuSource(gpu, pid=os.getpid),
         ]
     else:
-        watched = WatchedProcess(settings.watch_process) if settings.watch_process else None
+        watched = WatchedProcess(lookback.watch_process) if lookback.watch_process else None
         sources = [GpuSource(gpu, pid=watched)]
         if watched is not None:
             sources.insert(
                 0,
-                ProcessMemorySource(
-                    watched, name="proc", limit_bytes=settings.memory_watch_capacity_bytes
-                ),
+                ProcessMemorySource(watched, name="proc", limit_bytes=capacity),
             )
-    ring = SampleRing(settings.lookback_s, settings.lookback_interval_s)
-    return Sampler(ring, sources, settings.lookback_interval_s)
+    ring = SampleRing(lookback.lookback_s, lookback.lookback_interval_s)
+    return Sampler(ring, sources, lookback.lookback_interval_s)

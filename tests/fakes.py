@@ -95,3 +95,24 @@ class FakeClock:
 
     def advance(self, seconds: float) -> None:
         self.now_s += seconds
+
+
+_KEPT: list[bytearray] = []  # what the trivial job holds on to, as a leaking analysis would
+
+
+def trivial_job():
+    """The warm-worker pool's job without XProf or TensorFlow (`WarmWorkers(job="fakes:trivial_
+    job")`): reports the run directory's name; `fail-*` raises, `hang-*` never returns,
+    `hold-*` keeps 128 MiB."""
+
+    def job(run_dir: Path) -> str:
+        name = run_dir.name
+        if name.startswith("fail"):
+            raise ValueError(f"cannot read {name}")
+        if name.startswith("hang"):
+            threading.Event().wait()
+        if name.startswith("hold"):
+            _KEPT.append(bytearray(128 * 2**20))
+        return name
+
+    return job

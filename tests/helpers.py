@@ -22,6 +22,13 @@ import httpx
 from profiler_service.demo import run as demo_run
 
 QUIET_TF = {"TF_CPP_MIN_LOG_LEVEL": "1", "PYTHONUNBUFFERED": "1"}
+# A small real capture someone recorded (tests/fixtures/gpu-captures/README.md): it analyses to a
+# ready snapshot in well under a second, for tests about what happens around the analysis.
+RECORDED_CAPTURE = (
+    Path(__file__).resolve().parent
+    / "fixtures/gpu-captures/aoberai-chess-engine"
+    / "logs__fit__20210615-181006__train__2021_06_15_18_10_10/aoberai.xplane.pb"
+)
 
 
 def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -85,14 +92,23 @@ class Job:
         stop_process(self.proc)
 
 
-def launch_job(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
-    """Start a real TF job (profiler_service.demo.job) without waiting for it."""
+def launch_job(
+    *args: str, env: dict[str, str] | None = None, cgroup: Path | None = None
+) -> subprocess.Popen:
+    """Start a real TF job (profiler_service.demo.job) without waiting for it; in `cgroup` (a
+    cgroup v1 directory, see memory_cgroup) from its first instruction when given."""
+
+    def join_cgroup() -> None:
+        if cgroup is not None:
+            (cgroup / "cgroup.procs").write_text(str(os.getpid()))
+
     return subprocess.Popen(
         [sys.executable, "-m", "profiler_service.demo.job", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
         env={**os.environ, **QUIET_TF, **(env or {})},
+        preexec_fn=join_cgroup if cgroup is not None else None,
     )
 
 
@@ -264,3 +280,47 @@ def start_hub(store: Path, env: dict[str, str], port: int | None = None) -> Serv
     url = f"http://127.0.0.1:{port}"
     wait_for_http(proc, f"{url}/healthz", log, "the hub")
     return ServiceProcess(proc, url, store, log)
+
+
+def api_routes(routes: list) -> Iterator:
+    """Every `APIRoute` of an app's route table, through its included routers (FastAPI >=
+    0.16x keeps each `include_router` as one entry): what route-table checks walk."""
+    from fastapi.routing import APIRoute
+
+    for route in routes:
+        included = getattr(route, "original_router", None)
+        if included is not None:
+            yield from api_routes(included.routes)
+        if isinstance(route, APIRoute):
+            yield route
+
+
+CGROUP_MEMORY = Path("/sys/fs/cgroup/memory")
+
+
+@contextlib.contextmanager
+def memory_cgroup(name: str) -> Iterator[Path | None]:
+    """A cgroup v1 memory group of its own under this process's, removed afterwards (once the
+    processes moved into it are gone); None where the machine allows none (no v1 memory
+    controller mounted writable, or not root: a v2-only host would need a delegated subtree)."""
+    own = next(
+        (line.split(":", 2)[2] for line in Path("/proc/self/cgroup").read_text().splitlines()
+         if "memory" in line.split(":", 2)[1].split(",")),
+        None,
+    )  # fmt: skip
+    if own is None or os.geteuid() != 0:
+        yield None
+        return
+    path = CGROUP_MEMORY / own.lstrip("/") / f"{name}-{os.getpid()}"
+    try:
+        path.mkdir()
+    except OSError:
+        yield None
+        return
+    try:
+        yield path
+    finally:
+        deadline = time.monotonic() + 30
+        while (path / "cgroup.procs").read_text().strip() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        path.rmdir()

@@ -8,7 +8,13 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from profiler_service.config import Settings
+from profiler_service.config import (
+    BoundsSettings,
+    CaptureSettings,
+    HubSettings,
+    ServerSettings,
+    Settings,
+)
 from profiler_service.targets import Target, TargetKind, in_process_target
 
 
@@ -24,7 +30,7 @@ def clean_env(monkeypatch: pytest.MonkeyPatch):
 
 
 def test_single_url_becomes_the_default_target():
-    settings = Settings(targets="grpc://127.0.0.1:6009")
+    settings = CaptureSettings(targets="grpc://127.0.0.1:6009")
     assert len(settings.targets) == 1
     target = settings.targets[0]
     assert target.name == "default"
@@ -36,7 +42,7 @@ def test_single_url_becomes_the_default_target():
 
 
 def test_named_targets_with_several_workers():
-    settings = Settings(targets="a=grpc://h:1,grpc://h2:2 b=grpc://h3:3")
+    settings = CaptureSettings(targets="a=grpc://h:1,grpc://h2:2 b=grpc://h3:3")
     assert [t.name for t in settings.targets] == ["a", "b"]
     assert settings.targets[0].workers == ["h:1", "h2:2"]
     assert settings.targets[0].service_addr == "h:1"
@@ -46,17 +52,17 @@ def test_named_targets_with_several_workers():
 
 
 def test_semicolon_separated_specs():
-    settings = Settings(targets="a=grpc://h:1;b=grpc://h:2")
+    settings = CaptureSettings(targets="a=grpc://h:1;b=grpc://h:2")
     assert [(t.name, t.workers) for t in settings.targets] == [("a", ["h:1"]), ("b", ["h:2"])]
 
 
 def test_unnamed_specs_after_the_first_get_numbered_names():
-    settings = Settings(targets="grpc://h:1 grpc://h:2")
+    settings = CaptureSettings(targets="grpc://h:1 grpc://h:2")
     assert [t.name for t in settings.targets] == ["default", "target-1"]
 
 
 def test_targets_from_a_json_list():
-    settings = Settings(
+    settings = CaptureSettings(
         targets='[{"name": "x", "workers": ["grpc://h:1", "h2:2"]}, '
         '{"name": "y", "workers": "h3:3"}]'
     )
@@ -68,11 +74,11 @@ def test_targets_from_a_json_list():
 
 def test_json_list_of_spec_strings_is_parsed_like_the_plain_form():
     # A Python list of specs is accepted; the same list written as JSON must be too.
-    assert [t.name for t in Settings(targets=["a=grpc://h:1", "grpc://h:2"]).targets] == [
+    assert [t.name for t in CaptureSettings(targets=["a=grpc://h:1", "grpc://h:2"]).targets] == [
         "a",
         "target-1",
     ]
-    settings = Settings(targets='["a=grpc://h:1", "grpc://h:2"]')
+    settings = CaptureSettings(targets='["a=grpc://h:1", "grpc://h:2"]')
     assert [(t.name, t.workers) for t in settings.targets] == [
         ("a", ["h:1"]),
         ("target-1", ["h:2"]),
@@ -85,9 +91,9 @@ def test_address_without_scheme_and_ipv6_are_accepted():
 
 
 def test_empty_targets_means_none():
-    assert Settings(targets="").targets == []
-    assert Settings().targets == []
-    assert Settings().target(None) is None
+    assert CaptureSettings(targets="").targets == []
+    assert CaptureSettings().targets == []
+    assert CaptureSettings().target(None) is None
 
 
 @pytest.mark.parametrize(
@@ -107,12 +113,12 @@ def test_empty_targets_means_none():
 )
 def test_invalid_target_specs_are_rejected(spec: str):
     with pytest.raises(ValidationError):
-        Settings(targets=spec)
+        CaptureSettings(targets=spec)
 
 
 def test_duplicate_target_names_are_rejected():
     with pytest.raises(ValidationError, match="unique"):
-        Settings(targets="a=grpc://h:1 a=grpc://h:2")
+        CaptureSettings(targets="a=grpc://h:1 a=grpc://h:2")
 
 
 def test_grpc_target_needs_an_address_and_in_process_takes_none():
@@ -129,7 +135,7 @@ def test_grpc_target_needs_an_address_and_in_process_takes_none():
 
 
 def test_duration_defaults_are_consistent():
-    settings = Settings()
+    settings = BoundsSettings()
     assert settings.duration_min_s <= settings.duration_default_s <= settings.duration_max_s
 
 
@@ -145,12 +151,12 @@ def test_duration_defaults_are_consistent():
 )
 def test_default_duration_outside_bounds_is_rejected(kwargs: dict):
     with pytest.raises(ValidationError):
-        Settings(**kwargs)
+        BoundsSettings(**kwargs)
 
 
 def test_default_duration_on_a_bound_is_accepted():
-    assert Settings(duration_default_s=60).duration_default_s == 60
-    assert Settings(duration_default_s=0.1).duration_default_s == 0.1
+    assert BoundsSettings(duration_default_s=60).duration_default_s == 60
+    assert BoundsSettings(duration_default_s=0.1).duration_default_s == 0.1
 
 
 # ---- bind safety --------------------------------------------------------------------------
@@ -158,26 +164,26 @@ def test_default_duration_on_a_bound_is_accepted():
 
 @pytest.mark.parametrize("host", ["0.0.0.0", "::", "10.1.2.3", "", "example.com"])
 def test_non_loopback_bind_without_token_is_refused(host: str):
-    settings = Settings(host=host)
+    settings = ServerSettings(host=host)
     assert settings.binds_loopback is False
     with pytest.raises(ValueError, match="PROFILER_API_TOKEN"):
         settings.check_bind_is_safe()
 
 
 def test_non_loopback_bind_with_token_is_allowed():
-    settings = Settings(host="0.0.0.0", api_token="s3cret")
+    settings = ServerSettings(host="0.0.0.0", api_token="s3cret")
     settings.check_bind_is_safe()
     assert settings.api_token is not None
     assert settings.api_token.get_secret_value() == "s3cret"
 
 
 def test_non_loopback_bind_when_insecure_is_allowed():
-    Settings(host="0.0.0.0", insecure=True).check_bind_is_safe()
+    ServerSettings(host="0.0.0.0", insecure=True).check_bind_is_safe()
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "::1", "localhost", "127.0.0.2"])
 def test_loopback_bind_needs_no_token(host: str):
-    settings = Settings(host=host)
+    settings = ServerSettings(host=host)
     assert settings.binds_loopback is True
     settings.check_bind_is_safe()
 
@@ -191,15 +197,15 @@ def test_targets_and_store_are_read_from_the_environment(
     monkeypatch.setenv("PROFILER_TARGETS", "train=grpc://10.0.0.7:6009,grpc://10.0.0.8:6009")
     monkeypatch.setenv("PROFILER_STORE", str(tmp_path / "profiles"))
     settings = Settings()
-    assert [(t.name, t.workers) for t in settings.targets] == [
+    assert [(t.name, t.workers) for t in settings.capture.targets] == [
         ("train", ["10.0.0.7:6009", "10.0.0.8:6009"])
     ]
-    assert settings.store == tmp_path / "profiles"
+    assert settings.storage.store == tmp_path / "profiles"
 
 
 def test_json_targets_from_the_environment(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("PROFILER_TARGETS", '[{"name": "j", "workers": "grpc://h:9"}]')
-    assert [(t.name, t.workers) for t in Settings().targets] == [("j", ["h:9"])]
+    assert [(t.name, t.workers) for t in Settings().capture.targets] == [("j", ["h:9"])]
 
 
 def test_invalid_target_in_the_environment_is_rejected(monkeypatch: pytest.MonkeyPatch):
@@ -213,11 +219,86 @@ def test_other_settings_from_the_environment(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("PROFILER_API_TOKEN", "tok")
     monkeypatch.setenv("PROFILER_DURATION_DEFAULT_S", "2.5")
     settings = Settings()
-    assert settings.host == "0.0.0.0"
-    assert settings.duration_default_s == 2.5
-    settings.check_bind_is_safe()
+    assert settings.server.host == "0.0.0.0"
+    assert settings.bounds.duration_default_s == 2.5
+    settings.server.check_bind_is_safe()
 
 
 def test_explicit_arguments_override_the_environment(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("PROFILER_TARGETS", "grpc://h:1")
-    assert Settings(targets="z=grpc://h:2").targets[0].name == "z"
+    assert Settings(targets="z=grpc://h:2").capture.targets[0].name == "z"
+
+
+# ---- groups -------------------------------------------------------------------------------
+
+# Every variable the service has read since before the settings were grouped: the contract.
+NAMES = [
+    "host", "port", "insecure", "api_token", "store", "store_url", "store_options",
+    "store_refresh_s", "store_retry_max_s", "capture_url", "targets", "duration_default_s",
+    "duration_min_s", "duration_max_s", "capture_grace_s", "capture_attempts",
+    "capture_max_workers", "analysis_timeout_s", "analysis_python", "analysis_max_memory_bytes",
+    "analysis_worker_idle_s", "analysis_worker_max_jobs", "analysis_worker_recycle_bytes",
+    "shutdown_grace_s", "host_tracer_level", "python_tracer_level", "device_tracer_level",
+    "include_dataset_ops", "retention_max_count", "retention_max_bytes", "tensorboard_url",
+    "tensorboard_flavour", "public_url", "webhook_token", "webhook_username", "webhook_password",
+    "webhook_hmac_secret", "webhook_hmac_header", "webhook_hmac_timestamp_header",
+    "webhook_hmac_max_age_s", "webhook_max_body_bytes", "webhook_cooldown_s",
+    "webhook_min_interval_s", "webhook_target_rules", "webhook_target_labels",
+    "webhook_default_target", "grafana_url", "grafana_token", "grafana_annotation_attempts",
+    "grafana_timeout_s", "capture_labels", "schedules", "regression_max_share", "lookback_s",
+    "lookback_interval_s", "watch_process", "prometheus_url", "prometheus_queries",
+    "prometheus_timeout_s", "pod_name", "pod_namespace", "lookback_trace_s", "hub_url",
+    "hub_token", "hub_advertise_url", "hub_heartbeat_s", "hub_register_in_bucket",
+    "hub_sidecar_ttl_s", "hub_sync_interval_s", "hub_forward_timeout_s", "memory_watch",
+    "memory_watch_share", "memory_watch_horizon_s", "memory_watch_growth_min_share",
+    "memory_watch_window_s", "memory_watch_cooldown_s", "memory_watch_duration_s",
+    "memory_watch_capacity_bytes", "memory_watch_target", "workload", "tokens_file",
+]  # fmt: skip
+
+
+def test_every_variable_keeps_its_name_in_exactly_one_group():
+    names = {**Settings.owners, **HubSettings.owners}
+    assert sorted(names) == sorted(NAMES)
+    for root in (Settings, HubSettings):
+        for name, group in root.owners.items():
+            assert name in root.groups()[group].model_fields
+
+
+def test_flat_names_and_the_environment_reach_their_group(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("PROFILER_MEMORY_WATCH_SHARE", "0.8")
+    monkeypatch.setenv("PROFILER_HUB_FORWARD_TIMEOUT_S", "3")
+    settings = Settings(port=9000, memory_watch=False, duration_max_s=10)
+    assert settings.server.port == 9000
+    assert settings.watch.memory_watch is False and settings.watch.memory_watch_share == 0.8
+    assert settings.bounds.duration_max_s == 10
+    assert HubSettings(port=9001).fleet.hub_forward_timeout_s == 3
+    given = Settings(bounds=BoundsSettings(duration_max_s=20), duration_default_s=7)
+    assert (given.bounds.duration_max_s, given.bounds.duration_default_s) == (20, 7)
+
+
+def test_a_piece_builds_only_its_group(monkeypatch: pytest.MonkeyPatch):
+    """A component's test needs no valid whole: a group reads only its own variables."""
+    monkeypatch.setenv("PROFILER_TARGETS", "a=grpc://h:1")
+    monkeypatch.setenv("PROFILER_DURATION_DEFAULT_S", "600")  # out of bounds: not read here
+    assert CaptureSettings().target_names == ["a"]
+    with pytest.raises(ValidationError, match="duration_default_s"):
+        BoundsSettings()
+
+
+def test_cross_group_checks_stay_in_the_root(tmp_path: Path):
+    with pytest.raises(ValidationError, match="capture_url must lie outside store_url"):
+        Settings(store_url="gs://b/p", capture_url="gs://b/p/incoming")
+    with pytest.raises(ValidationError, match="webhook_default_target names target 'x'"):
+        Settings(targets="a=grpc://h:1", webhook_default_target="x")
+
+
+def test_the_hub_takes_only_what_it_uses():
+    """No capture, look-back or memory-watch settings; its alert rules name the targets the
+    sidecars register, so no target list checks them."""
+    groups = HubSettings.groups()
+    assert {"capture", "analysis", "lookback", "watch", "schedule", "registration"}.isdisjoint(
+        groups
+    )
+    hub = HubSettings(webhook_default_target="trainer", targets="ignored=grpc://h:1")
+    assert hub.webhook.webhook_default_target == "trainer"
+    assert not hasattr(hub, "capture")

@@ -12,14 +12,15 @@ Analysis, it reads the trace's intervals; unlike XProf it does not need step mar
 
 from __future__ import annotations
 
-import mmap
 import re
-from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from profiler_service.analysis.host_activity import Intervals
+from profiler_service.analysis.host_events import read_host_events
 from profiler_service.analysis.models import (
     GpuActivity,
     GpuCopies,
@@ -28,7 +29,12 @@ from profiler_service.analysis.models import (
     HostActivity,
     HostLane,
 )
-from profiler_service.analysis.xplane import GPU_PLANE_PREFIX, HOST_PLANE, PlaneNames, read_xspace
+from profiler_service.analysis.xplane import (
+    GPU_PLANE_PREFIX,
+    CaptureFile,
+    PlaneNames,
+    as_capture,
+)
 
 SLICES = 60  # the timelines' resolution, whatever the capture's length
 SHORT_KERNEL_US = 10.0  # a kernel shorter than this costs about what launching it costs
@@ -54,24 +60,6 @@ DERIVED_LINES = frozenset(
 # the gap even when an op or Python ran beside it.
 PRIORITY = (HostActivity.INPUT, HostActivity.TF_OPS, HostActivity.PYTHON, HostActivity.TF_DATA)
 
-# The step asking tf.data for its next element; what runs inside it is the input's too.
-_GET_NEXT = re.compile(r"IteratorGetNext|MultiDeviceIteratorGetNext")
-# tf.data's own work, on its threads or named by its iterators.
-_TF_DATA = re.compile(
-    r"^(Iterator::|ParallelMap|Prefetch|MapAndBatch|ParallelInterleave|ParallelBatch"
-    r"|InstantiatedCapturedFunction)"
-)
-# Events that only enclose others while the thread waits for them: a tf.function call, a
-# step marker, the executor's loop, a synchronisation with the device.
-_ENCLOSING_NAMES = re.compile(
-    r"^(TFE_Py_Execute|EagerExecute|EagerLocalExecute|EagerKernelExecute|FunctionRun"
-    r"|ExecutorState::Process|TraceContext|cuStreamSynchronize|cudaStreamSynchronize"
-    r"|cuCtxSynchronize|cuEventSynchronize|TensorHandle::.*WaitReady|.*::Wait$)"
-)
-_STEP_NAMES = frozenset(
-    {"train", "test", "predict", "train_function", "test_function", "predict_function"}
-)
-_OP_EVENT = re.compile(r"^[^\s:]+:[A-Za-z_][\w]*$")  # "model/dense/MatMul:MatMul"
 _TENSOR_CORE_OPS = re.compile(
     r"(MatMul|Conv\d?D|Conv2DBackprop|Conv3DBackprop|Einsum|CudnnRNN|dot|convolution|gemm|Gemm)"
 )
@@ -118,38 +106,45 @@ KNOWN_GPUS: tuple[tuple[str, str, int, int], ...] = (
 MEMORY_USABLE_SHARE = 0.85  # usable memory is at least this share of the nominal size
 
 
-def has_gpu_planes(xplane: Path) -> bool:
+def has_gpu_planes(capture: CaptureFile | Path) -> bool:
     """Whether the capture names a GPU plane (a byte scan: milliseconds for 30 MB)."""
     try:
-        with xplane.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            return data.find(GPU_PLANE_PREFIX.encode()) != -1
+        return as_capture(capture).contains(GPU_PLANE_PREFIX.encode())
     except (OSError, ValueError):
         return False
 
 
-def read_gpu_activity(paths: list[Path]) -> GpuActivity | None:
-    """Every GPU of every host file; None when no file has a GPU plane."""
+def read_gpu_activity(
+    captures: Sequence[CaptureFile | Path],
+    host_activity: Mapping[Path, dict[HostActivity, Intervals]] | None = None,
+) -> GpuActivity | None:
+    """Every GPU of every host file; None when no file has a GPU plane. `host_activity`: each
+    file's host events by activity where the host pass read them already (host_events.py)."""
     activity = GpuActivity(slices=SLICES)
-    for path in paths:
-        if not has_gpu_planes(path):
+    captures = [as_capture(c) for c in captures]
+    for capture in captures:
+        if not has_gpu_planes(capture):
             continue
-        host = path.name.removesuffix(".xplane.pb")
-        devices, lane = _read_host(read_xspace(path), host if len(paths) > 1 else "")
+        host = (host_activity or {}).get(capture.path)
+        if host is None:
+            host = read_host_events(capture, activity=True).activity or {}
+        prefix = capture.host if len(captures) > 1 else ""
+        devices, lane = _read_host(capture.space(), host, prefix)
         activity.devices.extend(devices)
         if lane is not None:
-            lane.host = host
+            lane.host = capture.host
             activity.hosts.append(lane)
     return activity if activity.devices else None
 
 
-def _read_host(space: Any, prefix: str) -> tuple[list[GpuDevice], HostLane | None]:
+def _read_host(
+    space: Any, host: dict[HostActivity, Intervals], prefix: str
+) -> tuple[list[GpuDevice], HostLane | None]:
     gpu_planes = sorted(
         (p for p in space.planes if p.name.startswith(GPU_PLANE_PREFIX)),
         key=lambda p: _device_number(p.name),
     )
-    host_plane = next((p for p in space.planes if p.name == HOST_PLANE), None)
     streams = {p.name: _Streams(p) for p in gpu_planes}
-    host = _host_activity(host_plane) if host_plane is not None else {}
     firsts = [ivs[0].min() for ivs in host.values() if len(ivs[0])]
     lasts = [ivs[1].max() for ivs in host.values() if len(ivs[1])]
     firsts += [st.spans[0].min() for st in streams.values() if len(st.spans[0])]
@@ -170,7 +165,6 @@ def _device_number(name: str) -> int:
     return int(tail) if tail.isdigit() else 0
 
 
-Intervals = tuple[np.ndarray, np.ndarray]  # (starts, ends) in ns, int64
 _EMPTY = np.zeros(0, dtype=np.int64)
 _OP_STATS = ("tf_op", "level 0", "annotation")
 
@@ -318,63 +312,6 @@ def _model_name(
 
 def _as_int(value: Any) -> int | None:
     return int(value) if isinstance(value, int | float) and value else None
-
-
-_OP = "op"  # an op's own event: TF ops, or Python when it ran eagerly (read per event)
-
-
-def _classify(name: str) -> HostActivity | str | None:
-    """A host event's activity by its name; None for one that only encloses others while it
-    waits (a tf.function call, a step, a sync)."""
-    if _GET_NEXT.search(name):
-        return HostActivity.INPUT
-    if _TF_DATA.match(name):
-        return HostActivity.TF_DATA
-    if name.startswith("$"):  # the Python tracer
-        return HostActivity.PYTHON
-    if _ENCLOSING_NAMES.match(name) or name in _STEP_NAMES:
-        return None
-    if _OP_EVENT.match(name):
-        return _OP
-    return HostActivity.TF_OPS
-
-
-def _host_activity(plane: Any) -> dict[HostActivity, Intervals]:
-    """The host's traced events by activity. Where events of two activities overlap (nested
-    on one thread, or side by side on two), the order of PRIORITY decides, so an op run
-    inside the step's get-next counts as input, and Python around an op as the op."""
-    names = PlaneNames(plane)
-    kind_of = {mid: _classify(name) for mid, name in names.events.items()}
-    flag_ids = {k: v for k, v in names.stats.items() if v in ("step_num", "is_eager")}
-    spans: dict[Any, tuple[list[int], list[int]]] = defaultdict(lambda: ([], []))
-    for line in plane.lines:
-        base = line.timestamp_ns * 1000
-        on_tf_data = line.name.startswith("tf_data")
-        for event in line.events:
-            if event.duration_ps <= 0:
-                continue
-            act = kind_of.get(event.metadata_id, HostActivity.TF_OPS)
-            if act is None:
-                continue
-            if on_tf_data and act is not HostActivity.INPUT:
-                act = HostActivity.TF_DATA
-            elif act is _OP or act is HostActivity.TF_OPS:
-                flags = {flag_ids[s.metadata_id] for s in event.stats if s.metadata_id in flag_ids}
-                if "step_num" in flags:
-                    continue
-                eager = act is _OP and "is_eager" in flags and _flag_set(event, flag_ids)
-                act = HostActivity.PYTHON if eager else HostActivity.TF_OPS
-            begin = (base + event.offset_ps) // 1000
-            spans[act][0].append(begin)
-            spans[act][1].append(begin + event.duration_ps // 1000)
-    return {act: (np.array(b, np.int64), np.array(e, np.int64)) for act, (b, e) in spans.items()}
-
-
-def _flag_set(event: Any, flag_ids: dict[int, str]) -> bool:
-    return any(
-        flag_ids.get(s.metadata_id) == "is_eager" and (s.int64_value or s.uint64_value)
-        for s in event.stats
-    )
 
 
 def _host_lane(busy: dict[HostActivity, Intervals], start: int, window: int) -> HostLane:

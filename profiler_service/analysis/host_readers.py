@@ -1,16 +1,16 @@
-"""The summary's parts read from the capture's own host events (host_events.py), one pass per
-host: tf.function traces and XLA compilations, the tf.data iterators' parallelism, and, where
-memory rises and falls every step, what each op allocates per step."""
+"""The summary's parts read from the capture's own host events (host_events.py), each file parsed
+once: tf.function traces and XLA compilations, the tf.data iterators' parallelism, and, beside
+XProf's memory profile, the allocations a growing allocator keeps and what each op allocates per
+step where memory rises and falls every step."""
 
 from __future__ import annotations
 
-from pathlib import Path
+import dataclasses
 
-from google.protobuf.message import DecodeError
-
-from profiler_service.analysis.host_events import read_host_events
-from profiler_service.analysis.input_pipeline import add_iterator_stats
-from profiler_service.analysis.models import AllocatorMemory, Summary, TfFunctions
+from profiler_service.analysis.host_events import HostEvents
+from profiler_service.analysis.kept_memory import kept_allocations
+from profiler_service.analysis.memory import may_be_growing
+from profiler_service.analysis.models import AllocatorMemory, TfFunctions
 from profiler_service.analysis.step_allocations import (
     allocations_by_op,
     step_swing_bytes,
@@ -19,28 +19,25 @@ from profiler_service.analysis.step_allocations import (
 from profiler_service.analysis.tf_functions import summarise_tf_functions
 
 
-def summarise_host_events(
-    paths: list[Path], summary: Summary, allocators: dict[Path, list[AllocatorMemory]]
-) -> None:
-    """Reads each host's events once; keeps the host whose tf.functions cost the most."""
-    for path in paths:
-        sawtooth = [m for m in allocators.get(path, []) if worth_reading(m)]
-        memory = max(sawtooth, key=step_swing_bytes, default=None)
-        try:
-            events = read_host_events(path, memory.allocator if memory else None)
-        except (OSError, ValueError, DecodeError) as exc:
-            summary.notes.append(f"host events of {path.name}: {exc}")
-            continue
-        functions = summarise_tf_functions(events, path.name.removesuffix(".xplane.pb"))
-        if functions is not None and (
-            summary.tf_functions is None or _cost_ms(functions) > _cost_ms(summary.tf_functions)
-        ):
-            summary.tf_functions = functions
-        if events.iterators and not any(i.datasets for i in summary.input_pipeline.iterators):
-            add_iterator_stats(summary.input_pipeline, events.iterators)
-        if memory is not None:
-            memory.allocations_by_op = allocations_by_op(events)
+def costliest_tf_functions(events_by_host: dict[str, HostEvents]) -> TfFunctions | None:
+    """The tf.functions of the host whose traces and compilations cost the most."""
+    found = (summarise_tf_functions(events, host) for host, events in events_by_host.items())
+    return max((f for f in found if f is not None), key=_cost_ms, default=None)
 
 
 def _cost_ms(functions: TfFunctions) -> float:
     return sum(f.tracing_ms + f.compile_ms for f in functions.functions)
+
+
+def add_allocations(allocators: list[AllocatorMemory], events: HostEvents) -> None:
+    """What a host's memory profile cannot say, from its memory events: the allocations kept by
+    an allocator that may be growing, and, for the one whose memory swings most every step
+    without growing, what each op allocates per step."""
+    for allocator in allocators:
+        if may_be_growing(allocator):
+            allocator.kept_allocations = kept_allocations(events.memory_of(allocator.allocator))
+    sawtooth = [m for m in allocators if worth_reading(m)]
+    memory = max(sawtooth, key=step_swing_bytes, default=None)
+    if memory is not None:
+        with_memory = dataclasses.replace(events, memory=events.memory_of(memory.allocator))
+        memory.allocations_by_op = allocations_by_op(with_memory)

@@ -6,7 +6,7 @@ import re
 from collections import defaultdict
 from typing import Any
 
-from profiler_service.analysis.models import InputIterator, InputOp, InputPipeline, Summary
+from profiler_service.analysis.models import InputIterator, InputOp, InputPipeline
 from profiler_service.analysis.xprof_tools import as_float, rows_as_dicts, table_with
 
 TOP_INPUT_OPS = 5
@@ -22,11 +22,13 @@ STAGES = {
 }
 
 
-def summarise_input_pipeline(tables: list[dict], summary: Summary) -> None:
+def read_input_pipeline(tables: list[dict]) -> InputPipeline | None:
+    """XProf's input pipeline analyzer's part: time by stage, the slowest ops and iterators
+    (the verdict is the overview's, Python in it the op stats')."""
     table = table_with(tables, "preprocessing_us")
     if table is None:
-        return
-    pipeline = summary.input_pipeline
+        return None
+    pipeline = InputPipeline()
     pipeline.stage_time_us = {
         name: as_float(table["p"].get(prop)) or 0.0 for prop, name in STAGES.items()
     }
@@ -44,6 +46,7 @@ def summarise_input_pipeline(tables: list[dict], summary: Summary) -> None:
     ]
     pipeline.slowest_ops = sorted(ops, key=lambda op: op.self_time_ms, reverse=True)[:TOP_INPUT_OPS]
     pipeline.iterators = _iterators(ops)
+    return pipeline
 
 
 def _iterators(ops: list[InputOp]) -> list[InputIterator]:

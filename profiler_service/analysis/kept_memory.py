@@ -7,18 +7,18 @@ outputs pile up. The capture has every allocation and free (`MemoryAllocation` /
 module pairs them by address, as XProf's own memory profile does, and groups what is still
 alive at the end. It runs only when the memory profile already shows growth.
 
-The XSpace is read without TensorFlow (xplane.py).
+The events are the host pass's (host_events.py), from the capture parsed once (xplane.py).
 """
 
 from __future__ import annotations
 
-import mmap
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from profiler_service.analysis.host_events import ALLOCATION, Span, read_host_events
 from profiler_service.analysis.models import KeptAllocation
-from profiler_service.analysis.xplane import HOST_PLANE, PlaneNames, read_xspace
+from profiler_service.analysis.xplane import CaptureFile, file_contains
 
 MIN_KEPT = 3  # allocations of one op and shape, kept: fewer is one step's own work
 
@@ -26,58 +26,45 @@ MIN_KEPT = 3  # allocations of one op and shape, kept: fewer is one step's own w
 def has_memory_events(xplane: Path) -> bool:
     """Whether the capture holds any allocator event. XProf's memory profile is built from these
     events alone, so a capture whose bytes never name them has none, and the conversion (a parse
-    of the whole file) can be skipped. A scan of a 30 MB file takes milliseconds."""
+    of the whole file) can be skipped."""
     try:
-        with xplane.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            return data.find(b"MemoryAllocation") != -1
-    except (OSError, ValueError):  # unreadable or empty: let XProf say what is wrong
+        return file_contains(xplane, ALLOCATION.encode())
+    except (OSError, ValueError):  # unreadable: let XProf say what is wrong
         return True
 
 
 def kept_allocations_in_capture(
-    xplane: Path, allocator: str, max_groups: int = 5
+    capture: CaptureFile | Path, allocator: str
 ) -> list[KeptAllocation]:
-    """Allocations of `allocator` made in the first half of the capture and never freed in it,
-    grouped by op and shape, largest first."""
-    space = read_xspace(xplane)
-    plane = next((p for p in space.planes if p.name == HOST_PLANE), None)
-    if plane is None:
-        return []
-    names = PlaneNames(plane)
-    event_names = names.events
-    wanted = {k for k, n in event_names.items() if n in ("MemoryAllocation", "MemoryDeallocation")}
-    events = []
-    for line in plane.lines:
-        base_ps = line.timestamp_ns * 1000
-        for event in line.events:
-            if event.metadata_id not in wanted:
-                continue
-            stats = names.stat_dict(event.stats)
-            if stats.get("allocator_name") == allocator:
-                events.append((base_ps + event.offset_ps, event_names[event.metadata_id], stats))
+    """`kept_allocations` of one file read on its own (the analysis reuses its host pass)."""
+    return kept_allocations(read_host_events(capture).memory_of(allocator))
+
+
+def kept_allocations(events: list[Span], max_groups: int = 5) -> list[KeptAllocation]:
+    """Of one allocator's memory events (in time order), the allocations made in the first half
+    of the capture and never freed in it, grouped by op and shape, largest first."""
     if not events:
         return []
-    events.sort(key=lambda e: e[0])
-    start, end = events[0][0], events[-1][0]
-    alive: dict[Any, tuple[int, dict]] = {}
-    for time_ps, name, stats in events:
-        if name == "MemoryAllocation":
-            alive[stats.get("addr")] = (time_ps, stats)
+    start, end = events[0].start_ps, events[-1].start_ps
+    alive: dict[Any, Span] = {}
+    for event in events:
+        if event.name == ALLOCATION:
+            alive[event.stats.get("addr")] = event
         else:
-            alive.pop(stats.get("addr"), None)
-    groups: dict[tuple[str, str], list[tuple[int, dict]]] = defaultdict(list)
-    for time_ps, stats in alive.values():
-        if time_ps <= start + (end - start) / 2:
-            groups[(str(stats.get("tf_op") or "unknown"), str(stats.get("shape") or ""))].append(
-                (time_ps, stats)
-            )
+            alive.pop(event.stats.get("addr"), None)
+    groups: dict[tuple[str, str], list[Span]] = defaultdict(list)
+    for event in alive.values():
+        if event.start_ps <= start + (end - start) / 2:
+            stats = event.stats
+            key = (str(stats.get("tf_op") or "unknown"), str(stats.get("shape") or ""))
+            groups[key].append(event)
     kept = [
         KeptAllocation(
             op_name=op,
             shape=shape,
             count=len(group),
-            bytes=sum(int(s.get("allocation_bytes") or 0) for _, s in group),
-            first_time_ms=round((min(t for t, _ in group) - start) / 1e9, 3),
+            bytes=sum(int(e.stats.get("allocation_bytes") or 0) for e in group),
+            first_time_ms=round((min(e.start_ps for e in group) - start) / 1e9, 3),
         )
         for (op, shape), group in groups.items()
         if len(group) >= MIN_KEPT

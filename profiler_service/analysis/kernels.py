@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from profiler_service.analysis.models import Kernel, Summary
+from profiler_service.analysis.models import Kernel, Kernels
 from profiler_service.analysis.xprof_tools import rows_as_dicts, table_with_column
 
 TOP_KERNELS = 10
 
 
-def summarise_kernels(tables: list[dict] | dict, summary: Summary) -> None:
+def read_kernels(tables: list[dict] | dict) -> Kernels:
     tables = tables if isinstance(tables, list) else [tables]
     table = table_with_column(tables, "kernel_name")
     if table is None:
-        return
+        return Kernels()
     kernels = [
         Kernel(
             name=str(r.get("kernel_name")),
@@ -25,8 +25,10 @@ def summarise_kernels(tables: list[dict] | dict, summary: Summary) -> None:
         for r in rows_as_dicts(table)
     ]
     kernels.sort(key=lambda k: k.total_us, reverse=True)
-    summary.kernels.total_us = sum(k.total_us for k in kernels)
-    summary.kernels.top = kernels[:TOP_KERNELS]
-    summary.kernels.eligible_unused_us = sum(
-        k.total_us for k in kernels if k.tensor_core_eligible and not k.uses_tensor_core
+    return Kernels(
+        total_us=sum(k.total_us for k in kernels),
+        top=kernels[:TOP_KERNELS],
+        eligible_unused_us=sum(
+            k.total_us for k in kernels if k.tensor_core_eligible and not k.uses_tensor_core
+        ),
     )

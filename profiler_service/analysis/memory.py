@@ -17,7 +17,6 @@ from profiler_service.analysis.models import (
     MemoryGrowth,
     MemoryPoint,
     PeakAllocation,
-    Summary,
 )
 
 MAX_TIMELINE_POINTS = 300
@@ -33,9 +32,12 @@ KEPT_SEARCH_MIN_R2 = 0.5
 TEMPORARY_OP_TYPES = ("Concat", "ConcatV2", "Pack", "Stack", "TensorListStack", "Tile")
 
 
-def summarise_memory(profile: dict, summary: Summary) -> None:
-    for allocator, data in sorted((profile.get("memoryProfilePerAllocator") or {}).items()):
-        summary.memory.append(_allocator_memory(allocator, data))
+def read_memory(profile: dict) -> list[AllocatorMemory]:
+    """XProf's memory profile of one host, per allocator."""
+    return [
+        _allocator_memory(allocator, data)
+        for allocator, data in sorted((profile.get("memoryProfilePerAllocator") or {}).items())
+    ]
 
 
 def _int(value) -> int:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 
-from profiler_service.analysis.models import OpCategory, Summary, TopOp
+from profiler_service.analysis.models import OpCategory, TopOp
 from profiler_service.analysis.xprof_tools import rows_as_dicts, table_with_column
 
 # The one place op types map to categories; first match wins, anything else is compute
@@ -162,18 +163,29 @@ def host_communication_ms(ops: list[TopOp]) -> float:
     )
 
 
-def summarise_op_stats(tables: list[dict], summary: Summary, top_k: int = TOP_OPS) -> None:
+@dataclass
+class OpStats:
+    """The framework op stats' part: the top ops, time by category, Python in the input."""
+
+    top_ops: list[TopOp]
+    op_category_share: dict[str, float]
+    python_in_pipeline: bool
+
+
+def read_op_stats(tables: list[dict], top_k: int = TOP_OPS) -> OpStats | None:
     ops = read_ops(tables)
     if not ops:
-        return
-    summary.top_ops = ops[:top_k]
-    summary.input_pipeline.python_in_pipeline = any(
-        op.type in PYTHON_OP_TYPES and op.host_or_device == "Host" for op in ops
-    )
+        return None
     category_ms: dict[str, float] = defaultdict(float)
     for op in ops:
         category_ms[op.category.value] += op.self_time_ms
     total = sum(category_ms.values())
-    summary.op_category_share = {
-        c: round(ms / total, 4) for c, ms in sorted(category_ms.items()) if total
-    }
+    return OpStats(
+        top_ops=ops[:top_k],
+        op_category_share={
+            c: round(ms / total, 4) for c, ms in sorted(category_ms.items()) if total
+        },
+        python_in_pipeline=any(
+            op.type in PYTHON_OP_TYPES and op.host_or_device == "Host" for op in ops
+        ),
+    )

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 
 from profiler_service.analysis.models import (
     InputBound,
     StepBreakdown,
     StepSample,
     StepTime,
-    Summary,
     Utilisation,
 )
 from profiler_service.analysis.xprof_tools import as_float, rows_as_dicts, table_with
@@ -75,55 +75,66 @@ def read_step_time(tables: list[dict]) -> tuple[StepTime, dict]:
     return step_time, p
 
 
-def summarise_overview(tables: list[dict], summary: Summary) -> None:
-    summary.step_time, step_props = read_step_time(tables)
-    conclusion = step_props.get("input_conclusion") or None
-    pipeline = summary.input_pipeline
-    pipeline.conclusion = conclusion
-    match = _CONCLUSION.search(conclusion or "")
-    if match and summary.step_time.count:
-        pipeline.classification = InputBound(match["level"].lower())
+@dataclass
+class Overview:
+    """The overview page's part of the summary: step time and XProf's verdicts."""
+
+    step_time: StepTime = field(default_factory=StepTime)
+    classification: InputBound = InputBound.UNKNOWN  # XProf's input verdict
+    input_share_pct: float | None = None
+    conclusion: str | None = None  # XProf's sentence
+    bottleneck: str | None = None
+    next_step_advice: str | None = None
+    xprof_flags: dict[str, str] = field(default_factory=dict)
+    utilisation: Utilisation = field(default_factory=Utilisation)
+    notes: list[str] = field(default_factory=list)
+
+
+def read_overview(tables: list[dict]) -> Overview:
+    step_time, step_props = read_step_time(tables)
+    part = Overview(step_time=step_time)
+    part.conclusion = step_props.get("input_conclusion") or None
+    match = _CONCLUSION.search(part.conclusion or "")
+    if match and step_time.count:
+        part.classification = InputBound(match["level"].lower())
         # A POTENTIALLY sentence quotes the "All Others" share, not the input share.
-        if pipeline.classification is not InputBound.POTENTIALLY:
-            pipeline.input_share_pct = float(match["pct"])
-    if pipeline.input_share_pct is None and summary.step_time.count and summary.step_time.avg_ms:
-        pipeline.input_share_pct = round(
-            100 * summary.step_time.breakdown_avg.input_ms / summary.step_time.avg_ms, 1
-        )
-    summary.next_step_advice = step_props.get("summary_nextstep") or None
+        if part.classification is not InputBound.POTENTIALLY:
+            part.input_share_pct = float(match["pct"])
+    if part.input_share_pct is None and step_time.count and step_time.avg_ms:
+        part.input_share_pct = round(100 * step_time.breakdown_avg.input_ms / step_time.avg_ms, 1)
+    part.next_step_advice = step_props.get("summary_nextstep") or None
 
     verdict = table_with(tables, "bottleneck")
     if verdict is not None:
-        summary.bottleneck = verdict["p"].get("bottleneck") or None
-        summary.xprof_flags = {
+        part.bottleneck = verdict["p"].get("bottleneck") or None
+        part.xprof_flags = {
             flag.removesuffix("_bottleneck"): verdict["p"][flag]
             for flag in _FLAGS
             if verdict["p"].get(flag)
         }
-    if not summary.step_time.count:
-        summary.bottleneck = "unknown"
-        summary.notes.append(
+    if not step_time.count:
+        part.bottleneck = "unknown"
+        part.notes.append(
             "no step markers in the capture: mark steps with ProfilerStepCallback or "
             "training_step() so XProf can analyse step time"
         )
 
     analysis = table_with(tables, "device_duty_cycle_percent")
     environment = table_with(tables, "device_type")
-    summary.utilisation = Utilisation(
+    u = part.utilisation = Utilisation(
         hardware_type=step_props.get("hardware_type") or None,
         device_type=(environment or {}).get("p", {}).get("device_type"),
     )
     if analysis is not None:
         p = analysis["p"]
-        u = summary.utilisation
         u.device_duty_cycle_pct = as_float(p.get("device_duty_cycle_percent"))
         u.device_idle_pct = as_float(p.get("device_idle_time_percent"))
         u.host_idle_pct = as_float(p.get("host_idle_time_percent"))
         u.host_eager_pct = as_float(p.get("host_op_time_eager_percent"))
         u.device_eager_pct = as_float(p.get("device_op_time_eager_percent"))
     precision = table_with(tables, "device_compute_16bit_percent")
-    if precision is not None and summary.utilisation.hardware_type not in (None, "CPU_ONLY"):
-        u = summary.utilisation
+    if precision is not None and u.hardware_type not in (None, "CPU_ONLY"):
         u.device_compute_16bit_pct = as_float(precision["p"].get("device_compute_16bit_percent"))
         u.device_compute_32bit_pct = as_float(precision["p"].get("device_compute_32bit_percent"))
         u.precision_statement = (verdict or {}).get("p", {}).get("precision_statement") or None
+    return part

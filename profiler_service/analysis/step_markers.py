@@ -26,7 +26,6 @@ The capture's fields are declared here (proto_subset.py), so the sidecar needs n
 
 from __future__ import annotations
 
-import mmap
 import os
 import re
 from collections import Counter
@@ -38,6 +37,7 @@ from typing import Any
 from google.protobuf.message import DecodeError
 
 from profiler_service.analysis.models import StepBreakdown, StepTime
+from profiler_service.analysis.xplane import CaptureFile, as_capture, file_contains
 from profiler_service.proto_subset import F, message_classes
 
 # XProf drops the first and last step only when it found more than this many
@@ -134,7 +134,7 @@ def unhide_markers_in_loops(paths: Sequence[Path]) -> list[str]:
 
 
 def _zero_loop_iterations(path: Path) -> int:
-    if not _bytes_contain(path, ITER_NUM.encode()):
+    if not file_contains(path, ITER_NUM.encode()):
         return 0
     data = path.read_bytes()
     outline = _outline_space()()
@@ -195,22 +195,14 @@ def _stat_ids(plane: Any, name: str) -> set[int]:
     return {key for key, meta in plane.stat_metadata.items() if meta.name == name}
 
 
-def _bytes_contain(path: Path, needle: bytes) -> bool:
-    with path.open("rb") as f:
-        if os.fstat(f.fileno()).st_size == 0:
-            return False
-        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            return data.find(needle) != -1
-
-
-def per_training_step(step_time: StepTime, paths: Sequence[Path] = ()) -> list[str]:
+def per_training_step(step_time: StepTime, span_ms: float | None = None) -> list[str]:
     """Turn XProf's marked steps into training steps, in place; notes on what was read.
 
     N (`steps_per_marker`) is the gap most consecutive markers of one name agree on; times are
     divided by it. The count is the training steps run while the capture ran: the marked steps
     XProf timed, the first and last it set aside, and the steps of the calls the capture's start
-    and end cut (at most one call at each end: the capture's span in `paths`, TF's
-    `profile_start_time` / `profile_stop_time`, over the time per call).
+    and end cut (at most one call at each end: the capture's span, `capture_span_ms`, over the
+    time per call).
     """
     markers = step_time.count
     step_time.markers = markers
@@ -221,7 +213,6 @@ def per_training_step(step_time: StepTime, paths: Sequence[Path] = ()) -> list[s
         step_time.avg_ms = round(sum(times) / markers, 4)
         step_time.min_ms, step_time.max_ms = min(times), max(times)
     per_marker = steps_per_marker(step_time)
-    span_ms = capture_span_ms(paths[0]) if paths else None
     calls_in_span = span_ms / step_time.avg_ms if span_ms else 0.0
     whole = markers
     if markers > XPROF_KEEPS_ALL_UP_TO or (
@@ -251,15 +242,14 @@ def per_training_step(step_time: StepTime, paths: Sequence[Path] = ()) -> list[s
     ]
 
 
-def capture_span_ms(path: Path) -> float | None:
+def capture_span_ms(capture: CaptureFile | Path) -> float | None:
     """How long the profiler traced, from the capture's own `profile_start_time` and
     `profile_stop_time` (TF writes them on its "Task Environment" plane, in ns)."""
     try:
-        space = _outline_space()()
-        space.ParseFromString(path.read_bytes())
+        planes = as_capture(capture).space().planes
     except (OSError, ValueError, DecodeError):
         return None
-    for plane in space.planes:
+    for plane in planes:
         times = {
             plane.stat_metadata[stat.metadata_id].name: stat.uint64_value or stat.int64_value
             for stat in plane.stats

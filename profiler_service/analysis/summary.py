@@ -9,23 +9,31 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 from google.protobuf.message import DecodeError
 from pydantic import BaseModel, Field
 
-from profiler_service.analysis.gpu_activity import read_gpu_activity
-from profiler_service.analysis.host_readers import summarise_host_events
-from profiler_service.analysis.input_pipeline import summarise_input_pipeline
-from profiler_service.analysis.kept_memory import has_memory_events, kept_allocations_in_capture
-from profiler_service.analysis.kernels import summarise_kernels
-from profiler_service.analysis.memory import may_be_growing, summarise_memory
-from profiler_service.analysis.models import Finding, HostSummary, Summary
-from profiler_service.analysis.op_stats import host_communication_ms, read_ops, summarise_op_stats
-from profiler_service.analysis.overview import read_step_time, summarise_overview
+from profiler_service.analysis.gpu_activity import has_gpu_planes, read_gpu_activity
+from profiler_service.analysis.host_events import HostEvents, read_host_events
+from profiler_service.analysis.host_readers import add_allocations, costliest_tf_functions
+from profiler_service.analysis.input_pipeline import read_input_pipeline
+from profiler_service.analysis.kept_memory import has_memory_events
+from profiler_service.analysis.kernels import read_kernels
+from profiler_service.analysis.memory import read_memory
+from profiler_service.analysis.models import Finding, GpuActivity, HostSummary, Summary
+from profiler_service.analysis.op_stats import host_communication_ms, read_op_stats, read_ops
+from profiler_service.analysis.overview import read_overview, read_step_time
+from profiler_service.analysis.parts import Parts, assemble
 from profiler_service.analysis.rules import evaluate
-from profiler_service.analysis.step_markers import per_training_step, unhide_markers_in_loops
+from profiler_service.analysis.step_markers import (
+    capture_span_ms,
+    per_training_step,
+    unhide_markers_in_loops,
+)
+from profiler_service.analysis.xplane import CaptureFile
 from profiler_service.analysis.xprof_tools import ToolFailed, tool_data, tool_names
 from profiler_service.child_process import return_freed_memory
 from profiler_service.errors import Failed
@@ -52,62 +60,85 @@ def summarise_run(run_dir: Path) -> Summary:
     paths = xplane_paths(run_dir)
     if not paths:
         raise ToolFailed(f"no .xplane.pb in {run_dir}")
-    summary = Summary(hosts=[p.name.removesuffix(".xplane.pb") for p in paths])
-    summary.notes.extend(unhide_markers_in_loops(paths))  # before any XProf tool reads them
-    # XProf's converters release the GIL. The memory profile and the tool list each parse the
-    # capture again, so they run beside the overview instead of after it, unless the capture is
-    # large enough for their peaks to add up to too much; the memory profile only where there are
-    # allocator events to read.
+    parts = Parts(hosts=[p.name.removesuffix(".xplane.pb") for p in paths])
+    parts.notes.extend(unhide_markers_in_loops(paths))  # before any XProf tool reads them
+    captures = [CaptureFile(p) for p in paths]  # each parsed once, by whichever reader is first
+    # XProf's converters release the GIL. The memory profile, the tool list and our own reading
+    # of the capture's events each parse the capture again, so they run beside the overview
+    # instead of after it, unless the capture is large enough for the memory profile's peak to
+    # add up with the overview's; the memory profile only where there are allocator events.
     side_by_side = sum(p.stat().st_size for p in paths) <= SIDE_BY_SIDE_MAX_BYTES
     with ThreadPoolExecutor(max_workers=3, thread_name_prefix="xprof") as pool:
         names = pool.submit(tool_names, paths)
         memory = pool.submit(_memory_profiles, paths) if side_by_side else None
-        gpu = pool.submit(_read_or_note, lambda: read_gpu_activity(paths))
+        own = pool.submit(_own_events, captures)
         overview = tool_data(paths, "overview_page")  # required: a failure fails the analysis
-        summary.tools = names.result()
+        parts.tools = names.result()
         # These reuse the op stats the overview cached beside the capture: read side by side.
         fetched = {
             tool: pool.submit(_read_or_note, lambda t=tool: tool_data(paths, t))
-            for tool, _ in _OPTIONAL_TOOLS
-            if tool in summary.tools or tool == "kernel_stats"  # kernel_stats is not listed on CPU
+            for tool in _OPTIONAL_TOOLS
+            if tool in parts.tools or tool == "kernel_stats"  # kernel_stats is not listed on CPU
         }
         if memory is None:
             return_freed_memory()  # the overview's peak, before the memory profile's
             memory_profiles = _memory_profiles(paths)
         else:
             memory_profiles = memory.result()
-    summarise_overview(overview, summary)
-    gpus = gpu.result()
-    if isinstance(gpus, Failed):
-        summary.notes.append(f"GPU planes: {gpus.reason}")
-    else:
-        summary.gpu = gpus
-    summary.notes.extend(per_training_step(summary.step_time, paths))
-    for tool, read in _OPTIONAL_TOOLS:
+        events = own.result()
+    parts.overview = read_overview(overview)
+    span_ms = capture_span_ms(captures[0])
+    parts.notes.extend(per_training_step(parts.overview.step_time, span_ms))
+    parts.gpu = events.gpu
+    parts.notes.extend(events.notes)
+    for tool, read in _OPTIONAL_TOOLS.items():
         if tool in fetched:
-            _optional(summary, tool, fetched[tool].result(), read)
-    allocators = {}
-    for path, profile in zip(paths, memory_profiles, strict=True):
+            _optional(parts, tool, fetched[tool].result(), read)
+    for capture, profile in zip(captures, memory_profiles, strict=True):
         if profile is None:
             continue
         if isinstance(profile, Failed):
-            summary.notes.append(f"memory_profile: {profile.reason}")
+            parts.notes.append(f"memory_profile: {profile.reason}")
             continue
-        before = len(summary.memory)
-        summarise_memory(profile, summary)
-        allocators[path] = summary.memory[before:]
-        for allocator in summary.memory[before:]:
-            if may_be_growing(allocator):
-                try:
-                    allocator.kept_allocations = kept_allocations_in_capture(
-                        path, allocator.allocator
-                    )
-                except (OSError, ValueError, DecodeError) as exc:
-                    summary.notes.append(f"memory events of {path.name}: {exc}")
-    summarise_host_events(paths, summary, allocators)
-    if len(paths) > 1:
-        summary.per_host = [_host_summary(path) for path in paths]
-    return summary
+        allocators = read_memory(profile)
+        if capture.host in events.by_host:  # else its host events said why they are missing
+            add_allocations(allocators, events.by_host[capture.host])
+        parts.memory.extend(allocators)
+    parts.iterator_stats = [e.iterators for e in events.by_host.values()]
+    parts.tf_functions = costliest_tf_functions(events.by_host)
+    if len(captures) > 1:
+        parts.per_host = [_host_summary(capture) for capture in captures]
+    return assemble(parts)
+
+
+@dataclass
+class _OwnEvents:
+    """What the analysis reads from the capture's own events, one pass over each host's."""
+
+    by_host: dict[str, HostEvents] = field(default_factory=dict)
+    gpu: GpuActivity | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def _own_events(captures: list[CaptureFile]) -> _OwnEvents:
+    """Each host's events, with their activity where the host has GPUs, then the GPUs."""
+    found = _OwnEvents()
+    activity = {}
+    for capture in captures:
+        try:
+            events = read_host_events(capture, activity=has_gpu_planes(capture))
+        except (OSError, ValueError, DecodeError) as exc:
+            found.notes.append(f"host events of {capture.path.name}: {exc}")
+            continue
+        found.by_host[capture.host] = events
+        if events.activity is not None:
+            activity[capture.path] = events.activity
+    gpu = _read_or_note(lambda: read_gpu_activity(captures, activity))
+    if isinstance(gpu, Failed):
+        found.notes.append(f"GPU planes: {gpu.reason}")
+    else:
+        found.gpu = gpu
+    return found
 
 
 # Above this much `.xplane.pb`, the memory profile waits for the overview: XProf's overview holds
@@ -135,38 +166,43 @@ def _read_or_note(read: Callable[[], T]) -> T | Failed:
         return Failed(str(exc))
 
 
-_OPTIONAL_TOOLS: tuple[tuple[str, Callable[[Any, Summary], None]], ...] = (
-    ("framework_op_stats", summarise_op_stats),
-    ("input_pipeline_analyzer", summarise_input_pipeline),
-    ("kernel_stats", summarise_kernels),
-)
+# Each optional tool, and where its reader's part goes.
+_OPTIONAL_TOOLS: dict[str, Callable[[Parts, Any], None]] = {
+    "framework_op_stats": lambda parts, data: setattr(parts, "op_stats", read_op_stats(data)),
+    "input_pipeline_analyzer": lambda parts, data: setattr(
+        parts, "input_pipeline", read_input_pipeline(data)
+    ),
+    "kernel_stats": lambda parts, data: setattr(parts, "kernels", read_kernels(data)),
+}
 
 
 def _optional(
-    summary: Summary, tool: str, data: Any | Failed, read: Callable[[Any, Summary], None]
+    parts: Parts, tool: str, data: Any | Failed, read: Callable[[Parts, Any], None]
 ) -> None:
     """A tool whose failure is a note, not a failed analysis."""
     if isinstance(data, Failed):
-        summary.notes.append(f"{tool}: {data.reason}")
+        parts.notes.append(f"{tool}: {data.reason}")
         return
     try:
-        read(data, summary)
+        read(parts, data)
     except (ValueError, KeyError, TypeError) as exc:
-        summary.notes.append(f"{tool}: {exc}")
+        parts.notes.append(f"{tool}: {exc}")
 
 
-def _host_summary(path: Path) -> HostSummary:
+def _host_summary(capture: CaptureFile) -> HostSummary:
     """One host on its own, read through a directory of its own.
 
     XProf caches op stats beside the files it reads, under one name whatever the hosts. Read
     in the run directory, one host's stats would replace the run's all-hosts cache, which
     XProf's UI serves later; alone, both tools here share one conversion of this host.
     """
+    path = capture.path
     with tempfile.TemporaryDirectory(prefix="xprof-host-") as alone:
         link = Path(alone) / path.name
         link.symlink_to(path.resolve())
         step_time, _ = read_step_time(tool_data([link], "overview_page"))
-        per_training_step(step_time, [link])
+        per_training_step(step_time, capture_span_ms(capture))
+        capture.release()  # its last reader: the next host's conversion needs the memory
         ops = read_ops(tool_data([link], "framework_op_stats")) if step_time.avg_ms else []
     parts = step_time.breakdown_avg
     input_share = busy = None
@@ -177,7 +213,7 @@ def _host_summary(path: Path) -> HostSummary:
         waiting = parts.other_ms + parts.collectives_ms + host_collectives
         busy = round(max(0.0, step_time.avg_ms - waiting), 3)
     return HostSummary(
-        host=path.name.removesuffix(".xplane.pb"),
+        host=capture.host,
         step_count=step_time.count,
         step_time_ms_avg=step_time.avg_ms,
         input_share_pct=input_share,

@@ -19,7 +19,7 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from profiler_service.analysis.worker import ERROR_MARKER, RESULT_MARKER
+from profiler_service.analysis.worker import ANALYSIS_JOB, ERROR_MARKER, RESULT_MARKER
 from profiler_service.child_process import POLL_S, Ending, WorkerRun, rss_bytes
 
 WORKER = "profiler_service.analysis.worker"
@@ -29,9 +29,9 @@ _EOF = None
 class _Worker:
     """One worker process, its stdout read line by line on a thread of its own."""
 
-    def __init__(self, python: str, idle_s: float):
+    def __init__(self, python: str, idle_s: float, job: str):
         self.proc = subprocess.Popen(
-            [python, "-m", WORKER, str(os.getpid()), repr(idle_s)],
+            [python, "-m", WORKER, str(os.getpid()), repr(idle_s), job],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -80,8 +80,12 @@ class WarmWorkers:
         max_jobs: int = 20,
         recycle_bytes: int = 768 * 2**20,
         idle_s: float = 900.0,
+        job: str = ANALYSIS_JOB,
     ):
+        """`job`: what each worker runs, `module:factory` (worker.py); a test gives a trivial
+        one, so the pool's life is tested without XProf or TensorFlow."""
         self.python = python or sys.executable
+        self.job = job
         self.max_jobs = max_jobs
         self.recycle_bytes = recycle_bytes
         self.idle_s = idle_s
@@ -102,7 +106,10 @@ class WarmWorkers:
                 return
         worker = self._start()
         with self._lock:
-            self._idle.append(worker)
+            if not self._closed:
+                self._idle.append(worker)
+                return
+        worker.stop()  # closed while it started: never kept
 
     def run(self, run_dir: Path, timeout_s: float, max_rss_bytes: int | None) -> WorkerRun:
         """The analysis of `run_dir`, or how it ended without one (past `timeout_s` or
@@ -163,9 +170,9 @@ class WarmWorkers:
     def _start(self) -> _Worker:
         self.started += 1
         try:
-            return self._spawner.submit(_Worker, self.python, self.idle_s).result()
+            return self._spawner.submit(_Worker, self.python, self.idle_s, self.job).result()
         except RuntimeError:  # closed: an analysis that starts during shutdown gets its own
-            return _Worker(self.python, self.idle_s)
+            return _Worker(self.python, self.idle_s, self.job)
 
     def _take(self) -> _Worker | None:
         with self._lock:

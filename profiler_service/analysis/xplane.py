@@ -8,6 +8,8 @@ test checks their numbers against TF's `xplane_pb2`).
 
 from __future__ import annotations
 
+import mmap
+import threading
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -73,6 +75,53 @@ def read_xspace(path: Path) -> Any:
     space = _xspace_class()()
     space.ParseFromString(path.read_bytes())
     return space
+
+
+def file_contains(path: Path, needle: bytes) -> bool:
+    """Whether the file's bytes hold `needle`: a scan of a 30 MB capture takes milliseconds, so
+    a reader can skip the parse of a capture without the events it reads (raises OSError)."""
+    with path.open("rb") as f:
+        if f.seek(0, 2) == 0:
+            return False
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            return data.find(needle) != -1
+
+
+class CaptureFile:
+    """One host's `.xplane.pb`, parsed at most once however many readers need its events (its
+    span, the host events, the GPU planes, the kept allocations): a parse costs more than all
+    of our reading of it, and a 1 s capture's analysis is short enough for four to show."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._space: Any = None
+        self._lock = threading.Lock()  # readers on the analysis's threads ask at the same time
+
+    @property
+    def host(self) -> str:
+        return self.path.name.removesuffix(".xplane.pb")
+
+    def space(self) -> Any:
+        """The parsed XSpace (raises OSError, or DecodeError on a corrupt file)."""
+        with self._lock:
+            if self._space is None:
+                self._space = read_xspace(self.path)
+            return self._space
+
+    def plane(self, name: str) -> Any | None:
+        return next((p for p in self.space().planes if p.name == name), None)
+
+    def contains(self, needle: bytes) -> bool:
+        return file_contains(self.path, needle)
+
+    def release(self) -> None:
+        """Drop the parse: the analysis's last reader is done with it."""
+        with self._lock:
+            self._space = None
+
+
+def as_capture(capture: CaptureFile | Path) -> CaptureFile:
+    return capture if isinstance(capture, CaptureFile) else CaptureFile(capture)
 
 
 class PlaneNames:

@@ -25,11 +25,11 @@ def create_app(service: Service) -> FastAPI:
         service.start()
         yield
         left = await anyio.to_thread.run_sync(
-            service.controller.drain, service.settings.shutdown_grace_s
+            service.controller.drain, service.settings.server.shutdown_grace_s
         )
         if left:
             log.warning("stopping with captures in flight (interrupted at next start): %s", left)
-        service.close()
+        service.stop()
 
     app = FastAPI(
         title="profiler-service",

@@ -21,11 +21,16 @@ Which credential gives which scope:
 - `Bearer <hub_token>`: `read`, `capture`, `webhook`, `register`; on a sidecar also `hub` (it
   forwards alerts the hub authenticated, Grafana's signature included);
 - a valid, fresh Grafana signature (`webhook_hmac_secret`): `signed`; `webhook` without webhook
-  credentials (it replaces `api_token` there).
+  credentials (it replaces `api_token` there);
+- the hub's tenants (`tokens_file`, profiler_service/tenancy.py): a token of the file earns
+  `read` and/or `capture`, each with its reach (the namespaces it applies to); with the file,
+  nobody reads or captures without a token: anyone, the webhook token and basic auth lose `read`
+  and `capture`. Every other credential reaches every namespace.
 
 A missing scope is `401 unauthorized` (with `WWW-Authenticate`) when no credential of a kind the
-route takes was sent, else `403 forbidden`; a bad signature is `401 invalid_signature`. Tenants
-(issue 27) extend this table: a token maps to scopes and a `Principal` that names what it may see.
+route takes was sent, else `403 forbidden`; a bad signature is `401 invalid_signature`. Where a
+scope applies is the grant's `reach`: routes do not check it, the reads they are handed do
+(api/tenants.py), and so do the hub's listings and its capture routing.
 """
 
 from __future__ import annotations
@@ -47,8 +52,9 @@ from starlette.authentication import AuthCredentials, AuthenticationBackend, Bas
 from starlette.middleware.authentication import AuthenticationMiddleware
 from starlette.requests import HTTPConnection
 
-from profiler_service.config import Settings
+from profiler_service.config import AppSettings, ServerSettings, WebhookSettings
 from profiler_service.errors import Forbidden, InvalidSignature, Unauthorized
+from profiler_service.tenancy import EVERYWHERE, Reach, TenantTokens
 
 __all__ = [
     "Authenticator",
@@ -57,6 +63,7 @@ __all__ = [
     "Scope",
     "check_signature",
     "install_auth",
+    "reach",
     "requires",
     "sign",
     "webhook_needs_signature",
@@ -66,7 +73,7 @@ _REALM = 'Basic realm="profiler-service webhooks"'
 
 
 class Scope(StrEnum):
-    READ = "read"  # snapshots, reports, files, comparisons, the alert log, the fleet page
+    READ = "read"  # snapshots, reports, files, comparisons, the alert log, the fleet page, /metrics
     CAPTURE = "capture"  # start captures; delete, pin, unpin, set baselines
     WEBHOOK = "webhook"  # post alerts
     SIGNED = "signed"  # the body carries a valid Grafana signature (granted after reading it)
@@ -76,7 +83,8 @@ class Scope(StrEnum):
 
 @dataclass(frozen=True)
 class Principal(BaseUser):
-    """Who the credentials say is asking: `anonymous`, `api`, `webhook` or `hub`."""
+    """Who the credentials say is asking: `anonymous`, `api`, `webhook`, `hub`, or
+    `tenant:<name>` (a token of the tokens file)."""
 
     name: str = "anonymous"
 
@@ -90,13 +98,25 @@ class Principal(BaseUser):
 
 
 class Grant(AuthCredentials):
-    """The request's scopes, and the scheme it presented credentials in (`bearer`, `basic`, or
-    None), which tells 401 (nothing usable sent) from 403 (wrong credentials)."""
+    """The request's scopes, where each applies (a tenant's `read` and `capture` reach some
+    namespaces; every other scope, and every other credential's, reaches all), and the scheme
+    it presented credentials in (`bearer`, `basic`, or None), which tells 401 (nothing usable
+    sent) from 403 (wrong credentials)."""
 
-    def __init__(self, scopes: frozenset[Scope], scheme: str | None):
+    def __init__(
+        self,
+        scopes: frozenset[Scope],
+        scheme: str | None,
+        reach: Mapping[Scope, Reach] | None = None,
+    ):
         super().__init__(sorted(scopes))
         self.scope_set = scopes
         self.scheme = scheme
+        self._reach = dict(reach or {})
+
+    def reach(self, scope: Scope) -> Reach:
+        """Where `scope` applies (every namespace unless a tenant token narrowed it)."""
+        return self._reach.get(scope, EVERYWHERE)
 
     def add(self, scopes: frozenset[Scope]) -> None:
         self.scope_set = self.scope_set | scopes
@@ -117,8 +137,10 @@ class _Challenge:
 class Authenticator(AuthenticationBackend):
     """The settings' secrets, and the scopes each one grants (the table in the module doc)."""
 
-    settings: Settings
+    server: ServerSettings
+    webhook: WebhookSettings
     hub_vouches: bool = True  # a sidecar: the hub token stands in for a Grafana signature
+    tenants: TenantTokens | None = None  # the hub's tokens file
     _bearer: list[tuple[bytes, str, frozenset[Scope]]] = field(init=False)
     _anonymous: frozenset[Scope] = field(init=False)
     _challenges: dict[Scope, _Challenge] = field(init=False)
@@ -126,15 +148,17 @@ class Authenticator(AuthenticationBackend):
     signature_grants: frozenset[Scope] = field(init=False)
 
     def __post_init__(self) -> None:
-        s = self.settings
-        basic = s.webhook_username is not None and s.webhook_password is not None
-        hook_creds = s.webhook_token is not None or basic
+        s, w = self.server, self.webhook
+        basic = w.webhook_username is not None and w.webhook_password is not None
+        hook_creds = w.webhook_token is not None or basic
         self.signature_grants = frozenset({Scope.SIGNED}) | (
             frozenset() if hook_creds else frozenset({Scope.WEBHOOK})
         )
-        anonymous = {Scope.READ}
+        # With tenants, reading and capturing need a token (else anyone reaches everywhere).
+        anonymous = set() if self.tenants is not None else {Scope.READ}
         if s.api_token is None:
-            anonymous.add(Scope.CAPTURE)
+            if self.tenants is None:
+                anonymous.add(Scope.CAPTURE)
             if not hook_creds:
                 anonymous.add(Scope.WEBHOOK)
             if s.hub_token is None:
@@ -148,17 +172,23 @@ class Authenticator(AuthenticationBackend):
         hub = {Scope.READ, Scope.CAPTURE, Scope.WEBHOOK, Scope.REGISTER}
         if self.hub_vouches:
             hub.add(Scope.HUB)
-        bearer = [(s.api_token, "api", api), (s.webhook_token, "webhook", {Scope.WEBHOOK})]
+        bearer = [(s.api_token, "api", api), (w.webhook_token, "webhook", {Scope.WEBHOOK})]
         bearer.append((s.hub_token, "hub", hub))
         self._bearer = [(_raw(t), name, frozenset(g)) for t, name, g in bearer if t is not None]
         self._basic = (
-            (s.webhook_username.encode(), _raw(s.webhook_password)) if basic else None  # type: ignore[union-attr,arg-type]
+            (w.webhook_username.encode(), _raw(w.webhook_password)) if basic else None  # type: ignore[union-attr,arg-type]
         )
         # Webhooks: which schemes are asked for, as the receiver's check always said.
-        tokens = s.webhook_token is not None or s.hub_token is not None
+        tokens = w.webhook_token is not None or s.hub_token is not None
         tokens = tokens or (not hook_creds and s.api_token is not None)
         asked = (["Bearer <token>"] if tokens else []) + (["Basic"] if basic else [])
         self._challenges = {
+            Scope.READ: _Challenge(
+                frozenset({"bearer"}),
+                "Bearer",
+                "reading needs an 'Authorization: Bearer <token>' header",
+                "these credentials do not give read",
+            ),
             Scope.CAPTURE: _Challenge(
                 frozenset({"bearer"}),
                 "Bearer",
@@ -191,6 +221,7 @@ class Authenticator(AuthenticationBackend):
         if scheme not in ("bearer", "basic") or not value:
             return Grant(self._anonymous, None), Principal()
         scopes, name = set(self._anonymous), "anonymous"
+        reach: dict[Scope, Reach] = {}
         if scheme == "bearer":
             given = value.encode()
             # Every configured token is compared, so the time says nothing about which matched.
@@ -199,6 +230,13 @@ class Authenticator(AuthenticationBackend):
                 if ok:
                     scopes |= granted
                     name = who if name == "anonymous" else name
+            tenant = self.tenants.match(given) if self.tenants is not None else None
+            if tenant is not None and name == "anonymous":
+                for scope, where in ((Scope.READ, tenant.read), (Scope.CAPTURE, tenant.capture)):
+                    if not where.nowhere:
+                        scopes.add(scope)
+                        reach[scope] = where
+                name = f"tenant:{tenant.name}"
         elif self._basic is not None:
             try:
                 user, _, password = base64.b64decode(value, validate=True).partition(b":")
@@ -207,13 +245,13 @@ class Authenticator(AuthenticationBackend):
             user_ok = hmac.compare_digest(user, self._basic[0])
             password_ok = hmac.compare_digest(password, self._basic[1])
             if user_ok and password_ok:
-                scopes |= {Scope.READ, Scope.WEBHOOK}
+                scopes.add(Scope.WEBHOOK)
                 name = "webhook"
-        return Grant(frozenset(scopes), scheme), Principal(name)
+        return Grant(frozenset(scopes), scheme, reach), Principal(name)
 
     def signature(self, headers: Mapping[str, str], body: bytes, now_s: float) -> frozenset[Scope]:
         """The scopes a valid, fresh Grafana signature earns; InvalidSignature otherwise."""
-        s = self.settings
+        s = self.webhook
         if s.webhook_hmac_secret is None:
             return frozenset()
         header = s.webhook_hmac_header
@@ -251,7 +289,7 @@ class Authenticator(AuthenticationBackend):
         if scope in grant.scope_set:
             return
         challenge = self._challenges.get(scope)
-        if challenge is None:  # read, signed, hub: nothing a header could add
+        if challenge is None:  # signed, hub: nothing a header could add
             raise Forbidden(f"these credentials do not give {scope!s}")
         if grant.scheme not in challenge.schemes:
             raise Unauthorized(
@@ -263,7 +301,7 @@ class Authenticator(AuthenticationBackend):
         """Grafana's webhook with `webhook_hmac_secret` set, unless the hub vouches for it."""
         return (
             source == "grafana"
-            and self.settings.webhook_hmac_secret is not None
+            and self.webhook.webhook_hmac_secret is not None
             and Scope.HUB not in grant.scope_set
         )
 
@@ -281,11 +319,19 @@ def sign(secret: str, body: bytes, timestamp: str | None = None) -> str:
 # ---- the app's side ---------------------------------------------------------------------------
 
 
-def install_auth(app: FastAPI, settings: Settings | None, *, hub_vouches: bool) -> None:
+def install_auth(
+    app: FastAPI,
+    settings: AppSettings | None,
+    *,
+    hub_vouches: bool,
+    tenants: TenantTokens | None = None,
+) -> None:
     """Add the middleware (none without settings: an app built only to describe its routes)."""
     if settings is None:
         return
-    backend = Authenticator(settings, hub_vouches=hub_vouches)
+    backend = Authenticator(
+        settings.server, settings.webhook, hub_vouches=hub_vouches, tenants=tenants
+    )
     app.state.authenticator = backend
     app.add_middleware(AuthenticationMiddleware, backend=backend)
 
@@ -296,6 +342,13 @@ def _authenticator(request: Request) -> Authenticator:
 
 def authorize(request: Request, scope: Scope) -> None:
     _authenticator(request).require(request.auth, scope)
+
+
+def reach(request: Request, scope: Scope) -> Reach:
+    """Where the request's `scope` applies: every namespace in an app without authentication
+    (one built only to describe its routes)."""
+    grant = request.scope.get("auth")
+    return grant.reach(scope) if isinstance(grant, Grant) else EVERYWHERE
 
 
 # Documents `Authorization: Bearer` in the OpenAPI document; the middleware does the reading.

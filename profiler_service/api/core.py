@@ -12,9 +12,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from profiler_service.config import Settings
+from profiler_service.config import AppSettings
 from profiler_service.models import Snapshot
 from profiler_service.store import SnapshotQuery
+from profiler_service.targets import Target
+from profiler_service.tenancy import EVERYWHERE, Reach
 from profiler_service.trigger.alert_log import AlertLog, AlertOutcome
 from profiler_service.trigger.alerts import AlertTrigger, Source, WebhookPayload
 
@@ -39,7 +41,10 @@ class SnapshotReader(Protocol):
 
 
 class MetricsPage(Protocol):
-    def render(self, accept: str | None) -> tuple[bytes, str]: ...
+    """The exposition, held to the namespaces `reach` allows (the hub's tenants; a sidecar
+    has none and ignores it)."""
+
+    def render(self, accept: str | None, reach: Reach = EVERYWHERE) -> tuple[bytes, str]: ...
 
 
 class AlertSink(Protocol):
@@ -56,10 +61,14 @@ class AlertSink(Protocol):
 
 
 class AppCore(Protocol):
-    """What the shared routes read: settings (bounds, links, auth), snapshots, metrics, alerts."""
+    """What the shared routes read: settings (bounds, links, auth), snapshots, metrics, alerts,
+    and the targets this app captures (none for the hub)."""
 
     @property
-    def settings(self) -> Settings: ...
+    def settings(self) -> AppSettings: ...
+
+    @property
+    def targets(self) -> list[Target]: ...
 
     @property
     def store(self) -> SnapshotReader: ...
@@ -78,8 +87,12 @@ class ServiceCore:
         self.service = service
 
     @property
-    def settings(self) -> Settings:
+    def settings(self) -> AppSettings:
         return self.service.settings
+
+    @property
+    def targets(self) -> list[Target]:
+        return self.service.settings.capture.targets
 
     @property
     def store(self) -> SnapshotReader:
@@ -93,5 +106,7 @@ class ServiceCore:
     def alerts(self) -> AlertSink:
         service = self.service
         if service.alerts is None:  # a Service built by hand: decisions kept in memory only
-            service.alerts = AlertTrigger(service.settings, service.controller, AlertLog(None))
+            service.alerts = AlertTrigger(
+                service.settings.webhook, service.controller, AlertLog(None)
+            )
         return service.alerts

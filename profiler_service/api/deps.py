@@ -6,22 +6,32 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from profiler_service.api.auth import Scope, requires
+from profiler_service.api.auth import Scope, reach, requires
 from profiler_service.api.core import AlertSink, MetricsPage, SnapshotReader
+from profiler_service.api.tenants import ScopedReader
 from profiler_service.capture.controller import CaptureController
-from profiler_service.config import Settings
+from profiler_service.config import AppSettings
 from profiler_service.service import Service
 from profiler_service.store import SnapshotStore
+from profiler_service.targets import Target
+from profiler_service.tenancy import Reach
 
 # ---- the core: what a sidecar and the hub both serve (api/core.py) ----------------------------
 
 
-async def get_settings(request: Request) -> Settings:
+async def get_settings(request: Request) -> AppSettings:
     return request.app.state.core.settings
 
 
+async def get_targets(request: Request) -> list[Target]:
+    return request.app.state.core.targets
+
+
 async def get_reader(request: Request) -> SnapshotReader:
-    return request.app.state.core.store
+    """The snapshot reads, held to the namespaces the request may read (a tenant's token)."""
+    store = request.app.state.core.store
+    where = reach(request, Scope.READ)
+    return store if where.everywhere else ScopedReader(store, where)
 
 
 async def get_metrics(request: Request) -> MetricsPage:
@@ -33,7 +43,8 @@ async def get_alerts(request: Request) -> AlertSink:
     return request.app.state.core.alerts
 
 
-SettingsDep = Annotated[Settings, Depends(get_settings)]
+SettingsDep = Annotated[AppSettings, Depends(get_settings)]
+TargetsDep = Annotated[list[Target], Depends(get_targets)]
 ReaderDep = Annotated[SnapshotReader, Depends(get_reader)]
 MetricsDep = Annotated[MetricsPage, Depends(get_metrics)]
 AlertsDep = Annotated[AlertSink, Depends(get_alerts)]
@@ -60,3 +71,17 @@ ControllerDep = Annotated[CaptureController, Depends(get_controller)]
 
 ReadRequired = requires(Scope.READ)
 CaptureRequired = requires(Scope.CAPTURE)
+
+
+async def get_read_reach(request: Request) -> Reach:
+    return reach(request, Scope.READ)
+
+
+async def get_capture_reach(request: Request) -> Reach:
+    return reach(request, Scope.CAPTURE)
+
+
+# Where the request may read and capture: what a listing that is not of snapshots (the hub's
+# sidecars, its alert log, its fleet page and metrics) is held to.
+ReadReach = Annotated[Reach, Depends(get_read_reach)]
+CaptureReach = Annotated[Reach, Depends(get_capture_reach)]

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
-from profiler_service.config import Settings
-from profiler_service.exporters.links import LinkSource, SnapshotLinks, snapshot_links
-from profiler_service.models import Snapshot
+from profiler_service.analysis.models import Severity
+from profiler_service.config import ReportSettings
+from profiler_service.exporters.links import SnapshotLinks, snapshot_links
+from profiler_service.models import Snapshot, SnapshotHead
 
 
 class ErrorPublic(BaseModel):
@@ -18,7 +19,7 @@ class SnapshotPublic(Snapshot):
     links: SnapshotLinks
 
     @classmethod
-    def of(cls, snapshot: Snapshot, settings: Settings, base_url: str = "") -> SnapshotPublic:
+    def of(cls, snapshot: Snapshot, settings: ReportSettings, base_url: str = "") -> SnapshotPublic:
         # Built without validating again: the snapshot is valid (a page of 50 would cost ~30 ms).
         return cls.model_construct(
             **{name: getattr(snapshot, name) for name in Snapshot.model_fields},
@@ -26,24 +27,46 @@ class SnapshotPublic(Snapshot):
         )
 
 
+class FindingBrief(BaseModel):
+    """A finding as a list shows it: what fired and how badly. Its evidence and advice are in
+    the snapshot."""
+
+    rule: str = ""
+    severity: Severity
+    title: str
+
+
+class _Listed(SnapshotHead):
+    """What a list item reads from a stored snapshot.json: the head and the findings' titles."""
+
+    findings: list[FindingBrief] = Field(default_factory=list)
+
+
+class SnapshotListItem(_Listed):
+    """A snapshot in `GET /profiles`: everything but its summary, lead-up and findings'
+    evidence (20-40 KB of a snapshot.json, a few hundred bytes here); the whole at
+    `links.self`."""
+
+    links: SnapshotLinks
+
+
 class SnapshotsPublic(BaseModel):
-    data: list[SnapshotPublic]
+    data: list[SnapshotListItem]
     count: int
     limit: int
     offset: int
 
 
 def snapshots_page_json(
-    docs: list[str], count: int, limit: int, offset: int, settings: Settings
+    docs: list[str], count: int, limit: int, offset: int, settings: ReportSettings
 ) -> str:
-    """A `SnapshotsPublic` as JSON, spliced from stored snapshot.json texts (each already holds
-    what `SnapshotPublic` has but its links): a page of 50 costs milliseconds, not a parse and a
-    validation of every snapshot."""
+    """A `SnapshotsPublic` as JSON from stored snapshot.json texts: each read as a list item
+    (the summary and the lead-up are skipped, not validated) with its links spliced in."""
     items = []
     for doc in docs:
-        links = snapshot_links(LinkSource.model_validate_json(doc), settings)
-        head = doc.rstrip()
-        items.append(f'{head[:-1]},"links":{links.model_dump_json()}}}')
+        item = _Listed.model_validate_json(doc)
+        links = snapshot_links(item, settings)
+        items.append(f'{item.model_dump_json()[:-1]},"links":{links.model_dump_json()}}}')
     return f'{{"data":[{",".join(items)}],"count":{count},"limit":{limit},"offset":{offset}}}'
 
 

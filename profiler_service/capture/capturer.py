@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Protocol
@@ -20,6 +21,9 @@ class CaptureJob:
     options: CaptureOptions
     attempts: int
     timeout_s: float
+    # Set when the trace must end now: its deadline passed (the controller), or the service is
+    # stopping. A capturer that waits out the duration itself waits on this.
+    cancel: threading.Event = field(default_factory=threading.Event, compare=False)
 
 
 @dataclass(frozen=True)

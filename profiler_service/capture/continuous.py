@@ -32,8 +32,9 @@ from typing import Any
 import grpc
 
 from profiler_service.capture.capturer import Captured, CaptureFailed, CaptureJob, collect_xplanes
-from profiler_service.config import Settings
+from profiler_service.config import CaptureSettings
 from profiler_service.errors import SnapshotErrorCode
+from profiler_service.lifecycle import BackgroundLoop
 from profiler_service.proto_subset import F, message_classes
 from profiler_service.targets import Target
 
@@ -70,16 +71,15 @@ def _messages() -> dict[str, Any]:
 class ContinuousSession:
     """One job's continuous session, kept running and rotated by a thread of its own."""
 
-    def __init__(self, address: str, settings: Settings):
+    def __init__(self, address: str, settings: CaptureSettings, rotate_s: float):
         self.address = address
         self.settings = settings
-        self.rotate_s = settings.lookback_trace_s
+        self.rotate_s = rotate_s
         self._channel = grpc.insecure_channel(
             address, options=[("grpc.max_receive_message_length", 2**31 - 1)]
         )
         self._lock = threading.Lock()  # one RPC at a time; a capture holds it from start to end
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._loop = BackgroundLoop(f"lookback-trace-{address}", self._keep, join_s=RPC_TIMEOUT_S)
         self.running = False
         self.since: float | None = None  # unix time the trace now held by the job began
         self.error: str | None = None
@@ -120,8 +120,8 @@ class ContinuousSession:
         self.since = time.time()
         return answer.empty_trace, answer.xspace, began
 
-    def _keep(self) -> None:
-        while not self._stop.is_set():
+    def _keep(self, stopping: threading.Event) -> None:
+        while not stopping.is_set():
             wait = START_RETRY_S
             with self._lock:
                 try:
@@ -135,19 +135,14 @@ class ContinuousSession:
                     if self.running or self.error is None:
                         log.warning("look-back trace on %s: %s", self.address, exc.details())
                     self.running, self.error = False, f"{exc.code().name}: {exc.details()}"
-            self._stop.wait(wait)
+            stopping.wait(wait)
 
     def start(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(
-                target=self._keep, name=f"lookback-trace-{self.address}", daemon=True
-            )
-            self._thread.start()
+        self._loop.start()
 
-    def close(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(RPC_TIMEOUT_S)
+    def stop(self, timeout_s: float | None = None) -> None:
+        """End the rotation, then the job's session (what it traced is dropped)."""
+        self._loop.stop(timeout_s)
         with self._lock:
             if self.running:
                 try:
@@ -157,13 +152,14 @@ class ContinuousSession:
             self.running = False
         self._channel.close()
 
-    def capture(self, job: CaptureJob, cancel: threading.Event) -> tuple[Path, datetime]:
-        """Wait the capture's duration and write the trace since the last rotation."""
+    def capture(self, job: CaptureJob) -> tuple[Path, datetime]:
+        """Wait the capture's duration (less when the job is cancelled: its deadline, or the
+        service stopping) and write the trace since the last rotation."""
         with self._lock:
             try:
                 if not self.running:
                     self._start()  # the job may have come back since the last try
-                cancel.wait(job.options.duration_ms / 1000)
+                job.cancel.wait(job.options.duration_ms / 1000)
                 empty, xspace, began = self.snapshot()
             except grpc.RpcError as exc:
                 self.running = False
@@ -209,31 +205,37 @@ class ContinuousCapturer:
 
     applies_tracer_levels = True
 
-    def __init__(self, settings: Settings, fallback: Any):
+    def __init__(self, settings: CaptureSettings, rotate_s: float, fallback: Any):
+        """`rotate_s`: PROFILER_LOOKBACK_TRACE_S, how much trace a session keeps."""
         self.settings = settings
         self.fallback = fallback
         self.sessions = {
-            t.name: ContinuousSession(t.workers[0], settings)
+            t.name: ContinuousSession(t.workers[0], settings, rotate_s)
             for t in settings.targets
             if uses_lookback_trace(t)
         }
-        self._cancel = threading.Event()
+        self._jobs: dict[str, CaptureJob] = {}  # in flight, cancelled when the service stops
 
     def start(self) -> None:
         for session in self.sessions.values():
             session.start()
 
-    def close(self) -> None:
-        self._cancel.set()
+    def stop(self, timeout_s: float | None = None) -> None:
+        for job in list(self._jobs.values()):
+            job.cancel.set()
         for session in self.sessions.values():
-            session.close()
+            session.stop(timeout_s)
 
     def capture(self, job: CaptureJob) -> Captured:
         """The trace begins before the capture was asked for: it says when."""
         session = self.sessions.get(job.target.name)
         if session is None:
             return self.fallback.capture(job)
-        _, began = session.capture(job, self._cancel)
+        self._jobs[job.snapshot_id] = job
+        try:
+            _, began = session.capture(job)
+        finally:
+            self._jobs.pop(job.snapshot_id, None)
         return dataclasses.replace(collect_xplanes(job), trace_began=began)
 
 

@@ -24,7 +24,7 @@ from profiler_service.analysis.models import ProcessMemory
 from profiler_service.capture.capturer import Captured, CaptureFailed, CaptureJob, Capturer
 from profiler_service.capture.discovery import resolve_workers
 from profiler_service.capture.remote import connect_error
-from profiler_service.config import Settings
+from profiler_service.config import BoundsSettings, CaptureSettings
 from profiler_service.errors import (
     CaptureBusy,
     InvalidDuration,
@@ -34,7 +34,7 @@ from profiler_service.errors import (
     SnapshotErrorCode,
     UnknownTarget,
 )
-from profiler_service.lookback.models import LeadUp
+from profiler_service.lookback.models import LeadUp, PendingLeadUp
 from profiler_service.models import (
     CaptureOptions,
     Snapshot,
@@ -52,6 +52,7 @@ log = logging.getLogger(__name__)
 
 # How long analysis usually takes after the trace, for Retry-After; a hint, not a bound.
 _ANALYSIS_ESTIMATE_S = 5.0
+CANCEL_GRACE_S = 10.0  # a trace cancelled at its deadline has this long to end and save
 
 
 @dataclass(frozen=True)
@@ -91,18 +92,19 @@ class _Active:
 class CaptureController:
     def __init__(
         self,
-        settings: Settings,
+        capture: CaptureSettings,
+        bounds: BoundsSettings,
         store: SnapshotStore,
         capturers: Mapping[TargetKind, Capturer],
         analyzer: XprofAnalyzer,
         *,
-        lead_up: Callable[[Snapshot], LeadUp | None] | None = None,
+        lead_up: Callable[[Snapshot], PendingLeadUp | None] | None = None,
         on_finished: Sequence[Callable[[Snapshot], None]] = (),
     ):
         """`lead_up` records the minutes before a capture once its trace is done
-        (lookback/lead_up.py); `on_finished` get every finished snapshot, ready or failed
-        (metrics, annotations)."""
-        self.settings = settings
+        (lookback/lead_up.py), completed beside the analysis; `on_finished` get every finished
+        snapshot, ready or failed (metrics, annotations)."""
+        self.capture, self.bounds = capture, bounds
         self.store = store
         self.capturers = capturers
         self.analyzer = analyzer
@@ -113,9 +115,9 @@ class CaptureController:
         self._done: dict[str, threading.Event] = {}  # by snapshot id, while in flight
 
     def resolve_target(self, name: str | None) -> Target:
-        target = self.settings.target(name)
+        target = self.capture.target(name)
         if target is None:
-            configured = ", ".join(t.name for t in self.settings.targets) or "none"
+            configured = ", ".join(self.capture.target_names) or "none"
             wanted = f"named {name!r}" if name else "at all"
             raise UnknownTarget(
                 f"no target is configured {wanted}; configured targets: {configured} "
@@ -134,7 +136,7 @@ class CaptureController:
 
     def check_duration(self, duration_s: float) -> None:
         """The bounds every capture keeps, whichever trigger asked for it."""
-        s = self.settings
+        s = self.bounds
         if not (math.isfinite(duration_s) and s.duration_min_s <= duration_s <= s.duration_max_s):
             raise InvalidDuration(
                 f"a capture of {duration_s:g} s is out of bounds: captures last between "
@@ -153,7 +155,7 @@ class CaptureController:
             self.check_duration(request.duration_s)
         except ServiceError as exc:
             return StartResult(StartOutcome.REJECTED, error=exc)
-        s = self.settings
+        s = self.capture
         options = CaptureOptions(
             duration_ms=round(request.duration_s * 1000),
             host_tracer_level=_pick(request.host_tracer_level, s.host_tracer_level),
@@ -180,8 +182,9 @@ class CaptureController:
             snapshot = Snapshot(
                 id=new_snapshot_id(target.name),
                 target=target.name,
-                pod=self.settings.pod_name,
-                namespace=self.settings.pod_namespace,
+                pod=s.pod_name,
+                namespace=s.pod_namespace,
+                workload=s.workload,
                 workers=target.workers,
                 trigger=trigger,
                 capture=options,
@@ -196,7 +199,7 @@ class CaptureController:
             logdir=logdir,
             options=options,
             attempts=s.capture_attempts,
-            timeout_s=request.duration_s + s.capture_grace_s,
+            timeout_s=request.duration_s + self.bounds.capture_grace_s,
         )
         threading.Thread(
             target=self._run,
@@ -213,7 +216,7 @@ class CaptureController:
         return True if done is None else done.wait(timeout_s)
 
     def max_wait_s(self, duration_s: float) -> float:
-        return duration_s + self.settings.capture_grace_s + self.settings.analysis_timeout_s + 10
+        return duration_s + self.bounds.capture_grace_s + self.bounds.analysis_timeout_s + 10
 
     def drain(self, timeout_s: float) -> list[str]:
         """Wait up to `timeout_s` for captures in flight to finish; return the ids still running."""
@@ -235,8 +238,9 @@ class CaptureController:
 
     def _run(self, active: _Active, capturer: Capturer, job: CaptureJob) -> None:
         snapshot = active.snapshot
+        pending: PendingLeadUp | None = None
         try:
-            target, found = resolve_workers(job.target, self.settings.capture_max_workers)
+            target, found = resolve_workers(job.target, self.capture.capture_max_workers)
             job = dataclasses.replace(job, target=target)
             snapshot.workers = target.workers
             snapshot.capture_started_at = utcnow()
@@ -249,7 +253,7 @@ class CaptureController:
                 snapshot.capture.lookback_ms = max(
                     0, round((snapshot.capture_started_at - began).total_seconds() * 1000)
                 )
-            self._record_lead_up(snapshot)
+            pending = self._begin_lead_up(snapshot)
             run_dir = self.store.adopt_capture(snapshot, captured.paths)
             snapshot.status = SnapshotStatus.ANALYZING
             self.store.update(snapshot)
@@ -261,12 +265,15 @@ class CaptureController:
                     f"{found} workers were discovered; the first {len(target.workers)} were "
                     "captured (PROFILER_CAPTURE_MAX_WORKERS)"
                 )
+            self._complete_lead_up(snapshot, pending)
             self.store.publish(snapshot)
             log.info("snapshot %s ready (%s)", snapshot.id, snapshot.target)
         except PipelineFailure as exc:  # CaptureFailed, AnalysisFailed (whose files are kept)
+            self._complete_lead_up(snapshot, pending)
             self._fail(snapshot, exc.code, exc.detail, keep_files=exc.keep_files)
         except Exception as exc:
             log.exception("snapshot %s failed unexpectedly", snapshot.id)
+            self._complete_lead_up(snapshot, pending)
             self._fail(
                 snapshot,
                 SnapshotErrorCode.INTERNAL_ERROR,
@@ -280,13 +287,26 @@ class CaptureController:
             self._notify(snapshot)
             active.done.set()
 
-    def _record_lead_up(self, snapshot: Snapshot) -> None:
+    def _begin_lead_up(self, snapshot: Snapshot) -> PendingLeadUp | None:
+        """The ring's part now (the analysis reads the job's memory from it); Prometheus's part
+        runs on beside the analysis."""
         if self.lead_up is None:
-            return
+            return None
         try:
-            snapshot.lead_up = self.lead_up(snapshot)
+            pending = self.lead_up(snapshot)
         except Exception:  # the lead-up is context: it never fails a capture
             log.exception("could not record the lead-up of snapshot %s", snapshot.id)
+            return None
+        snapshot.lead_up = pending.now if pending is not None else None
+        return pending
+
+    def _complete_lead_up(self, snapshot: Snapshot, pending: PendingLeadUp | None) -> None:
+        if pending is None:
+            return
+        try:
+            snapshot.lead_up = pending.result()
+        except Exception:
+            log.exception("could not complete the lead-up of snapshot %s", snapshot.id)
 
     def _notify(self, snapshot: Snapshot) -> None:
         for callback in self.on_finished:
@@ -321,6 +341,11 @@ def _with_deadline(capturer: Capturer, job: CaptureJob) -> Captured:
     worker.start()
     worker.join(job.timeout_s + 5)
     if worker.is_alive():
+        # Past the deadline: end the trace before the target is freed for the next capture.
+        job.cancel.set()
+        worker.join(CANCEL_GRACE_S)
+        if worker.is_alive():
+            log.error("the trace of %s outlived its deadline and its cancellation", job.snapshot_id)
         raise CaptureFailed(
             SnapshotErrorCode.CAPTURE_TIMEOUT,
             f"the capture did not finish within {job.timeout_s:g} s (duration + grace)",

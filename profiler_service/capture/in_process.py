@@ -15,11 +15,12 @@ class InProcessCapturer:
     applies_tracer_levels = False
 
     def __init__(self) -> None:
-        self._cancel = threading.Event()
+        self._jobs: dict[str, CaptureJob] = {}  # in flight, by snapshot id
 
     def cancel(self) -> None:
         """End a running capture early (service shutdown); what was traced is still saved."""
-        self._cancel.set()
+        for job in list(self._jobs.values()):
+            job.cancel.set()
 
     def capture(self, job: CaptureJob) -> Captured:
         import tensorflow as tf
@@ -41,9 +42,11 @@ class InProcessCapturer:
             raise CaptureFailed(
                 SnapshotErrorCode.CAPTURE_FAILED, f"TensorFlow's profiler did not start: {exc}"
             ) from exc
+        self._jobs[job.snapshot_id] = job
         try:
-            self._cancel.wait(job.options.duration_ms / 1000)
+            job.cancel.wait(job.options.duration_ms / 1000)
         finally:
+            self._jobs.pop(job.snapshot_id, None)
             _lower_this_thread()
             try:
                 tf.profiler.experimental.stop()

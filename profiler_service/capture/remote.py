@@ -11,10 +11,10 @@ import socket
 
 from profiler_service.capture.capturer import Captured, CaptureFailed, CaptureJob, collect_xplanes
 from profiler_service.capture.failures import classify_remote_failure
+from profiler_service.capture.remote_child import RESULT_MARKER
 from profiler_service.child_process import Ending, run_worker
 from profiler_service.errors import SnapshotErrorCode
 
-RESULT_MARKER = "PROFILER_SERVICE_RESULT "
 CHILD = "profiler_service.capture.remote_child"
 # What the client says when a worker died mid-trace: then we ask whether the workers still answer.
 _MAYBE_GONE = (SnapshotErrorCode.NO_TRACE_EVENTS, SnapshotErrorCode.CAPTURE_FAILED)

@@ -250,6 +250,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--store", default="./profiles", help="agent's snapshot store")
     parser.add_argument("--decode-ms", type=float, default=2.0, help="input-bound: ms per record")
     parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=32,
+        help="input-bound: records per step (more work per step, counted, whatever the load)",
+    )
+    parser.add_argument(
         "--slow-down",
         nargs=2,
         type=float,
@@ -318,7 +324,8 @@ def main(argv: list[str] | None = None) -> None:
         return
     n = args.steps_per_execution
     if args.workload == "input-bound":
-        dataset, model = input_bound_dataset(), build_model(width=64, steps_per_execution=n)
+        dataset = input_bound_dataset(args.batch_size)
+        model = build_model(width=64, steps_per_execution=n)
     elif args.workload == "pipeline":
         dataset, model = tf_pathologies.pipeline_dataset(args.pipeline), build_model(width=64)
     elif args.workload == "xla-fit":

@@ -1,4 +1,5 @@
-"""docs/reference/configuration.md: every field of `Settings`, from its `Field(description=...)`."""
+"""docs/reference/configuration.md: every setting, one section per settings group, from each
+field's `Field(description=...)`."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pydantic import BaseModel, SecretStr
 from pydantic.fields import FieldInfo
 
 from profiler_service.cli import build_parser
-from profiler_service.config import Settings
+from profiler_service.config import Group, HubSettings, Settings
 from profiler_service.docs_reference.markdown import code, table
 
 INTRO = """# Configuration
@@ -24,6 +25,10 @@ Every setting is an environment variable prefixed `PROFILER_`; some are also a f
 `sidecar.settings` by its name (`{duration_max_s: 10}` becomes `PROFILER_DURATION_MAX_S=10`).
 Lists and objects are JSON. Bad values fail at start-up, naming the setting. Descriptions name
 other settings by their field name (`api_token` is `PROFILER_API_TOKEN`).
+
+The settings come in groups, one per stage (`profiler_service/config/`): each part of the
+service reads its own group. A sidecar (and the agent) reads every group but the hub's own; the
+hub (`profiler-service hub`) reads the groups marked so, and ignores the others' variables.
 
 """
 
@@ -35,27 +40,53 @@ _BOUNDS = {
 }
 
 
+def groups() -> dict[str, type[Group]]:
+    """Every group by its attribute name: the sidecar's, then the hub's own."""
+    return {**Settings.groups(), **HubSettings.groups()}
+
+
+def all_fields() -> dict[str, FieldInfo]:
+    """Every setting's field by its name, over both roots."""
+    return {**Settings.fields(), **HubSettings.fields()}
+
+
 def render() -> str:
     flags = cli_flags()
-    rows = [
-        (
-            code(f"PROFILER_{name.upper()}")
-            + "".join(
-                f"<br>{code(flag)} ({', '.join(cmds)})" for flag, cmds in flags[name].items()
-            ),
-            type_name(field.annotation),
-            default_of(field),
-            allowed(field),
-            description_of(name, field),
+    sections = []
+    for attribute, group in groups().items():
+        readers = [
+            who
+            for who, root in (("sidecar", Settings), ("hub", HubSettings))
+            if attribute in root.groups()
+        ]
+        rows = [
+            (
+                code(f"PROFILER_{name.upper()}")
+                + "".join(
+                    f"<br>{code(flag)} ({', '.join(cmds)})" for flag, cmds in flags[name].items()
+                ),
+                type_name(field.annotation),
+                default_of(field),
+                allowed(field),
+                description_of(name, field),
+            )
+            for name, field in group.model_fields.items()
+        ]
+        sections.append(
+            f"## {attribute} (`{group.__name__}`)\n\n{_doc(group)} Read by: "
+            f"{' and '.join(readers)}.\n\n"
+            + table(["variable", "type", "default", "allowed", "description"], rows)
         )
-        for name, field in Settings.model_fields.items()
-    ]
-    return INTRO + table(["variable", "type", "default", "allowed", "description"], rows)
+    return INTRO + "\n".join(sections)
+
+
+def _doc(group: type[Group]) -> str:
+    return " ".join((group.__doc__ or "").split())
 
 
 def cli_flags() -> dict[str, dict[str, list[str]]]:
     """{setting: {flag: [commands]}} for the command-line options that set a setting."""
-    found: dict[str, dict[str, list[str]]] = {name: {} for name in Settings.model_fields}
+    found: dict[str, dict[str, list[str]]] = {name: {} for name in all_fields()}
     for action in build_parser()._actions:
         if not isinstance(action, argparse._SubParsersAction):
             continue
@@ -69,8 +100,8 @@ def cli_flags() -> dict[str, dict[str, list[str]]]:
 def description_of(name: str, field: FieldInfo) -> str:
     if not field.description:
         raise ValueError(
-            f"Settings.{name} has no description: give it Field(description=...) in "
-            "profiler_service/config.py"
+            f"setting {name} has no description: give it Field(description=...) in its "
+            "group (profiler_service/config/)"
         )
     return field.description
 

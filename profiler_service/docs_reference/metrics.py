@@ -175,7 +175,7 @@ def _scrape_service(tmp: Path) -> tuple[str, dict[str, list[str]]]:
         declared = _declared_labels(service.metrics.registry)
         return TestClient(create_app(service)).get("/metrics").text, declared
     finally:
-        service.close()
+        service.stop()
 
 
 def _scrape_hub(tmp: Path) -> tuple[str, dict[str, list[str]]]:
@@ -191,7 +191,7 @@ def _scrape_hub(tmp: Path) -> tuple[str, dict[str, list[str]]]:
         declared = _declared_labels(hub.metrics.registry)
         return TestClient(create_hub_app(hub)).get("/metrics").text, declared
     finally:
-        hub.close()
+        hub.stop()
 
 
 def _declared_labels(registry: Any) -> dict[str, list[str]]:

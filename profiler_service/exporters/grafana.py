@@ -29,7 +29,8 @@ from urllib.parse import parse_qs, quote, urlsplit
 
 import httpx
 
-from profiler_service.config import Settings
+from profiler_service.config import GrafanaSettings
+from profiler_service.lifecycle import BackgroundLoop
 from profiler_service.models import Snapshot, SnapshotStatus, utcnow
 
 __all__ = ["GrafanaAnnotator", "annotation_for", "dashboard_and_panel", "grafana_annotator"]
@@ -129,9 +130,10 @@ class GrafanaAnnotator:
         self._queue: queue.Queue[Snapshot | None] = queue.Queue(maxsize=queue_size)
         self._counts = dict.fromkeys(_RESULTS, 0)
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="grafana-annotations", daemon=True)
-        self._thread.start()
+        self._loop = BackgroundLoop("grafana-annotations", self._run)
+
+    def start(self) -> None:
+        self._loop.start()
 
     def on_finished(self, snapshot: Snapshot) -> None:
         try:
@@ -151,18 +153,18 @@ class GrafanaAnnotator:
         threading.Thread(target=lambda: (self._queue.join(), done.set()), daemon=True).start()
         return done.wait(timeout_s)
 
-    def close(self, timeout_s: float = 5.0) -> None:
-        self._stop.set()
+    def stop(self, timeout_s: float | None = None) -> None:
+        """Post what is queued (no retry waits once stopping), for at most `timeout_s`."""
         with contextlib.suppress(queue.Full):
             self._queue.put_nowait(None)
-        self._thread.join(timeout_s)
+        self._loop.stop(timeout_s)
         self._client.close()
 
     def _count(self, result: str) -> None:
         with self._lock:
             self._counts[result] += 1
 
-    def _run(self) -> None:
+    def _run(self, stopping: threading.Event) -> None:
         while True:
             snapshot = self._queue.get()
             try:
@@ -181,7 +183,7 @@ class GrafanaAnnotator:
         for attempt in range(1, self.attempts + 1):
             if attempt > 1:
                 self._count("retried")
-                if self._stop.wait(pause_s):
+                if self._loop.stopping.wait(pause_s):
                     break
                 pause_s = min(pause_s * 2, BACKOFF_MAX_S)
             try:
@@ -205,14 +207,16 @@ class GrafanaAnnotator:
         self._count("failed")
 
 
-def grafana_annotator(settings: Settings) -> GrafanaAnnotator | None:
+def grafana_annotator(
+    settings: GrafanaSettings, public_url: str | None = None
+) -> GrafanaAnnotator | None:
     """An annotator when both a Grafana URL and a token are configured, else None."""
     if not settings.grafana_url or settings.grafana_token is None:
         return None
     return GrafanaAnnotator(
         settings.grafana_url,
         settings.grafana_token.get_secret_value(),
-        public_url=settings.public_url,
+        public_url=public_url,
         attempts=settings.grafana_annotation_attempts,
         timeout_s=settings.grafana_timeout_s,
     )

@@ -6,8 +6,8 @@ from urllib.parse import quote, urlencode
 
 from pydantic import BaseModel, Field
 
-from profiler_service.config import Settings
-from profiler_service.models import Snapshot, SnapshotFile, SnapshotStatus
+from profiler_service.config import ReportSettings
+from profiler_service.models import SnapshotHead, SnapshotStatus
 
 
 class SnapshotLinks(BaseModel):
@@ -19,29 +19,8 @@ class SnapshotLinks(BaseModel):
     alert: str | None = None
 
 
-class _TriggerUrls(BaseModel):
-    panel_url: str | None = None
-    dashboard_url: str | None = None
-    generator_url: str | None = None
-
-
-class LinkSource(BaseModel):
-    """The fields links are made of, read from a snapshot.json text without parsing the rest
-    (a fifth of a full Snapshot's parse: the listing of 50 snapshots reads 50 of them)."""
-
-    id: str
-    status: SnapshotStatus
-    files: list[SnapshotFile] = Field(default_factory=list)
-    trigger: _TriggerUrls = Field(default_factory=_TriggerUrls)
-
-    @property
-    def hosts(self) -> list[str]:
-        names = [f.name for f in self.files]
-        return [n.removesuffix(".xplane.pb") for n in names if n.endswith(".xplane.pb")]
-
-
 def snapshot_links(
-    snapshot: Snapshot | LinkSource, settings: Settings, base_url: str = ""
+    snapshot: SnapshotHead, settings: ReportSettings, base_url: str = ""
 ) -> SnapshotLinks:
     base = base_url.rstrip("/")
     own = f"{base}/profiles/{quote(snapshot.id)}"

@@ -1,7 +1,7 @@
 """`GET /metrics`: one registry per service, the collectors in it, and the exposition.
 
     captures = CaptureMetrics(registry, targets)      # handed to the controller's on_finished
-    metrics = ServiceMetrics(settings, controller, store, registry, captures, ...)
+    metrics = ServiceMetrics(controller, store, registry, captures, ...)
     body, content_type = metrics.render(accept)    # OpenMetrics when the scraper asks for it
 
 Events (a capture finished) are counted by instrumented metrics fed from the controller's
@@ -18,7 +18,6 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessColl
 from prometheus_client.exposition import choose_encoder
 
 from profiler_service.capture.controller import CaptureController
-from profiler_service.config import Settings
 from profiler_service.exporters.gpu_collector import GpuCollector
 from profiler_service.exporters.lookback_collector import LookbackCollector
 from profiler_service.exporters.service_collector import ServiceCollector, UploadQueue
@@ -31,6 +30,7 @@ from profiler_service.models import Snapshot, SnapshotStatus, TriggerKind
 from profiler_service.probes.steps import STEP_STATS, StepStats
 from profiler_service.store import SnapshotStore
 from profiler_service.targets import TargetKind
+from profiler_service.tenancy import EVERYWHERE, Reach
 from profiler_service.trigger.memory_watch import MemoryWatch
 
 __all__ = ["CaptureMetrics", "ServiceMetrics"]
@@ -110,7 +110,6 @@ class ServiceMetrics:
 
     def __init__(
         self,
-        settings: Settings,
         controller: CaptureController,
         store: SnapshotStore,
         registry: CollectorRegistry,
@@ -135,7 +134,7 @@ class ServiceMetrics:
             self.gpu,
             ProcessCollector(registry=None),
         ]
-        self.in_process = any(t.kind is TargetKind.IN_PROCESS for t in settings.targets)
+        self.in_process = any(t.kind is TargetKind.IN_PROCESS for t in controller.capture.targets)
         if self.in_process:
             collectors += [StepCollector(steps), tf_memory or TFMemoryCollector()]
         if sampler is not None:
@@ -143,7 +142,8 @@ class ServiceMetrics:
         for collector in collectors:
             self.registry.register(collector)
 
-    def render(self, accept: str | None) -> tuple[bytes, str]:
-        """The exposition and its content type: OpenMetrics 1.0 when `accept` asks for it."""
+    def render(self, accept: str | None, reach: Reach = EVERYWHERE) -> tuple[bytes, str]:
+        """The exposition and its content type: OpenMetrics 1.0 when `accept` asks for it.
+        `reach` is the hub's (its tenants); a sidecar's metrics are its own job's."""
         encoder, content_type = choose_encoder(accept or "")
         return encoder(self.registry), content_type

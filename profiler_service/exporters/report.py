@@ -9,7 +9,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from profiler_service.analysis.compare import Comparison
 from profiler_service.analysis.text_report import format_ms
-from profiler_service.config import Settings
+from profiler_service.config import ReportSettings
 from profiler_service.exporters import charts
 from profiler_service.exporters.links import snapshot_links
 from profiler_service.models import Snapshot
@@ -29,7 +29,9 @@ def _environment() -> Environment:
 
 
 def render_report(
-    snapshot: Snapshot, settings: Settings, comparison: tuple[Snapshot, Comparison] | None = None
+    snapshot: Snapshot,
+    settings: ReportSettings,
+    comparison: tuple[Snapshot, Comparison] | None = None,
 ) -> str:
     """`comparison` is (baseline, compare(baseline, snapshot)) for the side-by-side section."""
     template = _environment().get_template("report.html")

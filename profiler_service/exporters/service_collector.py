@@ -142,7 +142,7 @@ class ServiceCollector:
             labels=["target"],
         )
         busy = Counter(s.target for s in self.controller.in_flight())
-        for target in self.controller.settings.targets:
+        for target in self.controller.capture.targets:
             gauge.add_metric([target.name], busy.pop(target.name, 0))
         for name, n in busy.items():
             gauge.add_metric([name], n)

@@ -22,7 +22,7 @@ def create_hub_app(hub: HubService) -> FastAPI:
         hub.start()
         yield
         await hub.router.aclose()
-        hub.close()
+        hub.stop()
 
     app = FastAPI(
         title="profiler-service hub",
@@ -33,7 +33,12 @@ def create_hub_app(hub: HubService) -> FastAPI:
     app.state.core = hub  # what the shared routes read (api/core.py AppCore)
     app.state.hub = hub  # what the hub's own routes read
     # The hub checks Grafana's signature itself: its own token vouches for nothing here.
-    install_auth(app, hub.settings if hub is not None else None, hub_vouches=False)
+    install_auth(
+        app,
+        hub.settings if hub is not None else None,
+        hub_vouches=False,
+        tenants=hub.tenants if hub is not None else None,
+    )
     install_error_handlers(app)
     app.include_router(routes.router)
     app.include_router(profiles.read_router)

@@ -16,7 +16,7 @@ import logging
 import math
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from profiler_service.config import HubSettings
 from profiler_service.hub.metrics import FleetCollector, FleetMetrics
@@ -24,10 +24,13 @@ from profiler_service.hub.peers import RegistryShare, replica_name
 from profiler_service.hub.registration import RECORDS_PREFIX
 from profiler_service.hub.registry import SidecarRecord, SidecarRegistry
 from profiler_service.hub.routing import FleetRouter
+from profiler_service.lifecycle import BackgroundLoop, Lifecycle
 from profiler_service.store import SnapshotStore
 from profiler_service.store.baselines import FleetBaselines
 from profiler_service.store.mirror_sync import MirrorSync, RefreshStats, mirrored_store
 from profiler_service.store.object_store import ObjectStoreMirror
+from profiler_service.targets import Target
+from profiler_service.tenancy import TenantTokens
 from profiler_service.trigger.alert_log import AlertLog
 
 __all__ = ["FleetSync", "HubService", "build_hub"]
@@ -48,8 +51,7 @@ class FleetSync:
         self.last: RefreshStats | None = None
         self.last_success_s: float | None = None
         self.first_done = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._loop = BackgroundLoop("fleet-sync", self._run, join_s=30)
 
     def once(self) -> RefreshStats | None:
         stats = self.sync.refresh(force=True)
@@ -70,9 +72,9 @@ class FleetSync:
         return stats
 
     @property
-    def baseline_ids(self) -> dict[tuple[str | None, str], str]:
-        """(namespace, target) -> the baseline its sidecar set (store/baselines.py)."""
-        return self.baselines.by_target
+    def baseline_ids(self) -> frozenset[str]:
+        """The baselines the sidecars set (store/baselines.py)."""
+        return self.baselines.ids
 
     def read_baselines(self) -> None:
         try:
@@ -97,21 +99,18 @@ class FleetSync:
                 log.warning("skipping sidecar record %s: %s", path, exc)
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="fleet-sync", daemon=True)
-        self._thread.start()
+        self._loop.start()
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
+    def stop(self, timeout_s: float | None = None) -> None:
+        self._loop.stop(timeout_s)
+
+    def _run(self, stopping: threading.Event) -> None:
+        while not stopping.is_set():
             try:
                 self.once()
             except Exception:  # a bug must not end the loop
                 log.exception("fleet sync failed")
-            self._stop.wait(self.interval_s)
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(30)
+            stopping.wait(self.interval_s)
 
 
 @dataclass
@@ -126,6 +125,8 @@ class HubService:
     router: FleetRouter
     fleet_sync: FleetSync
     metrics: FleetMetrics
+    lifecycle: Lifecycle = field(default_factory=Lifecycle)  # the index, the log: closed last
+    tenants: TenantTokens | None = None  # tokens_file: tokens that reach some namespaces
     peers: RegistryShare | None = None  # the other replicas' registries, through the bucket
 
     @property
@@ -133,32 +134,42 @@ class HubService:
         """Alerts are routed to the sidecars they name."""
         return self.router
 
-    def start(self) -> None:
-        if self.peers is not None:
-            self.peers.start()
-        self.fleet_sync.start()
+    @property
+    def targets(self) -> list[Target]:
+        """The hub captures nothing itself."""
+        return []
 
-    def close(self) -> None:
-        self.fleet_sync.stop()
-        if self.peers is not None:
-            self.peers.stop()
-        self.router.log.close()
-        self.store.close()
+    def start(self) -> None:
+        """The registry share, then the fleet sync (build_hub starts nothing)."""
+        self.lifecycle.start([self.peers, self.fleet_sync])
+
+    def stop(self) -> None:
+        """The fleet sync, the registry share, then the alert log and the index."""
+        self.lifecycle.stop()
 
 
 def build_hub(settings: HubSettings) -> HubService:
     """Open the fleet index (rebuilt from the bucket when it is missing) and the registry."""
-    if not settings.store_url:
+    storage = settings.storage
+    if not storage.store_url:
         raise ValueError("the hub reads the fleet's bucket: set PROFILER_STORE_URL")
-    mirror = ObjectStoreMirror(settings.store_url, settings.store_options_dict())
+    mirror = ObjectStoreMirror(storage.store_url, storage.store_options_dict())
     # Requests never refresh (math.inf): the sync thread does, every hub_sync_interval_s. The
     # MirrorSync's own threads are not started: the hub uploads nothing and lists by FleetSync.
-    store, sync = mirrored_store(settings.store, mirror, refresh_interval_s=math.inf)
+    store, sync = mirrored_store(storage.store, mirror, refresh_interval_s=math.inf)
+    lifecycle = Lifecycle()
     store.open()
-    registry = SidecarRegistry(settings.hub_sidecar_ttl_s)
+    lifecycle.closing(store.close)
+    registry = SidecarRegistry(settings.fleet.hub_sidecar_ttl_s)
     alert_log = AlertLog(store.root / "webhooks" / "alerts.jsonl").open()
+    lifecycle.closing(alert_log.close)
     router = FleetRouter(settings, registry, alert_log)
-    fleet_sync = FleetSync(sync, registry, settings.hub_sync_interval_s)
-    collector = FleetCollector(settings, store.index, registry, alert_log, fleet_sync)
-    peers = RegistryShare(mirror, registry, replica_name(settings.pod_name))
-    return HubService(settings, store, registry, router, fleet_sync, FleetMetrics(collector), peers)
+    fleet_sync = FleetSync(sync, registry, settings.fleet.hub_sync_interval_s)
+    collector = FleetCollector(settings.report, store.index, registry, alert_log, fleet_sync)
+    tokens_file = settings.fleet.tokens_file
+    tenants = TenantTokens(tokens_file) if tokens_file else None
+    metrics = FleetMetrics(collector)
+    peers = RegistryShare(mirror, registry, replica_name())
+    return HubService(
+        settings, store, registry, router, fleet_sync, metrics, lifecycle, tenants, peers
+    )

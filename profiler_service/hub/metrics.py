@@ -2,23 +2,30 @@
 
     profiler_fleet_sidecars{namespace}                               live registered sidecars
     profiler_fleet_snapshots{namespace,status}                       snapshots in the bucket
-    profiler_fleet_step_time_seconds{namespace,target}               latest ready snapshot's
-    profiler_fleet_step_time_ratio{namespace,target}                 latest / baseline (views.py)
-    profiler_fleet_regression{namespace,target}                      1 past regression_max_share
-    profiler_fleet_findings_total{namespace,target,rule,severity}    snapshots with the finding;
-        its OpenMetrics exemplar is the newest such snapshot_id
-    profiler_fleet_latest_finding{namespace,target,rule,severity,snapshot_id}
+    profiler_fleet_step_time_seconds{namespace,workload,target}      latest ready snapshot's
+    profiler_fleet_step_time_ratio{namespace,workload,target}        latest / baseline (views.py)
+    profiler_fleet_regression{namespace,workload,target}             1 past regression_max_share
+    profiler_fleet_findings_total{namespace,workload,target,rule,severity}
+        snapshots with the finding; its OpenMetrics exemplar is the newest such snapshot_id
+    profiler_fleet_latest_finding{namespace,workload,target,rule,severity,snapshot_id}
         1 for each finding of each job's latest ready snapshot (its id, for Grafana links)
     profiler_fleet_alerts_total{source,outcome}                      webhook alerts routed
     profiler_fleet_sync_duration_seconds, profiler_fleet_sync_timestamp_seconds,
     profiler_fleet_syncs_total, profiler_fleet_sync_failures_total   the bucket's sync
 
-Over the last `DEFAULT_DAYS` of ready snapshots, like the fleet page.
+Over the last `DEFAULT_DAYS` of ready snapshots, like the fleet page. A job is its `workload`
+(views.py; empty for snapshots that name none), not `job`: Prometheus keeps that label for the
+scrape job and would rename ours `exported_job`.
+
+A tenant's scrape (a token of the tokens file) gets the series of its namespaces only, and the
+series that name no namespace, which are the hub's own (its syncs, its alert outcomes counted by
+source and outcome): they carry no tenant's namespace, job, snapshot or alert labels.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import copy
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Protocol
 
@@ -31,11 +38,12 @@ from prometheus_client.core import (
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.samples import Exemplar
 
-from profiler_service.config import Settings
+from profiler_service.config import ReportSettings
 from profiler_service.hub.registry import SidecarRegistry
 from profiler_service.hub.views import FleetView, FleetViewCache
 from profiler_service.store.index import SnapshotIndex
 from profiler_service.store.mirror_sync import RefreshStats
+from profiler_service.tenancy import EVERYWHERE, Reach
 from profiler_service.trigger.alert_log import AlertLog
 
 __all__ = ["FleetCollector", "FleetMetrics", "SyncState"]
@@ -48,13 +56,13 @@ class SyncState(Protocol):
     failures_total: int
     last: RefreshStats | None
     last_success_s: float | None
-    baseline_ids: Mapping[tuple[str | None, str], str]
+    baseline_ids: frozenset[str]
 
 
 class FleetCollector:
     def __init__(
         self,
-        settings: Settings,
+        settings: ReportSettings,
         index: SnapshotIndex,
         registry: SidecarRegistry,
         alert_log: AlertLog,
@@ -92,32 +100,32 @@ class FleetCollector:
         step = GaugeMetricFamily(
             "profiler_fleet_step_time_seconds",
             "Mean step time of each job's latest ready snapshot.",
-            labels=["namespace", "target"],
+            labels=["namespace", "workload", "target"],
         )
         ratio = GaugeMetricFamily(
             "profiler_fleet_step_time_ratio",
             "Latest step time over the baseline's (its newest pinned snapshot, else the oldest "
             "of the window).",
-            labels=["namespace", "target"],
+            labels=["namespace", "workload", "target"],
         )
         regression = GaugeMetricFamily(
             "profiler_fleet_regression",
             "1 when the latest step time exceeds the baseline's by more than "
             "PROFILER_REGRESSION_MAX_SHARE.",
-            labels=["namespace", "target"],
+            labels=["namespace", "workload", "target"],
         )
         latest = GaugeMetricFamily(
             "profiler_fleet_latest_finding",
             "1 for each finding of each job's latest ready snapshot.",
-            labels=["namespace", "target", "rule", "severity", "snapshot_id"],
+            labels=["namespace", "workload", "target", "rule", "severity", "snapshot_id"],
         )
         findings = CounterMetricFamily(
             "profiler_fleet_findings",
             "Ready snapshots with a finding of this rule; the exemplar is the newest one.",
-            labels=["namespace", "target", "rule", "severity"],
+            labels=["namespace", "workload", "target", "rule", "severity"],
         )
         for job in view.jobs:
-            key = [job.namespace or "", job.target]
+            key = [job.namespace or "", job.workload or "", job.target]
             if job.latest.step_time_ms is not None:
                 step.add_metric(key, job.latest.step_time_ms / 1000)
             if job.step_time_ratio is not None:
@@ -177,6 +185,29 @@ class FleetMetrics:
         self.registry = registry or CollectorRegistry()
         self.registry.register(collector)
 
-    def render(self, accept: str | None) -> tuple[bytes, str]:
+    def render(self, accept: str | None, reach: Reach = EVERYWHERE) -> tuple[bytes, str]:
+        """The exposition; a tenant's holds only its namespaces' series (and the hub's own)."""
         encoder, content_type = choose_encoder(accept or "")
-        return encoder(self.registry), content_type
+        if reach.everywhere:
+            return encoder(self.registry), content_type
+        scoped = CollectorRegistry()
+        scoped.register(_Within(self.registry, reach))
+        return encoder(scoped), content_type
+
+
+class _Within:
+    """A registry's families, keeping the samples whose namespace the reach allows and those
+    that name none."""
+
+    def __init__(self, registry: CollectorRegistry, reach: Reach):
+        self.registry, self.reach = registry, reach
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self.registry.collect():
+            kept = copy.copy(family)
+            kept.samples = [
+                s
+                for s in family.samples
+                if "namespace" not in s.labels or self.reach.allows(s.labels["namespace"] or None)
+            ]
+            yield kept

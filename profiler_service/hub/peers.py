@@ -39,9 +39,9 @@ SHARE_INTERVAL_S = 2.0  # at most; a smaller TTL shortens it (ttl / 4)
 STALE_FILE_TTLS = 10  # a replica's file unchanged for this many TTLs is removed by any replica
 
 
-def replica_name(pod_name: str | None) -> str:
-    """This replica's file name: its pod (unique in a Deployment), else host and process."""
-    name = pod_name or f"{socket.gethostname()}-{os.getpid()}"
+def replica_name() -> str:
+    """This replica's file name: its host (in Kubernetes, the pod's name) and process."""
+    name = f"{socket.gethostname()}-{os.getpid()}"
     return "".join(c if c.isalnum() or c in "-._" else "-" for c in name)
 
 
@@ -156,9 +156,9 @@ class RegistryShare:
                 break
             self.once()
 
-    def stop(self) -> None:
+    def stop(self, timeout_s: float | None = None) -> None:
         """Stop sharing; the file stays for the others until its records age out."""
         self._stop.set()
         self.registry.changed.set()
         if self._thread is not None:
-            self._thread.join(10)
+            self._thread.join(10 if timeout_s is None else timeout_s)

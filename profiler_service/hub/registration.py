@@ -16,10 +16,12 @@ import threading
 from typing import TYPE_CHECKING
 
 import httpx
+from pydantic import SecretStr
 
 from profiler_service import __version__
-from profiler_service.config import Settings
+from profiler_service.config import RegistrationSettings, Settings
 from profiler_service.hub.registry import SidecarRecord
+from profiler_service.lifecycle import BackgroundLoop
 
 if TYPE_CHECKING:
     from profiler_service.store.object_store import ObjectStoreMirror  # fsspec: only with a bucket
@@ -32,21 +34,22 @@ RECORDS_PREFIX = "sidecars"
 
 
 def sidecar_record(settings: Settings) -> SidecarRecord:
-    """This sidecar as the hub lists it."""
-    name = (settings.pod_name or socket.gethostname()).lower()
-    url = settings.hub_advertise_url or settings.public_url
+    """This sidecar as the hub lists it: who it is, what it captures, where it is reached."""
+    capture, server, public_url = settings.capture, settings.server, settings.report.public_url
+    name = (capture.pod_name or socket.gethostname()).lower()
+    url = settings.registration.hub_advertise_url or public_url
     if url is None:
-        host = "127.0.0.1" if settings.host in ("0.0.0.0", "::", "") else settings.host
-        url = f"http://{host}:{settings.port}"
+        host = "127.0.0.1" if server.host in ("0.0.0.0", "::", "") else server.host
+        url = f"http://{host}:{server.port}"
     return SidecarRecord(
         name=name,
-        namespace=settings.pod_namespace,
-        pod=settings.pod_name or name,
-        targets=[t.name for t in settings.targets],
+        namespace=capture.pod_namespace,
+        pod=capture.pod_name or name,
+        targets=capture.target_names,
         url=url,
-        public_url=settings.public_url,
+        public_url=public_url,
         version=__version__,
-        heartbeat_s=settings.hub_heartbeat_s,
+        heartbeat_s=settings.registration.hub_heartbeat_s,
     )
 
 
@@ -57,19 +60,26 @@ def record_path(record: SidecarRecord) -> str:
 class HubRegistration:
     """One daemon thread; `beat()` is one heartbeat (the tests call it directly)."""
 
-    def __init__(self, settings: Settings, bucket: ObjectStoreMirror | None = None):
+    def __init__(
+        self,
+        settings: RegistrationSettings,
+        record: SidecarRecord,
+        token: SecretStr | None = None,
+        bucket: ObjectStoreMirror | None = None,
+    ):
+        """`record`: `sidecar_record(settings)`; `token`: PROFILER_HUB_TOKEN."""
         self.settings = settings
-        self.record = sidecar_record(settings)
+        self.record = record
+        self.token = token
         self.bucket = bucket  # the store's ObjectStoreMirror, with hub_register_in_bucket
         self.beats_total = 0
         self.failures_total = 0
         self._failing: set[str] = set()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._loop = BackgroundLoop("hub-heartbeat", self._run)
         self._client = httpx.Client(timeout=min(10.0, settings.hub_heartbeat_s))
 
     def _headers(self) -> dict[str, str]:
-        token = self.settings.hub_token
+        token = self.token
         return {"Authorization": f"Bearer {token.get_secret_value()}"} if token else {}
 
     def beat(self) -> bool:
@@ -121,19 +131,16 @@ class HubRegistration:
         self.bucket.put_record(record_path(record), record.model_dump_json().encode())
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="hub-heartbeat", daemon=True)
-        self._thread.start()
+        self._loop.start()
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
+    def _run(self, stopping: threading.Event) -> None:
+        while not stopping.is_set():
             self.beat()
-            self._stop.wait(self.settings.hub_heartbeat_s)
+            stopping.wait(self.settings.hub_heartbeat_s)
 
-    def stop(self) -> None:
+    def stop(self, timeout_s: float | None = None) -> None:
         """Stop beating and deregister (best effort: the TTL covers what this misses)."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(5)
+        self._loop.stop(timeout_s)
         if self.settings.hub_url:
             try:
                 params = {"namespace": self.record.namespace} if self.record.namespace else {}

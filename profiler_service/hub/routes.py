@@ -12,7 +12,7 @@ from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.responses import HTMLResponse
 
 from profiler_service.api.auth import Scope, requires
-from profiler_service.api.deps import CaptureRequired, ReadRequired
+from profiler_service.api.deps import CaptureReach, CaptureRequired, ReadReach, ReadRequired
 from profiler_service.api.schemas import ERROR_RESPONSES
 from profiler_service.errors import InvalidRequest
 from profiler_service.hub.fleet import HubService
@@ -55,9 +55,10 @@ def deregister_sidecar(name: SidecarName, hub: HubDep, namespace: str | None = N
 @router.get(
     "/sidecars", response_model=SidecarsPublic, tags=["sidecars"], dependencies=[ReadRequired]
 )
-def list_sidecars(hub: HubDep, namespace: str | None = None) -> SidecarsPublic:
-    """The live sidecars (heard from within hub_sidecar_ttl_s)."""
-    data = [s for s in hub.registry.live() if namespace is None or s.namespace == namespace]
+def list_sidecars(hub: HubDep, reach: ReadReach, namespace: str | None = None) -> SidecarsPublic:
+    """The live sidecars (heard from within hub_sidecar_ttl_s) of the namespaces you read."""
+    live = reach.keep(hub.registry.live(), lambda s: s.namespace)
+    data = [s for s in live if namespace is None or s.namespace == namespace]
     return SidecarsPublic(data=data, count=len(data))
 
 
@@ -65,15 +66,20 @@ def list_sidecars(hub: HubDep, namespace: str | None = None) -> SidecarsPublic:
 async def route_profile(
     request: Request,
     hub: HubDep,
+    reach: CaptureReach,
     target: Annotated[str, Query(description="a target a registered sidecar captures")],
     namespace: Annotated[str | None, Query(description="the sidecar's namespace")] = None,
     pod: Annotated[str | None, Query(description="the sidecar's pod")] = None,
     wait: bool = False,
 ) -> Response:
-    """Start a capture on the sidecar that captures `target`; its answer, as it gave it."""
+    """Start a capture on the sidecar that captures `target`; its answer, as it gave it.
+
+    Only sidecars of the namespaces your token may capture are candidates.
+    """
     router: FleetRouter = hub.router
     query = [(k, v) for k, v in request.query_params.multi_items() if k not in ("namespace", "pod")]
-    sidecar, answer = await router.forward_profile(query, target, namespace, pod, wait)
+    sidecars = reach.keep(hub.registry.live(), lambda s: s.namespace)
+    sidecar, answer = await router.forward_profile(query, target, namespace, pod, wait, sidecars)
     headers = {"X-Profiler-Sidecar": sidecar.key}
     for name in ("location", "retry-after"):
         if name in answer.headers:
@@ -87,10 +93,16 @@ async def route_profile(
 
 
 @router.get("/fleet", response_class=HTMLResponse, tags=["fleet"], dependencies=[ReadRequired])
-def read_fleet_page(hub: HubDep, days: Annotated[float, Query(gt=0, le=90)] = DEFAULT_DAYS) -> str:
-    """Every job's latest verdict, step time over the window, regressions, findings by rule."""
+def read_fleet_page(
+    hub: HubDep, reach: ReadReach, days: Annotated[float, Query(gt=0, le=90)] = DEFAULT_DAYS
+) -> str:
+    """Every job's latest verdict, step time over the window, regressions, findings by rule.
+
+    A job is its namespace, workload and target; only the namespaces your token reads.
+    """
     if days == DEFAULT_DAYS:
         view = hub.metrics.collector.view()  # as of the last sync, shared with /metrics
     else:
-        view = fleet_view(hub.store.index, hub.settings, days, hub.fleet_sync.baseline_ids)
-    return render_fleet(view, hub.registry.live(), hub.settings)
+        view = fleet_view(hub.store.index, hub.settings.report, days, hub.fleet_sync.baseline_ids)
+    sidecars = reach.keep(hub.registry.live(), lambda s: s.namespace)
+    return render_fleet(view.within(reach), sidecars, hub.settings.report)

@@ -25,7 +25,7 @@ from typing import Any
 
 import httpx
 
-from profiler_service.config import Settings
+from profiler_service.config import HubSettings
 from profiler_service.errors import Failed, ServiceError
 from profiler_service.hub.registry import SidecarRecord, SidecarRegistry
 from profiler_service.targets import TargetMatcher
@@ -69,14 +69,15 @@ class Match:
 
 
 class FleetRouter:
-    def __init__(self, settings: Settings, registry: SidecarRegistry, alert_log: AlertLog):
+    def __init__(self, settings: HubSettings, registry: SidecarRegistry, alert_log: AlertLog):
         self.settings = settings
+        webhook = settings.webhook
         self.registry = registry
         self.log = alert_log
         self.matcher = TargetMatcher(
-            settings.webhook_target_rules,
-            settings.webhook_target_labels,
-            settings.webhook_default_target,
+            webhook.webhook_target_rules,
+            webhook.webhook_target_labels,
+            webhook.webhook_default_target,
         )
         self._client: httpx.AsyncClient | None = None
 
@@ -221,16 +222,18 @@ class FleetRouter:
         namespace: str | None,
         pod: str | None,
         wait: bool,
+        sidecars: Iterable[SidecarRecord] | None = None,
     ) -> tuple[SidecarRecord, httpx.Response]:
-        """`POST /profile` on the sidecar that captures `target` (narrowed by namespace/pod)."""
+        """`POST /profile` on the sidecar that captures `target` (narrowed by namespace/pod),
+        among `sidecars` (the live ones the caller may capture; default: every live one)."""
         labels = {k: v for k, v in (("namespace", namespace), ("pod", pod)) if v}
-        found = self.match(labels, target=target)
+        found = self.match(labels, sidecars, target=target)
         if found.sidecar is None:
             raise NoSidecar(found.how, reason=found.reason)
-        s = self.settings
-        timeout = s.hub_forward_timeout_s
+        b = self.settings.bounds
+        timeout = self.settings.fleet.hub_forward_timeout_s
         if wait:  # the sidecar answers once the snapshot is analysed
-            timeout += s.duration_max_s + s.capture_grace_s + s.analysis_timeout_s
+            timeout += b.duration_max_s + b.capture_grace_s + b.analysis_timeout_s
         url = f"{found.sidecar.url.rstrip('/')}/profile"
         try:
             response = await self.client.post(
@@ -250,7 +253,7 @@ class FleetRouter:
     def client(self) -> httpx.AsyncClient:
         if self._client is None:
             self._client = httpx.AsyncClient(
-                timeout=self.settings.hub_forward_timeout_s,
+                timeout=self.settings.fleet.hub_forward_timeout_s,
                 limits=httpx.Limits(max_connections=200, max_keepalive_connections=100),
             )
         return self._client
@@ -261,7 +264,7 @@ class FleetRouter:
             self._client = None
 
     def _auth(self) -> dict[str, str]:
-        token = self.settings.hub_token
+        token = self.settings.server.hub_token
         return {"Authorization": f"Bearer {token.get_secret_value()}"} if token else {}
 
 

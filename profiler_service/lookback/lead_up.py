@@ -2,15 +2,16 @@
 
 The ring covers PROFILER_LOOKBACK_S before the capture started, and the capture. Prometheus is
 asked from PROFILER_LOOKBACK_S before the trigger (an alert's `startsAt`, which may be minutes
-before the webhook arrived) to the capture's end.
+before the webhook arrived) to the capture's end, beside the analysis and within one deadline
+for all its queries: a Prometheus that never answers costs the snapshot its series, not time.
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
 
-from profiler_service.config import Settings
-from profiler_service.lookback.models import LeadUp
+from profiler_service.config import LookbackSettings
+from profiler_service.lookback.models import LeadUp, PendingLeadUp
 from profiler_service.lookback.prometheus import lead_up_variables, query_lead_up
 from profiler_service.lookback.sampler import Sampler
 from profiler_service.models import Snapshot, utcnow
@@ -19,13 +20,14 @@ from profiler_service.models import Snapshot, utcnow
 class LeadUpRecorder:
     """`controller.lead_up`: called once the trace is done, before analysis."""
 
-    def __init__(self, settings: Settings, sampler: Sampler | None):
+    def __init__(self, settings: LookbackSettings, sampler: Sampler | None):
         self.settings = settings
         self.sampler = sampler
 
-    def __call__(self, snapshot: Snapshot) -> LeadUp | None:
-        """None when there is nothing to read: no sampler (PROFILER_LOOKBACK_S=0), no
-        Prometheus."""
+    def __call__(self, snapshot: Snapshot) -> PendingLeadUp | None:
+        """The ring's samples at once, Prometheus's queries in a thread beside the analysis,
+        all of them within PROFILER_PROMETHEUS_TIMEOUT_S. None when there is nothing to read:
+        no sampler (PROFILER_LOOKBACK_S=0), no Prometheus."""
         if self.sampler is None and not self.settings.prometheus_url:
             return None
         s = self.settings
@@ -36,18 +38,19 @@ class LeadUpRecorder:
             lead_up = self.sampler.lead_up(started - lookback, end)
         else:
             lead_up = LeadUp(start=started - lookback, end=end)
-        if s.prometheus_url:
-            triggered = min(snapshot.trigger.starts_at or snapshot.created_at, snapshot.created_at)
-            since = triggered - timedelta(seconds=s.lookback_s or 300)
-            series, notes = query_lead_up(
-                s.prometheus_url,
-                s.prometheus_queries,
-                lead_up_variables(snapshot.target, snapshot.trigger.labels, s),
-                since,
-                end,
-                timeout_s=s.prometheus_timeout_s,
-            )
-            lead_up.series += series
-            lead_up.notes += notes
-            lead_up.start = min(lead_up.start, since)
-        return lead_up
+        if not s.prometheus_url:
+            return PendingLeadUp(lead_up)
+        url = s.prometheus_url
+        triggered = min(snapshot.trigger.starts_at or snapshot.created_at, snapshot.created_at)
+        since = triggered - timedelta(seconds=s.lookback_s or 300)
+        lead_up.start = min(lead_up.start, since)
+        variables = lead_up_variables(
+            snapshot.target, snapshot.trigger.labels, snapshot.pod, snapshot.namespace
+        )
+        return PendingLeadUp(
+            lead_up,
+            lambda: query_lead_up(
+                url, s.prometheus_queries, variables, since, end, timeout_s=s.prometheus_timeout_s
+            ),
+            deadline_s=s.prometheus_timeout_s,
+        )

@@ -3,6 +3,8 @@ their source (the service's own sampler, or Prometheus's `query_range`)."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from datetime import datetime
 
 from pydantic import BaseModel, Field
@@ -26,3 +28,45 @@ class LeadUp(BaseModel):
     end: datetime
     series: list[Series] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)  # what could not be read, and why
+
+
+class PendingLeadUp:
+    """A snapshot's lead-up while Prometheus may still be answering: `now` (the ring's samples,
+    which the memory rules read before analysis) at once, and Prometheus's series merged in by
+    `result()`, so a slow Prometheus runs beside the analysis instead of before it."""
+
+    def __init__(
+        self,
+        now: LeadUp,
+        ask: Callable[[], tuple[list[Series], list[str]]] | None = None,
+        deadline_s: float = 0.0,
+    ):
+        self.now = now
+        self._deadline_s = deadline_s
+        self._found: tuple[list[Series], list[str]] | None = None
+        self._thread: threading.Thread | None = None
+        if ask is not None:
+
+            def run() -> None:
+                self._found = ask()
+
+            self._thread = threading.Thread(target=run, name="lead-up-prometheus", daemon=True)
+            self._thread.start()
+
+    def result(self) -> LeadUp:
+        """`now` with Prometheus's series and notes; waits at most what is left of the deadline
+        (the queries keep to it themselves; the margin is for a thread that did not)."""
+        if self._thread is not None:
+            self._thread.join(self._deadline_s + _JOIN_MARGIN_S)
+            found, self._thread = self._found, None
+            if found is None:
+                self.now.notes.append(
+                    f"Prometheus's lead-up did not end within {self._deadline_s:g} s: left out"
+                )
+            else:
+                self.now.series += found[0]
+                self.now.notes += found[1]
+        return self.now
+
+
+_JOIN_MARGIN_S = 5.0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from string import Template
@@ -16,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from profiler_service.config import PromQuery, Settings
+from profiler_service.config import PromQuery
 from profiler_service.lookback.models import Series
 
 __all__ = [
@@ -81,9 +82,12 @@ def render_query(expr: str, variables: Mapping[str, str]) -> str:
     return Template.pattern.sub(replace, expr)
 
 
-def lead_up_variables(target: str, labels: Mapping[str, str], settings: Settings) -> dict[str, str]:
+def lead_up_variables(
+    target: str, labels: Mapping[str, str], pod: str | None = None, namespace: str | None = None
+) -> dict[str, str]:
     """The variables of a snapshot's queries: the trigger's labels, then `target`, and `pod` and
-    `namespace` where the settings know them (PROFILER_POD_NAME, PROFILER_POD_NAMESPACE).
+    `namespace` where the settings know them (PROFILER_POD_NAME, PROFILER_POD_NAMESPACE, which
+    the controller stamps on every snapshot).
 
     The service's own knowledge wins over a label of the same name: an alert cannot point $pod
     at another pod's data. Where the settings do not know the pod (a service outside the job's
@@ -92,10 +96,10 @@ def lead_up_variables(target: str, labels: Mapping[str, str], settings: Settings
     """
     variables = {k: str(v) for k, v in labels.items() if _PLACEHOLDER_NAME.fullmatch(k)}
     variables["target"] = target
-    if settings.pod_name:
-        variables["pod"] = settings.pod_name
-    if settings.pod_namespace:
-        variables["namespace"] = settings.pod_namespace
+    if pod:
+        variables["pod"] = pod
+    if namespace:
+        variables["namespace"] = namespace
     return variables
 
 
@@ -114,6 +118,10 @@ def query_lead_up(
     """Each query over [start, end] through `{url}/api/v1/query_range`: the series it returned,
     and notes on what could not be read and why. Never raises for anything Prometheus does.
 
+    `timeout_s` is for all the queries together: each is asked within what is left of it, and
+    the ones left when it is spent are noted, not asked (a Prometheus that accepts connections
+    and never answers would otherwise cost queries x timeout).
+
     The step is the window over `max_points`, at least 1 s. Points are Prometheus's evaluations
     at start, start + step, ... (each the latest sample at that time, not raw samples); NaN and
     infinite values are dropped. Naive datetimes are taken as local time (datetime.timestamp).
@@ -129,8 +137,15 @@ def query_lead_up(
     notes: list[str] = []
     own_client = client is None
     http = client if client is not None else httpx.Client(timeout=timeout_s)
+    deadline = time.monotonic() + timeout_s
     try:
         for i, query in enumerate(queries):
+            left_s = deadline - time.monotonic()
+            if left_s <= 0:
+                left = ", ".join(q.name for q in queries[i:])
+                spent = f"the lead-up's {timeout_s:g} s were spent"
+                notes.append(f"queries not asked: {left} ({spent})")
+                break
             try:
                 promql = render_query(query.expr, variables)
             except MissingVariable as exc:
@@ -144,7 +159,7 @@ def query_lead_up(
                 notes.append(f"query {query.name} not asked: {exc}")
                 continue
             try:
-                response = http.get(endpoint, params={"query": promql, **window}, timeout=timeout_s)
+                response = http.get(endpoint, params={"query": promql, **window}, timeout=left_s)
             except (
                 httpx.ConnectError,
                 httpx.ConnectTimeout,
@@ -156,7 +171,10 @@ def query_lead_up(
                 notes.append(f"queries not asked: {', '.join(left)}")
                 break
             except httpx.TimeoutException:
-                notes.append(f"query {query.name}: no answer from Prometheus in {timeout_s:g} s")
+                notes.append(
+                    f"query {query.name}: no answer from Prometheus within the lead-up's "
+                    f"{timeout_s:g} s"
+                )
                 continue
             except httpx.HTTPError as exc:
                 notes.append(f"query {query.name}: no answer from Prometheus: {_describe(exc)}")

@@ -37,7 +37,7 @@ class SampleRing:
     """Thread-safe; the sampler appends, snapshots and collectors read."""
 
     def __init__(self, seconds: float, interval_s: float = 1.0):
-        self.seconds = seconds
+        self.seconds, self.interval_s = seconds, interval_s
         self._samples: deque[Sample] = deque(maxlen=max(2, math.ceil(seconds / interval_s) + 1))
         self._lock = threading.Lock()
 

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
+from profiler_service.lifecycle import BackgroundLoop
 from profiler_service.lookback.models import LeadUp
 from profiler_service.lookback.ring import Sample, SampleRing
 from profiler_service.lookback.sources import Source
@@ -21,8 +22,7 @@ class Sampler:
         self.sources = list(sources)
         self.interval_s = interval_s
         self.listeners: list[Callable[[Sample], None]] = []
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._loop = BackgroundLoop("lookback", self._run)
         self._failing: set[str] = set()  # sources whose failure was logged already
         self._source_of: dict[str, str] = {}  # reading -> the source's name
 
@@ -51,21 +51,17 @@ class Sampler:
         return sample
 
     def start(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="lookback", daemon=True)
-            self._thread.start()
+        self._loop.start()
 
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(5)
+    def stop(self, timeout_s: float | None = None) -> None:
+        self._loop.stop(timeout_s)
 
-    def _run(self) -> None:
+    def _run(self, stopping: threading.Event) -> None:
         next_at = time.monotonic()
-        while not self._stop.is_set():
+        while not stopping.is_set():
             self.sample()
             next_at += self.interval_s
-            self._stop.wait(max(0.0, next_at - time.monotonic()))
+            stopping.wait(max(0.0, next_at - time.monotonic()))
             next_at = max(next_at, time.monotonic() - self.interval_s)  # no burst after a stall
 
     def source_of(self, key: str) -> str:

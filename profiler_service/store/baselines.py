@@ -82,12 +82,13 @@ def fleet_baselines_path(sidecar: str) -> str:
 
 
 class FleetBaselines:
-    """Every sidecar's baselines, from the bucket: (namespace, target) -> snapshot id."""
+    """Every sidecar's target baselines, from the bucket: the snapshot ids (a snapshot names its
+    own job: namespace, workload, target)."""
 
     def __init__(self, mirror: ObjectStoreMirror):
         self.mirror = mirror
         self._files: dict[str, tuple[int, str | None, dict[str, str]]] = {}  # path -> what
-        self.by_target: dict[tuple[str | None, str], str] = {}
+        self.ids: frozenset[str] = frozenset()
 
     def refresh(self) -> None:
         """Read the files that changed; drop the ones gone (may raise what the bucket raises)."""
@@ -102,9 +103,9 @@ class FleetBaselines:
             except (ValueError, KeyError, TypeError, AttributeError) as exc:
                 log.warning("skipping the baselines file %s: %s", path, exc)
         self._files = files
-        by_target: dict[tuple[str | None, str], str] = {}
-        for _, namespace, keys in sorted(files.values(), key=lambda f: f[0]):
-            for key, snapshot_id in keys.items():
-                if key.startswith("target:"):
-                    by_target[(namespace, key.removeprefix("target:"))] = snapshot_id
-        self.by_target = by_target
+        self.ids = frozenset(
+            snapshot_id
+            for _, _, keys in files.values()
+            for key, snapshot_id in keys.items()
+            if key.startswith("target:")
+        )

@@ -14,9 +14,9 @@ from profiler_service.models import Snapshot
 
 log = logging.getLogger(__name__)
 
-_SCHEMA_VERSION = (
-    2  # 2: pod, namespace, findings (rule:severity), step time, bottleneck (the fleet hub)
-)
+# 2: pod, namespace, findings (rule:severity), step time, bottleneck (the fleet hub);
+# 3: workload (a job is its workload, not its target's name)
+_SCHEMA_VERSION = 3
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS snapshots (
     id TEXT PRIMARY KEY,
@@ -33,7 +33,8 @@ CREATE TABLE IF NOT EXISTS snapshots (
     created_at TEXT NOT NULL,
     size_bytes INTEGER NOT NULL,
     pinned INTEGER NOT NULL,
-    doc_mtime_ns INTEGER NOT NULL
+    doc_mtime_ns INTEGER NOT NULL,
+    workload TEXT
 );
 -- The snapshot.json texts apart: filters and counts scan the narrow rows above only.
 CREATE TABLE IF NOT EXISTS docs (id TEXT PRIMARY KEY, doc TEXT NOT NULL);
@@ -71,6 +72,7 @@ class FleetRow:
     rules: str
     findings: str  # rule:severity ...
     pinned: bool
+    workload: str | None = None
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,9 @@ class SnapshotQuery:
     severity: str | None = None  # snapshots with a finding of this severity
     pod: str | None = None
     namespace: str | None = None
+    # A tenant's reach (api/tenants.py): only these namespaces; None: every one.
+    namespaces: frozenset[str] | None = None
+    workload: str | None = None
     since: datetime | None = None
     until: datetime | None = None
     limit: int = 50
@@ -164,6 +169,7 @@ class SnapshotIndex:
                 size_bytes,
                 int(snapshot.pinned),
                 doc_mtime_ns,
+                snapshot.workload,
             )
             for snapshot, location, size_bytes, doc_mtime_ns in items
         ]
@@ -171,9 +177,8 @@ class SnapshotIndex:
         with self._lock:
             self._conn.execute("BEGIN")
             try:
-                self._conn.executemany(
-                    "INSERT OR REPLACE INTO snapshots VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows
-                )
+                marks = ",".join("?" * 16)
+                self._conn.executemany(f"INSERT OR REPLACE INTO snapshots VALUES ({marks})", rows)
                 self._conn.executemany("INSERT OR REPLACE INTO docs VALUES (?,?)", docs)
             except BaseException:
                 self._conn.execute("ROLLBACK")
@@ -211,10 +216,14 @@ class SnapshotIndex:
             ("target", q.target),
             ("pod", q.pod),
             ("namespace", q.namespace),
+            ("workload", q.workload),
         ):
             if value is not None:
                 where.append(f"{column} = ?")
                 args.append(value)
+        if q.namespaces is not None:
+            where.append(f"namespace IN ({','.join('?' * len(q.namespaces))})")
+            args.extend(sorted(q.namespaces))
         if q.rule is not None:
             where.append("(' ' || rules || ' ') LIKE ?")
             args.append(f"% {q.rule} %")
@@ -266,21 +275,21 @@ class SnapshotIndex:
         with self._lock:
             rows = self._conn.execute(
                 "SELECT id, namespace, target, pod, created_at, step_time_ms, bottleneck, rules, "
-                "findings, pinned FROM snapshots WHERE status = 'ready' AND created_at >= ? "
-                "ORDER BY created_at, id",
+                "findings, pinned, workload FROM snapshots WHERE status = 'ready' "
+                "AND created_at >= ? ORDER BY created_at, id",
                 (since.isoformat(),),
             ).fetchall()
-        return [FleetRow(*r[:-1], bool(r[-1])) for r in rows]
+        return [FleetRow(*r[:9], bool(r[9]), r[10]) for r in rows]
 
     def fleet_row(self, snapshot_id: str) -> FleetRow | None:
         """One ready snapshot as `fleet_rows` reads it, whenever it was taken (a baseline)."""
         with self._lock:
             r = self._conn.execute(
                 "SELECT id, namespace, target, pod, created_at, step_time_ms, bottleneck, rules, "
-                "findings, pinned FROM snapshots WHERE status = 'ready' AND id = ?",
+                "findings, pinned, workload FROM snapshots WHERE status = 'ready' AND id = ?",
                 (snapshot_id,),
             ).fetchone()
-        return FleetRow(*r[:-1], bool(r[-1])) if r else None
+        return FleetRow(*r[:9], bool(r[9]), r[10]) if r else None
 
     def count_by_status(self) -> list[tuple[str | None, str, int]]:
         """(namespace, status, snapshots) of every snapshot indexed, wherever it is."""

@@ -42,6 +42,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from profiler_service.lifecycle import BackgroundLoop
 from profiler_service.models import Snapshot, is_snapshot_id
 from profiler_service.store.baselines import fleet_baselines_path
 from profiler_service.store.events import (
@@ -130,11 +131,15 @@ class MirrorSync:
         self.upload_failures_total = 0
         self._wake = threading.Event()
         self._list_wake = threading.Event()
-        self._stop = threading.Event()
+        self._loops = (
+            BackgroundLoop("store-mirror", self._run, wakes=[self._wake], join_s=15),
+            BackgroundLoop(
+                "store-mirror-list", self._run_refresh, wakes=[self._list_wake], join_s=15
+            ),
+        )
         self._refresh_lock = threading.Lock()
         self._last_refresh = -math.inf
         self.last_refresh: RefreshStats | None = None
-        self._threads: list[threading.Thread] = []
         # The catalogue. Lock order: this lock may be held while calling the store, never the
         # other way round (the store calls nothing here under its own lock).
         self._lock = threading.Lock()
@@ -165,24 +170,15 @@ class MirrorSync:
         pending = self.pending_count()
         if pending:
             log.info("%d snapshot(s) wait for upload to %s", pending, self.mirror.url)
-        self._stop.clear()
-        self._threads = [
-            threading.Thread(target=self._run, name="store-mirror", daemon=True),
-            threading.Thread(target=self._run_refresh, name="store-mirror-list", daemon=True),
-        ]
-        for thread in self._threads:
-            thread.start()
+        for loop in self._loops:
+            loop.start()
         self._wake.set()
         if math.isfinite(self.refresh_interval_s):
             self._list_wake.set()  # the first listing, without waiting for a reader
 
-    def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-        self._list_wake.set()
-        for thread in self._threads:
-            thread.join(15)
-        self._threads = []
+    def stop(self, timeout_s: float | None = None) -> None:
+        for loop in self._loops:
+            loop.stop(timeout_s)
 
     # ---- what the store tells (events.py) ---------------------------------------------------
 
@@ -260,12 +256,12 @@ class MirrorSync:
             return
         self._wake.set()
 
-    def _run(self) -> None:
+    def _run(self, stopping: threading.Event) -> None:
         delay = 0.0
-        while not self._stop.is_set():
+        while not stopping.is_set():
             self._wake.wait(delay or None)
             self._wake.clear()
-            if self._stop.is_set():
+            if stopping.is_set():
                 break
             if (
                 self.read_back_manifest()
@@ -285,7 +281,7 @@ class MirrorSync:
         except FileNotFoundError:
             return True
         for marker in markers:
-            if self._stop.is_set():
+            if self._loops[0].stopping.is_set():
                 return True  # shutting down: the rest waits for the next start
             snapshot_id, _, kind = marker.name.rpartition(".")
             if not is_snapshot_id(snapshot_id) or kind not in (UPLOAD, DELETE):
@@ -426,11 +422,11 @@ class MirrorSync:
         if time.monotonic() - self._last_refresh >= self.refresh_interval_s:
             self._list_wake.set()
 
-    def _run_refresh(self) -> None:
-        while not self._stop.is_set():
+    def _run_refresh(self, stopping: threading.Event) -> None:
+        while not stopping.is_set():
             self._list_wake.wait()
             self._list_wake.clear()
-            if self._stop.is_set():
+            if stopping.is_set():
                 break
             try:
                 self.refresh()

@@ -100,6 +100,16 @@ class AlertOutcome(BaseModel):
     sidecar: str | None = None  # the sidecar the fleet hub routed the alert to
     labels: dict[str, str] = Field(default_factory=dict)
 
+    @property
+    def namespace(self) -> str | None:
+        """The namespace the alert names, else that of the sidecar it was routed to (whose
+        tenants may read it)."""
+        if self.labels.get("namespace"):
+            return self.labels["namespace"]
+        if self.sidecar and "/" in self.sidecar:
+            return self.sidecar.split("/", 1)[0] or None
+        return None
+
 
 class AlertLog:
     def __init__(

@@ -37,7 +37,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from profiler_service.capture.controller import CaptureController, CaptureRequest, StartOutcome
-from profiler_service.config import Settings
+from profiler_service.config import WebhookSettings
 from profiler_service.errors import InvalidDuration
 from profiler_service.models import Trigger, TriggerKind
 from profiler_service.targets import TargetMatcher
@@ -205,7 +205,7 @@ class AlertTrigger:
 
     def __init__(
         self,
-        settings: Settings,
+        settings: WebhookSettings,
         controller: CaptureController,
         alert_log: AlertLog,
         clock: Callable[[], float] = time.time,
@@ -220,7 +220,7 @@ class AlertTrigger:
             settings.webhook_target_labels,
             settings.webhook_default_target,
         )
-        self._target_names = [t.name for t in settings.targets]
+        self._target_names = controller.capture.target_names
         # fingerprint -> (epoch seconds, snapshot id) of its last capture; survives restarts.
         self._captured = alert_log.recent_captures(clock() - settings.webhook_cooldown_s)
         self._last_capture_s = max((t for t, _ in self._captured.values()), default=None)
@@ -264,7 +264,7 @@ class AlertTrigger:
         if target is None:
             return _set(outcome, Outcome.REJECTED, Reason.NO_MATCHING_TARGET, how)
         outcome.target = target
-        s = self.settings
+        s = self.controller.bounds
         raw = alert.labels.get(DURATION_KEY) or alert.annotations.get(DURATION_KEY)
         try:
             duration_s = parse_duration(

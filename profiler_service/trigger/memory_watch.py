@@ -28,7 +28,7 @@ from profiler_service.capture.controller import (
     CaptureRequest,
     StartOutcome,
 )
-from profiler_service.config import Settings
+from profiler_service.config import MemoryWatchSettings
 from profiler_service.lookback.ring import Sample, SampleRing
 from profiler_service.models import MemoryReading, Trigger, TriggerKind
 
@@ -61,18 +61,19 @@ GROWTH_MIN_R2 = 0.6  # the rise must look like a line, not one spike in a noisy 
 class MemoryWatch:
     def __init__(
         self,
-        settings: Settings,
+        settings: MemoryWatchSettings,
         controller: CaptureController,
         ring: SampleRing,
         source_of=lambda key: "",
     ):
+        """Captures through `controller`, of `memory_watch_target` or its first target, for
+        `memory_watch_duration_s` or the default duration: the controller's bounds hold."""
         self.settings = settings
         self.controller = controller
         self.ring = ring
         self.source_of = source_of
-        self.target = settings.memory_watch_target or (
-            settings.targets[0].name if settings.targets else None
-        )
+        first = controller.capture.target(None)
+        self.target = settings.memory_watch_target or (first.name if first else None)
         self.outcomes: Counter[tuple[str, WatchOutcome]] = Counter()  # (reason, outcome)
         self.last: MemoryReading | None = None  # the most pressing reading, for /metrics
         self._cooldown_until = 0.0
@@ -90,7 +91,7 @@ class MemoryWatch:
     def readings(self, sample: Sample) -> list[MemoryReading]:
         """Every watched memory in this sample, with `reason` set where it calls for a capture."""
         s = self.settings
-        interval = s.lookback_interval_s
+        interval = self.ring.interval_s
         window = self.ring.window(sample.time - s.memory_watch_window_s, sample.time)
         found = []
         for in_use_name, capacity_name, share_counts in WATCHED:
@@ -138,7 +139,7 @@ class MemoryWatch:
             if time.monotonic() < self._cooldown_until:
                 return
             s = self.settings
-            duration = s.memory_watch_duration_s or s.duration_default_s
+            duration = s.memory_watch_duration_s or self.controller.bounds.duration_default_s
             result = self.controller.try_start(
                 CaptureRequest(
                     duration_s=duration,

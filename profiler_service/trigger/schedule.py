@@ -17,7 +17,8 @@ from profiler_service.capture.controller import (
     CaptureRequest,
     StartOutcome,
 )
-from profiler_service.config import Schedule, Settings
+from profiler_service.config import Schedule, ScheduleSettings
+from profiler_service.lifecycle import BackgroundLoop
 from profiler_service.models import Trigger, TriggerKind
 
 log = logging.getLogger(__name__)
@@ -31,37 +32,38 @@ _OUTCOME = {
 
 class CaptureScheduler:
     def __init__(
-        self, settings: Settings, controller: CaptureController, rng: random.Random | None = None
+        self,
+        settings: ScheduleSettings,
+        controller: CaptureController,
+        rng: random.Random | None = None,
     ):
         self.settings = settings
         self.controller = controller
         self.rng = rng or random.Random()
         self.outcomes: Counter[tuple[str, str]] = Counter()  # (target, started|skipped|failed)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._loop = BackgroundLoop("capture-scheduler", self._run)
 
     def start(self) -> None:
-        if self.settings.schedules and self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="capture-scheduler", daemon=True)
-            self._thread.start()
+        """Its thread runs only when a schedule is configured."""
+        if self.settings.schedules:
+            self._loop.start()
 
-    def stop(self, timeout_s: float = 5.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout_s)
+    def stop(self, timeout_s: float | None = None) -> None:
+        self._loop.stop(timeout_s)
 
     def next_delay_s(self, schedule: Schedule) -> float:
         return schedule.interval_s + self.rng.uniform(0, schedule.jitter_s)
 
     def fire(self, schedule: Schedule) -> str:
         """Start one scheduled capture now; returns what happened (for logs and metrics)."""
-        duration = schedule.duration_s or self.settings.duration_default_s
-        labels = {**self.settings.capture_labels, **schedule.labels}
+        duration = schedule.duration_s or self.controller.bounds.duration_default_s
         result = self.controller.try_start(
             CaptureRequest(
                 duration_s=duration,
                 target=schedule.target,
-                trigger=Trigger(kind=TriggerKind.SCHEDULE, source="schedule", labels=labels),
+                trigger=Trigger(
+                    kind=TriggerKind.SCHEDULE, source="schedule", labels=schedule.labels
+                ),
             )
         )
         outcome = _OUTCOME[result.outcome]
@@ -72,12 +74,12 @@ class CaptureScheduler:
         self.outcomes[(schedule.target, outcome)] += 1
         return outcome
 
-    def _run(self) -> None:
+    def _run(self, stopping: threading.Event) -> None:
         now = time.monotonic()
         due = [now + self.next_delay_s(s) for s in self.settings.schedules]
-        while not self._stop.is_set():
+        while not stopping.is_set():
             i = min(range(len(due)), key=due.__getitem__)
-            if self._stop.wait(max(0.0, due[i] - time.monotonic())):
+            if stopping.wait(max(0.0, due[i] - time.monotonic())):
                 return
             self.fire(self.settings.schedules[i])
             due[i] = time.monotonic() + self.next_delay_s(self.settings.schedules[i])

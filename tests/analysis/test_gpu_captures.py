@@ -321,7 +321,7 @@ def test_device_idle_and_input_verdict_from_the_gpu_plane():
 def test_the_report_shows_each_gpu_and_a_lane_per_gpu_and_host(tmp_path):
     from datetime import UTC, datetime
 
-    from profiler_service.config import Settings
+    from profiler_service.config import ReportSettings
     from profiler_service.exporters.charts import HOST_ACTIVITY_COLOURS
     from profiler_service.exporters.report import render_report
     from profiler_service.models import CaptureOptions, Snapshot, SnapshotStatus, Trigger
@@ -339,7 +339,7 @@ def test_the_report_shows_each_gpu_and_a_lane_per_gpu_and_host(tmp_path):
         summary=result.summary,
         findings=result.findings,
     )
-    html = render_report(snapshot, Settings())
+    html = render_report(snapshot, ReportSettings())
     table = html[
         html.index('<table id="gpu-devices">') : html.index("</table>", html.index("gpu-devices"))
     ]

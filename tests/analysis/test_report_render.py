@@ -25,7 +25,7 @@ from profiler_service.analysis.models import (
     TopOp,
     Utilisation,
 )
-from profiler_service.config import Settings
+from profiler_service.config import ReportSettings
 from profiler_service.exporters import charts
 from profiler_service.exporters.charts import format_bytes
 from profiler_service.exporters.report import _environment, render_report
@@ -160,8 +160,8 @@ def snapshot(**fields) -> Snapshot:
 
 
 @pytest.fixture
-def settings() -> Settings:
-    return Settings(tensorboard_url="http://xprof:8791")
+def settings() -> ReportSettings:
+    return ReportSettings(tensorboard_url="http://xprof:8791")
 
 
 def step_chart(html: str) -> str:

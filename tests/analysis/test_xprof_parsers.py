@@ -12,12 +12,13 @@ from __future__ import annotations
 import pytest
 
 from profiler_service.analysis import input_pipeline, kernels, memory, op_stats, overview
-from profiler_service.analysis.input_pipeline import summarise_input_pipeline
-from profiler_service.analysis.kernels import summarise_kernels
-from profiler_service.analysis.memory import summarise_memory
-from profiler_service.analysis.models import InputBound, OpCategory, Summary
-from profiler_service.analysis.op_stats import categorise, summarise_op_stats
-from profiler_service.analysis.overview import summarise_overview
+from profiler_service.analysis.input_pipeline import read_input_pipeline
+from profiler_service.analysis.kernels import read_kernels
+from profiler_service.analysis.memory import read_memory as memory_part
+from profiler_service.analysis.models import InputBound, Kernels, OpCategory, Summary
+from profiler_service.analysis.op_stats import categorise, read_op_stats
+from profiler_service.analysis.overview import read_overview as overview_part
+from profiler_service.analysis.parts import Parts, assemble
 from profiler_service.analysis.xprof_tools import as_float, rows_as_dicts, table_with
 
 
@@ -138,9 +139,7 @@ def three_steps() -> list[list]:
 
 
 def read_overview(tables: list[dict]) -> Summary:
-    summary = Summary(tools=["overview_page"])
-    summarise_overview(tables, summary)
-    return summary
+    return assemble(Parts(tools=["overview_page"], overview=overview_part(tables)))
 
 
 def test_overview_reads_step_count_statistics_and_per_step_breakdown():
@@ -330,8 +329,7 @@ def input_tables(rows: list[list] | None = None, **props) -> list[dict]:
 
 
 def test_input_pipeline_reads_stage_times_and_the_slowest_stage():
-    summary = Summary()
-    summarise_input_pipeline(input_tables(), summary)
+    summary = assemble(Parts(input_pipeline=read_input_pipeline(input_tables())))
     pipeline = summary.input_pipeline
     assert pipeline.stage_time_us == {
         "file read (on demand)": 0.0,
@@ -344,8 +342,7 @@ def test_input_pipeline_reads_stage_times_and_the_slowest_stage():
 
 
 def test_input_pipeline_lists_the_slowest_ops_by_self_time():
-    summary = Summary()
-    summarise_input_pipeline(input_tables(), summary)
+    summary = assemble(Parts(input_pipeline=read_input_pipeline(input_tables())))
     ops = summary.input_pipeline.slowest_ops
     assert [o.name for o in ops] == [
         "Iterator::Prefetch::Map",
@@ -359,8 +356,7 @@ def test_input_pipeline_lists_the_slowest_ops_by_self_time():
 
 def test_input_pipeline_keeps_the_top_ops_only():
     rows = [[f"Iterator::Op{i}", 1, i, 0.1, float(i), 0.1, "Preprocessing"] for i in range(12)]
-    summary = Summary()
-    summarise_input_pipeline(input_tables(rows), summary)
+    summary = assemble(Parts(input_pipeline=read_input_pipeline(input_tables(rows))))
     ops = summary.input_pipeline.slowest_ops
     assert len(ops) == input_pipeline.TOP_INPUT_OPS
     assert ops[0].name == "Iterator::Op11"
@@ -368,17 +364,13 @@ def test_input_pipeline_keeps_the_top_ops_only():
 
 def test_input_pipeline_without_input_time_names_no_stage():
     zeros = dict.fromkeys(input_pipeline.STAGES, "0.000")
-    summary = Summary()
-    summarise_input_pipeline(input_tables([], **zeros), summary)
+    summary = assemble(Parts(input_pipeline=read_input_pipeline(input_tables([], **zeros))))
     assert summary.input_pipeline.slowest_stage is None
     assert summary.input_pipeline.slowest_ops == []
 
 
-def test_input_pipeline_without_its_table_leaves_the_summary_alone():
-    summary = Summary()
-    summarise_input_pipeline([datatable([("x", "string")], [])], summary)
-    assert summary.input_pipeline.stage_time_us == {}
-    assert summary.input_pipeline.slowest_stage is None
+def test_input_pipeline_without_its_table_has_no_part():
+    assert read_input_pipeline([datatable([("x", "string")], [])]) is None
 
 
 # --- framework_op_stats ---------------------------------------------------------------------
@@ -446,9 +438,7 @@ def op_tables(rows: list[list] = REAL_OPS) -> list[dict]:
 
 
 def read_ops(tables: list[dict], **kwargs) -> Summary:
-    summary = Summary()
-    summarise_op_stats(tables, summary, **kwargs)
-    return summary
+    return assemble(Parts(op_stats=read_op_stats(tables, **kwargs)))
 
 
 def test_op_stats_exclude_idle_from_the_top_ops():
@@ -618,9 +608,7 @@ def memory_profile(**allocator_fields) -> dict:
 
 
 def read_memory(profile: dict) -> Summary:
-    summary = Summary()
-    summarise_memory(profile, summary)
-    return summary
+    return assemble(Parts(memory=memory_part(profile)))
 
 
 def test_memory_reads_the_peak_capacity_and_fragmentation():
@@ -864,9 +852,7 @@ KERNEL_ROWS = [
 
 
 def test_kernels_read_the_eligible_unused_time():
-    summary = Summary()
-    summarise_kernels(datatable(KERNEL_COLS, KERNEL_ROWS), summary)  # one table, not a list
-    k = summary.kernels
+    k = read_kernels(datatable(KERNEL_COLS, KERNEL_ROWS))  # one table, not a list
     assert k.total_us == 1000.0
     assert k.eligible_unused_us == 650.0
     assert [x.name for x in k.top] == [
@@ -886,17 +872,13 @@ def test_kernels_read_the_eligible_unused_time():
 
 def test_kernels_accept_a_list_and_keep_the_top_ones():
     rows = [kernel_row(i, f"k{i}", False, False, f"op{i}", float(i)) for i in range(1, 15)]
-    summary = Summary()
-    summarise_kernels([datatable(KERNEL_COLS, rows)], summary)
+    summary = Summary(kernels=read_kernels([datatable(KERNEL_COLS, rows)]))
     assert len(summary.kernels.top) == kernels.TOP_KERNELS
     assert summary.kernels.top[0].name == "k14"
     assert summary.kernels.total_us == sum(range(1, 15))
     assert summary.kernels.eligible_unused_us == 0.0
 
 
-def test_cpu_only_kernel_stats_leave_the_summary_alone():
-    summary = Summary()
-    summarise_kernels([], summary)
-    summarise_kernels(datatable([("rank", "number")], []), summary)
-    assert summary.kernels.total_us == 0.0
-    assert summary.kernels.top == []
+def test_cpu_only_kernel_stats_are_empty():
+    for tables in ([], datatable([("rank", "number")], [])):
+        assert read_kernels(tables) == Kernels()

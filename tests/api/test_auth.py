@@ -8,7 +8,7 @@ import time
 import pytest
 
 from profiler_service.api.auth import Authenticator, Grant, Scope, sign
-from profiler_service.config import Settings
+from profiler_service.config import ServerSettings, WebhookSettings
 from profiler_service.errors import Forbidden, InvalidSignature, Unauthorized
 
 S = Scope
@@ -16,7 +16,9 @@ SECRET = "grafana-secret"
 
 
 def auth(hub_vouches: bool = True, **settings) -> Authenticator:
-    return Authenticator(Settings(**settings), hub_vouches=hub_vouches)
+    """Built from its two groups alone: the server's credentials and the webhooks'."""
+    server = ServerSettings(**settings)
+    return Authenticator(server, WebhookSettings(**settings), hub_vouches=hub_vouches)
 
 
 def bearer(token: str) -> str:
@@ -175,15 +177,10 @@ def test_a_bad_signature_is_invalid_signature(headers, sentence):
 
 def _declared(routes) -> dict[str, str]:
     """Each route's scope, read from the `requires()` it declares ("-": none)."""
-    from fastapi.routing import APIRoute
+    from helpers import api_routes
 
     table = {}
-    for route in routes:
-        included = getattr(route, "original_router", None)  # FastAPI >= 0.16x: include_router
-        if included is not None:
-            table.update(_declared(included.routes))
-        if not isinstance(route, APIRoute):
-            continue
+    for route in api_routes(routes):
         found = [getattr(d.call, "scope", None) for d in route.dependant.dependencies]
         for method in route.methods:
             table[f"{method} {route.path}"] = str(next((s for s in found if s), "-"))
@@ -207,7 +204,7 @@ def test_every_route_declares_the_scope_it_needs():
         "POST /webhooks/alertmanager": "-",
         "GET /healthz": "-",
         "GET /readyz": "-",
-        "GET /metrics": "-",
+        "GET /metrics": "read",  # open, unless the hub has tenants (a token per namespace)
     }
     sidecar = {
         **shared,
@@ -235,19 +232,15 @@ def test_every_route_declares_the_scope_it_needs():
         assert declared == expected
 
 
-def test_through_the_app_reads_stay_open_and_each_route_gets_its_own_answer(tmp_path):
+def test_through_the_app_reads_stay_open_and_each_route_gets_its_own_answer(make_service):
     """The middleware grants once; wrong credentials cost a read nothing, and a capture route
     answers 401 to basic credentials (not a bearer token) but 403 to a wrong bearer token."""
     from fastapi.testclient import TestClient
 
     from profiler_service.api import create_app
-    from profiler_service.service import build_service
 
-    settings = Settings(
-        store=tmp_path / "store", targets="grpc://127.0.0.1:9", **ALL, webhook_username="am",
-        webhook_password="pw",
-    )  # fmt: skip
-    with TestClient(create_app(build_service(settings))) as client:
+    service = make_service(**ALL, webhook_username="am", webhook_password="pw")
+    with TestClient(create_app(service)) as client:
         for header in [None, bearer("nope"), basic("am", "pw"), "Digest x"]:
             headers = {"Authorization": header} if header else {}
             assert client.get("/profiles", headers=headers).status_code == 200

@@ -3,24 +3,23 @@
 from __future__ import annotations
 
 import pytest
+from fakes import WritesBytes
 from fastapi.testclient import TestClient
+from helpers import RECORDED_CAPTURE
 
 from profiler_service.api import create_app
-from profiler_service.config import Settings
 from profiler_service.models import CaptureOptions, Snapshot
-from profiler_service.service import build_service
-
-UNUSED_TARGET = "grpc://127.0.0.1:9"  # discard port: nothing listens, nothing is ever sent
 
 
-def make_client(tmp_path, **settings) -> TestClient:
-    service = build_service(Settings(store=tmp_path / "store", targets=UNUSED_TARGET, **settings))
-    return TestClient(create_app(service))
+@pytest.fixture
+def make_client(make_service):
+    """A TestClient of the suite's service (tests/conftest.py)."""
+    return lambda **settings: TestClient(create_app(make_service(**settings)))
 
 
 @pytest.mark.parametrize("duration", ["abc", "0", "-1", "1h", "5x", "61s", "50ms", "1e3", "nan"])
-def test_bad_durations_get_422_naming_the_allowed_range(tmp_path, duration):
-    with make_client(tmp_path) as client:
+def test_bad_durations_get_422_naming_the_allowed_range(make_client, duration):
+    with make_client() as client:
         response = client.post("/profile", params={"duration": duration})
         assert response.status_code == 422
         body = response.json()
@@ -29,31 +28,31 @@ def test_bad_durations_get_422_naming_the_allowed_range(tmp_path, duration):
         assert client.get("/profiles").json()["count"] == 0
 
 
-def test_duration_bounds_are_configurable(tmp_path):
-    with make_client(tmp_path, duration_max_s=10, duration_default_s=2) as client:
+def test_duration_bounds_are_configurable(make_client):
+    with make_client(duration_max_s=10, duration_default_s=2) as client:
         response = client.post("/profile", params={"duration": "11s"})
         assert response.status_code == 422
         assert "between 100ms and 10s" in response.json()["detail"]
 
 
-def test_out_of_range_tracer_level_is_a_json_422(tmp_path):
-    with make_client(tmp_path) as client:
+def test_out_of_range_tracer_level_is_a_json_422(make_client):
+    with make_client() as client:
         response = client.post("/profile", params={"host_tracer_level": 7})
         assert response.status_code == 422
         assert response.json()["error"] == "invalid_request"
         assert "host_tracer_level" in response.json()["detail"]
 
 
-def test_unknown_target_name_is_refused_and_lists_configured_ones(tmp_path):
-    with make_client(tmp_path) as client:
+def test_unknown_target_name_is_refused_and_lists_configured_ones(make_client):
+    with make_client() as client:
         response = client.post("/profile", params={"target": "10.0.0.1:6009"})
         assert response.status_code == 422
         assert response.json()["error"] == "unknown_target"
         assert "default" in response.json()["detail"]
 
 
-def test_mutations_need_the_bearer_token_when_one_is_set(tmp_path):
-    with make_client(tmp_path, api_token="s3cret") as client:
+def test_mutations_need_the_bearer_token_when_one_is_set(make_client):
+    with make_client(api_token="s3cret") as client:
         missing = client.post("/profile", params={"duration": "abc"})
         assert missing.status_code == 401 and missing.json()["error"] == "unauthorized"
         assert missing.headers["WWW-Authenticate"] == "Bearer"
@@ -84,15 +83,15 @@ def test_mutations_need_the_bearer_token_when_one_is_set(tmp_path):
         "/profiles/nope/files/%2Fetc%2Fpasswd",
     ],
 )
-def test_path_traversal_is_a_json_404(tmp_path, path):
-    with make_client(tmp_path) as client:
+def test_path_traversal_is_a_json_404(make_client, path):
+    with make_client() as client:
         response = client.get(path)
         assert response.status_code == 404
         assert response.json()["error"] in {"snapshot_not_found", "not_found", "file_not_found"}
 
 
-def test_files_of_a_snapshot_cannot_escape_its_directory(tmp_path):
-    service = build_service(Settings(store=tmp_path / "store", targets=UNUSED_TARGET))
+def test_files_of_a_snapshot_cannot_escape_its_directory(make_service):
+    service = make_service()
     snapshot = Snapshot(
         id="20260101-000000-default-abcdef",
         target="default",
@@ -115,15 +114,15 @@ def test_files_of_a_snapshot_cannot_escape_its_directory(tmp_path):
             assert response.json()["error"] == "file_not_found"
 
 
-def test_unknown_routes_and_methods_answer_in_the_error_shape(tmp_path):
-    with make_client(tmp_path) as client:
+def test_unknown_routes_and_methods_answer_in_the_error_shape(make_client):
+    with make_client() as client:
         assert client.get("/nope").json() == {"error": "not_found", "detail": "Not Found"}
         response = client.put("/profile")
         assert response.status_code == 405 and response.json()["error"] == "method_not_allowed"
 
 
-def test_openapi_documents_the_contract(tmp_path):
-    with make_client(tmp_path) as client:
+def test_openapi_documents_the_contract(make_client):
+    with make_client() as client:
         paths = client.get("/openapi.json").json()["paths"]
     for path in [
         "/profile",
@@ -137,8 +136,8 @@ def test_openapi_documents_the_contract(tmp_path):
     assert "409" in paths["/profile"]["post"]["responses"]
 
 
-def test_deleting_a_snapshot_removes_it_and_a_second_delete_is_404(tmp_path):
-    service = build_service(Settings(store=tmp_path / "store", targets=UNUSED_TARGET))
+def test_deleting_a_snapshot_removes_it_and_a_second_delete_is_404(make_service, tmp_path):
+    service = make_service()
     snapshot = Snapshot(
         id="20260101-000000-default-000001",
         target="default",
@@ -155,10 +154,36 @@ def test_deleting_a_snapshot_removes_it_and_a_second_delete_is_404(tmp_path):
     assert not (tmp_path / "store" / "plugins" / "profile" / snapshot.id).exists()
 
 
-def test_an_offset_beyond_sqlite_integers_is_a_json_422_not_a_500(tmp_path):
+def test_an_offset_beyond_sqlite_integers_is_a_json_422_not_a_500(make_client):
     """Found by tests/faults/test_api_fuzz.py: the index's OFFSET overflowed into a 500."""
-    with make_client(tmp_path) as client:
+    with make_client() as client:
         response = client.get("/profiles", params={"offset": 2**64})
         assert response.status_code == 422
         assert response.json()["error"] == "invalid_request"
         assert "offset" in response.json()["detail"]
+
+
+def test_the_list_is_light_and_the_whole_snapshot_one_read_away(make_service):
+    """`GET /profiles` items carry no summary, lead-up or findings' evidence: a page of 50 is
+    about 100 KB, where it was 1.4 MB of whole snapshots."""
+    service = make_service(WritesBytes(RECORDED_CAPTURE.read_bytes()))
+    with TestClient(create_app(service)) as client:
+        made = [
+            client.post("/profile", params={"duration": "100ms", "wait": "true"}).json()
+            for _ in range(3)
+        ]
+        assert all(s["status"] == "ready" and s["findings"] for s in made), made
+        page = client.get("/profiles")
+        items = page.json()["data"]
+        whole = client.get(items[0]["links"]["self"])
+    assert [i["id"] for i in items] == [s["id"] for s in reversed(made)]
+    item = items[0]
+    assert "summary" not in item and "lead_up" not in item
+    assert set(item["findings"][0]) == {"rule", "severity", "title"}
+    assert whole.json()["summary"] and whole.json()["findings"][0]["evidence"]
+    assert {k: v for k, v in whole.json().items() if k in item and k != "findings"} == {
+        k: v for k, v in item.items() if k != "findings"
+    }
+    per_item = len(page.content) / len(items)
+    # Measured: 1.9 KB an item (five findings' titles), 27 KB the whole snapshot.
+    assert per_item < 4_000 and 10 * per_item < len(whole.content), (per_item, len(whole.content))

@@ -12,9 +12,6 @@ import pytest
 from fakes import WritesBytes
 
 from profiler_service.capture.controller import CaptureRequest
-from profiler_service.config import Settings
-from profiler_service.service import build_service
-from profiler_service.targets import TargetKind
 
 
 @pytest.mark.parametrize(
@@ -25,9 +22,8 @@ from profiler_service.targets import TargetKind
         (b"\x0a\xff\xff\x7f" + b"\x00" * 100, ""),
     ],
 )
-def test_unreadable_capture_fails_analysis_and_keeps_the_file(tmp_path, payload, reason):
-    settings = Settings(store=tmp_path / "store", targets="grpc://127.0.0.1:9")
-    service = build_service(settings, {TargetKind.GRPC: WritesBytes(payload)})
+def test_unreadable_capture_fails_analysis_and_keeps_the_file(make_service, payload, reason):
+    service = make_service(WritesBytes(payload))
     snapshot = service.controller.start(CaptureRequest(duration_s=0.1))
     assert service.controller.wait(snapshot.id, 120)
     done = service.store.get(snapshot.id)
@@ -36,17 +32,14 @@ def test_unreadable_capture_fails_analysis_and_keeps_the_file(tmp_path, payload,
     assert "XProf" in done.error.detail and reason in done.error.detail
     kept = service.store.file_path(snapshot.id, "worker-0.xplane.pb")
     assert kept.read_bytes() == payload
-    assert not (settings.store / "plugins" / "profile" / snapshot.id).exists()
-    service.close()
+    assert not (service.store.root / "plugins" / "profile" / snapshot.id).exists()
 
 
-def test_empty_capture_file_is_a_capture_failure_not_a_snapshot(tmp_path):
-    settings = Settings(store=tmp_path / "store", targets="grpc://127.0.0.1:9")
-    service = build_service(settings, {TargetKind.GRPC: WritesBytes(b"")})
+def test_empty_capture_file_is_a_capture_failure_not_a_snapshot(make_service):
+    service = make_service(WritesBytes(b""))
     snapshot = service.controller.start(CaptureRequest(duration_s=0.1))
     assert service.controller.wait(snapshot.id, 60)
     done = service.store.get(snapshot.id)
     assert (done.status, done.error.code) == ("failed", "capture_empty")
     assert "2 GB" in done.error.detail
     assert done.files == []
-    service.close()

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from profiler_service.capture.capturer import CaptureFailed
 from profiler_service.capture.discovery import resolve_workers
-from profiler_service.config import Settings
+from profiler_service.config import CaptureSettings
 from profiler_service.targets import Target
 
 CLUSTER = {
@@ -48,7 +48,8 @@ def test_discovery_specs_parse_into_where_the_workers_are_found():
         "trainer-workers.ml.svc",
         6009,
     )
-    assert [t.discover.source for t in Settings(targets="a=tf-config:// b=dns://h:1").targets] == [
+    targets = CaptureSettings(targets="a=tf-config:// b=dns://h:1").targets
+    assert [t.discover.source for t in targets] == [
         "tf-config",
         "dns",
     ]
@@ -67,7 +68,7 @@ def test_discovery_specs_parse_into_where_the_workers_are_found():
 )
 def test_invalid_discovery_specs_are_rejected_at_startup(spec: str):
     with pytest.raises(ValidationError):
-        Settings(targets=f"trainer={spec}")
+        CaptureSettings(targets=f"trainer={spec}")
 
 
 def test_a_target_has_fixed_workers_or_a_discovery_not_both():

@@ -7,16 +7,17 @@ from __future__ import annotations
 import signal
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
 from fakes import FailingAnalyzer, RaisingCapturer, WritesBytes
 
 from profiler_service.analysis.analyzer import AnalysisFailed, XprofAnalyzer
-from profiler_service.capture.capturer import CaptureFailed, Capturer
+from profiler_service.capture.capturer import Captured, CaptureFailed, CaptureJob, Capturer
 from profiler_service.capture.controller import CaptureController, CaptureRequest
 from profiler_service.child_process import Ending, WorkerRun, run_worker
-from profiler_service.config import Settings
+from profiler_service.config import BoundsSettings, CaptureSettings
 from profiler_service.errors import PipelineFailure, SnapshotErrorCode
 from profiler_service.models import Snapshot, SnapshotError, SnapshotStatus
 from profiler_service.store import SnapshotStore
@@ -32,9 +33,11 @@ def store(tmp_path):
 
 
 def _run(store: SnapshotStore, capturer: Capturer, analyzer=None) -> Snapshot:
-    settings = Settings(store=store.root, targets=[Target(name="job", workers=["127.0.0.1:9"])])
+    capture = CaptureSettings(targets=[Target(name="job", workers=["127.0.0.1:9"])])
     analyzer = analyzer or FailingAnalyzer(AnalysisFailed("analysis_failed", "unused"))
-    controller = CaptureController(settings, store, {TargetKind.GRPC: capturer}, analyzer)
+    controller = CaptureController(
+        capture, BoundsSettings(), store, {TargetKind.GRPC: capturer}, analyzer
+    )
     snapshot = controller.start(CaptureRequest(duration_s=0.1))
     assert controller.wait(snapshot.id, 30)
     done = store.get(snapshot.id)
@@ -168,3 +171,37 @@ def test_run_worker_says_how_a_real_child_ended(tmp_path, monkeypatch, how, endi
         assert run.exit_code == 3 and run.how_it_ended() == "exit status 3"
     if ending is Ending.KILLED:
         assert run.oom_killed  # SIGKILL we did not send: read as the kernel's OOM killer
+
+
+class OutlivesItsDeadline:
+    """Traces until told to stop, as a hung profiler would."""
+
+    applies_tracer_levels = True
+
+    def __init__(self) -> None:
+        self.cancelled = threading.Event()
+        self.ended = threading.Event()
+
+    def capture(self, job: CaptureJob) -> Captured:
+        try:
+            if job.cancel.wait(60):
+                self.cancelled.set()
+            raise CaptureFailed(SnapshotErrorCode.CAPTURE_FAILED, "stand-in: stopped")
+        finally:
+            self.ended.set()
+
+
+def test_a_trace_past_its_deadline_is_cancelled_before_its_target_is_freed(store):
+    capturer = OutlivesItsDeadline()
+    capture = CaptureSettings(targets=[Target(name="job", workers=["127.0.0.1:9"])])
+    controller = CaptureController(
+        capture,
+        BoundsSettings(capture_grace_s=0.1),
+        store,
+        {TargetKind.GRPC: capturer},
+        FailingAnalyzer(AnalysisFailed("analysis_failed", "unused")),
+    )
+    snapshot = controller.start(CaptureRequest(duration_s=0.1))
+    assert controller.wait(snapshot.id, 60)
+    assert store.get(snapshot.id).error.code == "capture_timeout"
+    assert capturer.cancelled.is_set() and capturer.ended.is_set()  # before the target is free

@@ -8,6 +8,7 @@ chart renders), and the PrometheusRule's groups pass `promtool check rules`.
 
 from __future__ import annotations
 
+import base64
 import json
 import shutil
 from pathlib import Path
@@ -25,7 +26,7 @@ from deploy_tools import (
     validate_kubernetes,
 )
 
-from profiler_service.config import Settings
+from profiler_service.config import HubSettings, Settings
 
 OPERATOR_KINDS = {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
 
@@ -205,8 +206,8 @@ def test_sidecar_shares_the_store_and_dials_the_job_over_localhost(monkeypatch):
             monkeypatch.setenv(key, entry["value"])
     settings = Settings(api_token="t")
     assert (
-        settings.targets[0].workers == ["127.0.0.1:6009"]
-        and settings.webhook_target_rules[0].pattern == rules[0]["pattern"]
+        settings.capture.targets[0].workers == ["127.0.0.1:6009"]
+        and settings.webhook.webhook_target_rules[0].pattern == rules[0]["pattern"]
     )
     # Native sidecar: an init container that keeps running and does not hold the Job open.
     assert sidecar in spec["initContainers"] and sidecar["restartPolicy"] == "Always"
@@ -218,7 +219,7 @@ def test_a_multi_worker_target_is_found_where_target_discovery_says(monkeypatch)
     target = env["PROFILER_TARGETS"]["value"]
     assert target == "trainer=tf-config:///profiles/tf_config.json?tasks=chief,worker"
     monkeypatch.setenv("PROFILER_TARGETS", target)
-    discovery = Settings(api_token="t").targets[0].discover
+    discovery = Settings(api_token="t").capture.targets[0].discover
     assert (discovery.source, discovery.path, discovery.tasks) == (
         "tf-config",
         "/profiles/tf_config.json",
@@ -240,7 +241,7 @@ def test_the_memory_watch_shares_the_pods_processes_only_when_asked(monkeypatch)
     assert spec["shareProcessNamespace"] is True
     watch = env_of(sidecar_of(spec))["PROFILER_WATCH_PROCESS"]["value"]
     monkeypatch.setenv("PROFILER_WATCH_PROCESS", watch)
-    assert Settings(api_token="t").watch_process == "python .*train"
+    assert Settings(api_token="t").lookback.watch_process == "python .*train"
 
 
 def test_secure_defaults():
@@ -323,9 +324,9 @@ def test_schema_lists_exactly_the_settings_the_chart_does_not_set_itself():
         "host", "port", "insecure", "api_token", "store", "targets", "public_url",
         "webhook_token", "webhook_username", "webhook_password", "webhook_hmac_secret",
         "grafana_token", "store_options", "watch_process", "pod_name", "pod_namespace",
-        "hub_url", "hub_token", "hub_advertise_url",
+        "hub_url", "hub_token", "hub_advertise_url", "workload", "tokens_file",
     }  # fmt: skip
-    assert offered == set(Settings.model_fields) - chart_set
+    assert offered == (set(Settings.owners) | set(HubSettings.owners)) - chart_set
 
 
 def test_named_templates_work_from_a_chart_that_owns_its_pod_spec(tmp_path):
@@ -441,8 +442,6 @@ def test_the_hub_renders_and_the_sidecar_points_at_it(monkeypatch, tmp_path):
     assert hub_env["PROFILER_STORE_OPTIONS"]["valueFrom"]["secretKeyRef"]["key"] == "store-options"
     assert hub["securityContext"]["readOnlyRootFilesystem"] is True
     assert {"name": "hub-index", "mountPath": "/index"} in hub["volumeMounts"]
-    # Each replica's name for the shared registry is its pod's.
-    assert hub_env["PROFILER_POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
 
     env = env_of(sidecar_of(pod_spec(docs)[1]))
     hub_url = f"http://{RELEASE}-profiler-hub.{NAMESPACE}.svc:8080"
@@ -454,13 +453,11 @@ def test_the_hub_renders_and_the_sidecar_points_at_it(monkeypatch, tmp_path):
     assert secret["data"]["hub-token"] == "ZmxlZXQtc2VjcmV0"  # base64 of fleet-secret
 
     # What the chart writes is what the hub and the sidecar accept (Kubernetes expands $(POD_IP)).
-    from profiler_service.config import HubSettings
-
     for key, entry in hub_env.items():
         if key.startswith("PROFILER_") and "value" in entry:
             monkeypatch.setenv(key, entry["value"])
     settings = HubSettings(api_token="t", hub_token="fleet-secret")
-    assert settings.hub_sidecar_ttl_s == 90 and settings.port == 8080
+    assert settings.fleet.hub_sidecar_ttl_s == 90 and settings.server.port == 8080
 
 
 def test_a_job_release_registers_with_another_releases_hub():
@@ -480,3 +477,78 @@ def test_one_hub_replica_has_no_disruption_budget():
 
 def test_the_hub_needs_the_fleets_bucket():
     assert "hub.enabled needs hub.storeUrl" in install_error({"hub": {"enabled": True}})
+
+
+def test_tenants_are_a_secret_mounted_as_a_directory_that_the_hub_accepts(tmp_path):
+    """A subPath mount would never see the Secret's updates: the hub re-reads the file."""
+    from profiler_service.config import HubSettings
+
+    tokens = [{"name": "team-a", "sha256": "ab" * 32, "read": ["team-a"], "capture": ["team-a"]},
+              {"name": "platform", "token": "x" * 32, "read": ["*"], "capture": ["*"]}]  # fmt: skip
+    docs = install_dry_run(
+        {**HUB_VALUES, "hub": {**HUB_VALUES["hub"], "tenants": {"tokens": tokens}}}
+    )
+    for doc in docs:
+        validate_kubernetes(doc)
+    deployment, _ = hub_objects(docs)
+    pod = deployment["spec"]["template"]["spec"]
+    hub = pod["containers"][0]
+    path = Path(env_of(hub)["PROFILER_TOKENS_FILE"]["value"])
+    mount = next(m for m in hub["volumeMounts"] if m["name"] == "tenants")
+    assert mount["mountPath"] == str(path.parent) and "subPath" not in mount and mount["readOnly"]
+    volume = next(v for v in pod["volumes"] if v["name"] == "tenants")
+    secret = next(d for d in docs if d["metadata"]["name"] == volume["secret"]["secretName"])
+    written = tmp_path / path.name
+    written.write_bytes(base64.b64decode(secret["data"]["tokens.json"]))
+    assert HubSettings(tokens_file=written, api_token="t").fleet.tokens_file == written
+
+    theirs = {**HUB_VALUES, "hub": {**HUB_VALUES["hub"], "tenants": {"existingSecret": "teams"}}}
+    docs = install_dry_run(theirs)
+    assert not [d for d in docs if d["metadata"]["name"].endswith("-hub-tenants")]
+    pod = hub_objects(docs)[0]["spec"]["template"]["spec"]
+    assert (
+        next(v for v in pod["volumes"] if v["name"] == "tenants")["secret"]["secretName"] == "teams"
+    )
+    assert "PROFILER_TOKENS_FILE" not in env_of(hub_objects(install_dry_run(HUB_VALUES))[0][
+        "spec"]["template"]["spec"]["containers"][0])  # fmt: skip
+
+
+def test_the_network_policy_lets_the_hub_reach_the_sidecar_port_and_nothing_else_in():
+    values = {"hub": {"url": "http://fleet-profiler-hub.fleet.svc:8080"},
+              "networkPolicy": {"enabled": True}, "training": {"metricsPort": 9464}}  # fmt: skip
+    docs = install_dry_run(values)
+    policy = next(d for d in docs if d["kind"] == "NetworkPolicy")
+    validate_kubernetes(policy)
+    hub_rule = next(r for r in policy["spec"]["ingress"] if "namespaceSelector" in r["from"][0])
+    peer = hub_rule["from"][0]
+    assert peer["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": "fleet"}
+    assert hub_rule["ports"] == [{"port": 8080, "protocol": "TCP"}]  # not 9464, not 6009
+    # The hub's own pods carry the labels the rule admits.
+    hub_docs = install_dry_run({**HUB_VALUES, "networkPolicy": {"enabled": True}})
+    hub_pod = hub_objects(hub_docs)[0]["spec"]["template"]["metadata"]["labels"]
+    assert peer["podSelector"]["matchLabels"].items() <= hub_pod.items()
+    # And the hub's: its port only, from this namespace and from the sidecars of any namespace.
+    hub_policy = next(d for d in hub_docs if d["kind"] == "NetworkPolicy"
+                      and d["metadata"]["name"].endswith("-hub"))  # fmt: skip
+    validate_kubernetes(hub_policy)
+    assert hub_policy["spec"]["podSelector"]["matchLabels"].items() <= hub_pod.items()
+    (rule,) = hub_policy["spec"]["ingress"]
+    assert rule["ports"] == [{"port": 8080, "protocol": "TCP"}]
+    sidecar_labels = pod_spec(hub_docs)[0]["labels"]
+    anywhere = next(p for p in rule["from"] if "namespaceSelector" in p)
+    assert anywhere["namespaceSelector"] == {}
+    assert anywhere["podSelector"]["matchLabels"].items() <= sidecar_labels.items()
+
+
+def test_the_sidecar_names_its_workload_for_the_fleet(monkeypatch):
+    env = env_of(sidecar_of(pod_spec(install_dry_run({}))[1]))
+    assert env["PROFILER_WORKLOAD"]["value"] == RELEASE
+    named = env_of(sidecar_of(pod_spec(install_dry_run({"workload": {"name": "bert-large"}}))[1]))
+    assert named["PROFILER_WORKLOAD"]["value"] == "bert-large"
+    label = "jobset.sigs.k8s.io/jobset-name"
+    owned = env_of(sidecar_of(pod_spec(install_dry_run({"workload": {"fromLabel": label}}))[1]))
+    assert owned["PROFILER_WORKLOAD"]["valueFrom"] == {
+        "fieldRef": {"fieldPath": f"metadata.labels['{label}']"}
+    }
+    monkeypatch.setenv("PROFILER_WORKLOAD", "")  # the downward API's value for a missing label
+    assert Settings(api_token="t").capture.workload is None

@@ -108,6 +108,9 @@ def test_grafana_provisioning_files():
     receiver = contact["contactPoints"][0]["receivers"][0]
     assert receiver["type"] == "webhook"
     assert receiver["settings"]["url"].endswith("/webhooks/grafana")
+    # It posts to the fleet hub (the name deploy/alertmanager/alertmanager.yml uses), which
+    # routes each alert by its namespace and pod: the rule's query keeps both.
+    assert receiver["settings"]["url"].startswith("http://profiler-service-hub:8080/")
     assert receiver["settings"]["authorization_scheme"] == "Bearer"
     rules = yaml.safe_load((prov / "alerting" / "rules.yaml").read_text())
     rule = rules["groups"][0]["rules"][0]
@@ -116,4 +119,5 @@ def test_grafana_provisioning_files():
     assert rule["annotations"]["__dashboardUid__"] == "profiler-service"
     queries = [d for d in rule["data"] if d["datasourceUid"] != "__expr__"]
     assert queries and all(d["datasourceUid"] == uid for d in queries)
+    assert all("by (namespace, pod)" in d["model"]["expr"] for d in queries)
     assert {d["refId"] for d in rule["data"]} >= {rule["condition"]}

@@ -13,8 +13,6 @@ the loopback stand-in of tests/grafana_standin.py.
 from __future__ import annotations
 
 import json
-import re
-import shutil
 import subprocess
 import threading
 import time
@@ -24,26 +22,14 @@ from pathlib import Path
 
 import httpx
 import pytest
+from alertmanager_server import ALERTMANAGER_YML, DEPLOY, binary, templated
 from grafana_standin import GrafanaStandIn
 from helpers import free_port, stop_process, wait_for_http, wait_for_status
 
-DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 RULES = DEPLOY / "prometheus" / "profiler-alerts.rules.yml"
 PROMETHEUS_YML = DEPLOY / "prometheus" / "prometheus.yml"
-ALERTMANAGER_YML = DEPLOY / "alertmanager" / "alertmanager.yml"
 WEBHOOK_TOKEN = "am-webhook-token"
 GRAFANA_TOKEN = "glsa_e2e"
-
-
-def binary(name: str) -> str:
-    found = shutil.which(name)
-    if found is None:
-        pytest.fail(
-            f"{name} is missing: run scripts/install-system-packages as root "
-            "(Debian packages prometheus, prometheus-alertmanager)",
-            pytrace=False,
-        )
-    return found
 
 
 def run_check(*args: str) -> str:
@@ -61,14 +47,6 @@ def test_deploy_files_pass_promtool_and_amtool():
         "promtool", "test", "rules", str(DEPLOY / "prometheus" / "profiler-alerts.test.yml")
     )
     assert "SUCCESS" in run_check("amtool", "check-config", str(ALERTMANAGER_YML))
-
-
-def templated(text: str, replacements: list[tuple[str, str, int]]) -> str:
-    """Apply regex replacements, each of which must match exactly `count` times."""
-    for pattern, new, count in replacements:
-        text, n = re.subn(pattern, new, text, flags=re.MULTILINE)
-        assert n == count, f"{pattern!r} matched {n} times in a deploy file, expected {count}"
-    return text
 
 
 class GaugeExporter:

@@ -2,7 +2,8 @@
 loopback (moto), a real Alertmanager posting to the hub with deploy/alertmanager/alertmanager.yml.
 
 The three sidecars capture a target of the same name (`trainer`, what the Helm chart names every
-job's), in three namespaces: only the alert's pod and namespace tell them apart. An alert for one
+job's), in three namespaces: only the alert's pod and namespace tell them apart, and each
+snapshot names its job by its workload (PROFILER_WORKLOAD, the chart's release). An alert for one
 captures that job and no other; the snapshot reaches the bucket and the hub's fleet listing. Then
 a sidecar is killed: an alert for it is `sidecar_unreachable` until the TTL, `no_sidecar` after,
 and an alert for another sidecar meanwhile is captured as usual.
@@ -14,14 +15,11 @@ import json
 import signal
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
-import httpx
 import pytest
-from helpers import free_port, start_hub, start_job, wait_for_http, wait_for_status
+from alertmanager_server import fire, start_alertmanager
+from helpers import free_port, start_hub, start_job, wait_for_status
 from s3_server import S3Server, wait_until
-from test_alert_to_snapshot import ALERTMANAGER_YML, binary, templated
 
 BUCKET = "fleet"
 HUB_TOKEN = "fleet-hub-token"
@@ -44,51 +42,6 @@ def third_job():
                     str(free_port()), "--seconds", "900")  # fmt: skip
     yield job
     job.stop()
-
-
-def start_alertmanager(tmp_path: Path, hub_url: str, processes: list) -> str:
-    token_file = tmp_path / "webhook-token"
-    token_file.write_text(WEBHOOK_TOKEN)
-    config = tmp_path / "alertmanager.yml"
-    config.write_text(
-        templated(
-            ALERTMANAGER_YML.read_text(),
-            [
-                (r"http://profiler-service-hub:8080/", f"{hub_url}/", 1),
-                (r"credentials_file: .*$", f"credentials_file: {token_file}", 1),
-                (r"group_wait: \S+$", "group_wait: 1s", 2),
-                (r"group_interval: \S+$", "group_interval: 1s", 2),
-            ],
-        )
-    )
-    port = free_port()
-    log = tmp_path / "alertmanager.log"
-    import subprocess
-
-    proc = subprocess.Popen(
-        [binary("prometheus-alertmanager"), f"--config.file={config}",
-         f"--storage.path={tmp_path / 'am-data'}", f"--web.listen-address=127.0.0.1:{port}",
-         "--cluster.listen-address="],
-        stdout=log.open("w"), stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    processes.append(proc)
-    url = f"http://127.0.0.1:{port}"
-    wait_for_http(proc, f"{url}/-/ready", log, "alertmanager", timeout_s=30)
-    return url
-
-
-def fire(am_url: str, namespace: str, pod: str, alertname: str = "TrainingGpuUnderused") -> None:
-    """What Prometheus would send: one firing alert, labelled for the profiler route."""
-    now = datetime.now(UTC)
-    alert = {
-        "labels": {"alertname": alertname, "profile": "true",
-                   "namespace": namespace, "pod": pod, "severity": "warning"},
-        "annotations": {"profile_duration": "1s"},
-        "startsAt": now.isoformat(),
-        "endsAt": (now + timedelta(minutes=10)).isoformat(),
-        "generatorURL": "http://prometheus.example/graph",
-    }  # fmt: skip
-    httpx.post(f"{am_url}/api/v2/alerts", json=[alert], timeout=10).raise_for_status()
 
 
 def test_an_alert_through_the_hub_captures_the_right_job_only(
@@ -134,6 +87,7 @@ def run_fleet(tmp_path, s3, hub, store_env, processes, service_factory, jobs) ->
                 "PROFILER_HUB_HEARTBEAT_S": "1",
                 "PROFILER_POD_NAME": f"trainer-{name}-0",
                 "PROFILER_POD_NAMESPACE": f"ml-{name}",
+                "PROFILER_WORKLOAD": f"job-{name}",  # what the chart sets: the release's name
                 "PROFILER_WEBHOOK_TOKEN": SIDECAR_WEBHOOK_TOKEN,
                 "PROFILER_WEBHOOK_MIN_INTERVAL_S": "0",
             },
@@ -141,14 +95,14 @@ def run_fleet(tmp_path, s3, hub, store_env, processes, service_factory, jobs) ->
         )
     client = hub.client()
     wait_until(lambda: client.get("/sidecars").json()["count"] == 3, 30, "three registrations")
-    am_url = start_alertmanager(tmp_path, hub.url, processes)
+    am_url = start_alertmanager(tmp_path, hub.url, WEBHOOK_TOKEN, processes)
 
     def routed(pod: str) -> list[dict]:
         return [o for o in client.get("/webhooks/alerts").json()["data"]
                 if o["labels"].get("pod") == pod]  # fmt: skip
 
     # One alert, for ml-b/trainer-b-0: the hub routes it to sidecar b, which captures job b.
-    fire(am_url, "ml-b", "trainer-b-0")
+    fire(am_url, namespace="ml-b", pod="trainer-b-0")
     outcome = wait_until(lambda: routed("trainer-b-0"), 60, "the hub routing the alert")[0]
     assert outcome["outcome"] == "captured", outcome
     assert outcome["sidecar"] == "ml-b/trainer-b-0" and outcome["target"] == "trainer"
@@ -156,6 +110,7 @@ def run_fleet(tmp_path, s3, hub, store_env, processes, service_factory, jobs) ->
         snapshot = wait_for_status(b, outcome["snapshot_id"], {"ready", "failed"}, 180)
     assert snapshot["status"] == "ready", snapshot.get("error")
     assert snapshot["namespace"] == "ml-b" and snapshot["pod"] == "trainer-b-0"
+    assert snapshot["workload"] == "job-b"
     assert snapshot["trigger"]["labels"]["pod"] == "trainer-b-0"
     assert snapshot["workers"] == [jobs[1].address.removeprefix("grpc://")]
     for other in ("a", "c"):
@@ -175,15 +130,16 @@ def run_fleet(tmp_path, s3, hub, store_env, processes, service_factory, jobs) ->
     download = client.get(f"/profiles/{snapshot['id']}/files/{name}")
     local = tmp_path / "sidecar-b" / "plugins" / "profile" / snapshot["id"] / name
     assert download.status_code == 200 and download.content == local.read_bytes()
-    assert 'data-job="ml-b/trainer"' in client.get("/fleet").text
+    assert 'data-job="ml-b/job-b/trainer"' in client.get("/fleet").text
+    assert client.get("/profiles", params={"workload": "job-b"}).json()["count"] == 1
 
     # Sidecar c is killed. An alert for it is unreachable (then, past the TTL, no sidecar);
     # an alert for sidecar a at the same time is captured as usual.
     killed_at = time.monotonic()
     sidecars["c"].proc.send_signal(signal.SIGKILL)
     sidecars["c"].proc.wait()
-    fire(am_url, "ml-c", "trainer-c-0")
-    fire(am_url, "ml-a", "trainer-a-0")
+    fire(am_url, namespace="ml-c", pod="trainer-c-0")
+    fire(am_url, namespace="ml-a", pod="trainer-a-0")
     lost = wait_until(lambda: routed("trainer-c-0"), 60, "the alert for the killed sidecar")[0]
     assert lost["outcome"] in {"sidecar_unreachable", "no_sidecar"}, lost
     if time.monotonic() - killed_at < TTL_S - 1:

@@ -21,13 +21,14 @@ import json
 import signal
 from collections import Counter
 
+from alertmanager_server import fire, start_alertmanager
 from helpers import free_port, start_hub, stop_process
 from s3_server import wait_until
 from tcp_proxy import ServiceProxy
-from test_fleet import BUCKET, fire, s3, start_alertmanager  # noqa: F401 (s3: the fixture)
+from test_fleet import BUCKET, s3  # noqa: F401 (s3: the fixture)
 
 HUB_TOKEN = "replicas-hub-token"
-WEBHOOK_TOKEN = "am-webhook-token"  # what start_alertmanager sends
+WEBHOOK_TOKEN = "am-webhook-token"
 PODS = [("ml-a", "trainer-a-0"), ("ml-b", "trainer-b-0"), ("ml-c", "trainer-c-0")]
 BEFORE, AFTER = 6, 6  # alerts fired before and after the kill
 REPLY_DELAY_S = 3.0
@@ -83,12 +84,12 @@ def test_a_replica_killed_mid_burst_loses_no_alert_and_captures_none_twice(
                 30,
                 f"three sidecars ({via})",
             )  # fmt: skip
-        am_url = start_alertmanager(tmp_path, service.url, processes)
+        am_url = start_alertmanager(tmp_path, service.url, WEBHOOK_TOKEN, processes)
 
         def fire_burst(numbers: range) -> None:
             for i in numbers:  # one Alertmanager group (and fingerprint) per alert name
                 namespace, pod = PODS[i % len(PODS)]
-                fire(am_url, namespace, pod, alertname=f"Burst{i:02d}")
+                fire(am_url, namespace=namespace, pod=pod, alertname=f"Burst{i:02d}")
 
         def outcomes_at(pod: str) -> list[dict]:
             with sidecars[pod].client() as c:

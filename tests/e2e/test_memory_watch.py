@@ -1,19 +1,21 @@
 """The memory watch captures a job growing toward an out-of-memory kill before it dies.
 
 The job (`demo.job --workload memory`) keeps every step's activation and dies with 137 once its
-RSS has grown `--oom-growth-mb` past its size before training: the kernel's OOM killer, which a
-test cannot call on this machine without a cgroup of its own. The watch is told that limit
-(PROFILER_MEMORY_WATCH_CAPACITY_BYTES), as it would read a container's cgroup limit.
+RSS has grown `--oom-growth-mb` past its size before training: a stand-in for the kernel's OOM
+killer, and the watch is told that limit (PROFILER_MEMORY_WATCH_CAPACITY_BYTES). The last test
+has the real one: the job in a cgroup v1 memory group of its own, whose limit the watch reads.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import signal
 from datetime import datetime
 from pathlib import Path
 
-from helpers import free_port, launch_job, wait_for_status
+import pytest
+from helpers import free_port, launch_job, memory_cgroup, wait_for_status
 
 WATCH = {
     "PROFILER_MEMORY_WATCH_WINDOW_S": "6",
@@ -134,3 +136,42 @@ def test_the_agent_watch_captures_its_own_job_before_it_dies(tmp_path):
         f"agent watch: captured {margin:.1f} s before the job died; analysed "
         f"{died_at - seconds(snapshot['finished_at']):.1f} s before"
     )
+
+
+def test_a_real_memory_limit_kills_the_job_after_the_watch_captured_it(service_factory, tmp_path):
+    """The kernel's own OOM killer: the job runs in a cgroup v1 memory group of its own, limited
+    once it trains to what it uses then plus 700 MiB; the watch reads that limit itself."""
+    stats = tmp_path / "stats.jsonl"
+    with memory_cgroup("profiler-oom") as cgroup:
+        if cgroup is None:
+            pytest.skip("no cgroup v1 memory group can be made here (needs root and a writable "
+                        "memory controller)")  # fmt: skip
+        proc = launch_job(
+            *("--workload", "memory", "--leak-kb-per-step", "512", "--seconds", "240"),
+            *("--profiler-port", str(port := free_port()), "--stats-file", str(stats)),
+            cgroup=cgroup,
+        )
+        try:
+            ready = json.loads(next(line for line in proc.stdout if line.startswith("READY "))[6:])
+            in_use = int((cgroup / "memory.usage_in_bytes").read_text())
+            limit = (in_use + 700 * 2**20) // 4096 * 4096
+            (cgroup / "memory.limit_in_bytes").write_text(str(limit))
+            env = {**WATCH, "PROFILER_WATCH_PROCESS": str(ready["pid"])}
+            service = service_factory([f"grpc://127.0.0.1:{port}"], env)
+            proc.communicate(timeout=240)
+            assert proc.returncode == -signal.SIGKILL
+            oom = dict(
+                line.split() for line in (cgroup / "memory.oom_control").read_text().splitlines()
+            )
+            assert int(oom["oom_kill"]) >= 1, oom
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    last_alive = json.loads(stats.read_text().splitlines()[-1])["time"]
+    with service.client() as client:
+        listed = client.get("/profiles", params={"trigger": "memory_watch"}).json()["data"]
+        assert len(listed) == 1, "one capture, then the cooldown"
+        snapshot = wait_for_status(client, listed[0]["id"], {"ready", "failed"})
+    margin = assert_captured_in_time(snapshot, last_alive, "proc", limit)
+    print(f"real OOM kill: captured {margin:.1f} s before the job was last seen alive")

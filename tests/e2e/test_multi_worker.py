@@ -2,8 +2,8 @@
 
 First a real two-worker MultiWorkerMirroredStrategy job on loopback, its workers found in its
 TF_CONFIG and profiled through their cluster ports (TF's distributed server serves the profiler
-there). Then two separate training processes, one with a slower reader, for the straggler whose
-cause is its input pipeline.
+there). Then two separate training processes, one reading four times as many records a step, for
+the straggler whose cause is its input pipeline.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from helpers import Job, free_port, launch_job, start_job, stop_process, wait_ready
 
-from profiler_service.analysis.op_stats import read_ops
+from profiler_service.analysis.op_stats import PYTHON_OP_TYPES, read_ops
 from profiler_service.analysis.xprof_tools import tool_data
 
 # TF 2.21 itself sometimes aborts a traced MWMS worker ("double free or corruption" in
@@ -109,15 +109,31 @@ def test_a_mirrored_strategy_job_is_one_snapshot_and_its_slower_worker_the_strag
     assert busy[slow] > busy[fast] >= 0
 
 
+# The slow worker reads four times as many records a step as the fast one, each decoded alike:
+# its extra work is counted (records a step), so load slows both workers alike and leaves the
+# ratio of their busy times near 4 (a wall-clock ratio of readers, 6 ms against 2 ms a record,
+# fell to 1.89x on a busy machine).
+RECORDS_PER_STEP = {"fast": 32, "slow": 128}
+
+
 @pytest.fixture(scope="module")
 def uneven_workers():
-    fast = start_job("--workload", "input-bound", "--profiler-port", str(free_port()))
-    slow = start_job(
-        "--workload", "input-bound", "--decode-ms", "6", "--profiler-port", str(free_port())
+    fast, slow = (
+        start_job(
+            *("--workload", "input-bound", "--decode-ms", "1"),
+            *("--batch-size", str(RECORDS_PER_STEP[kind]), "--profiler-port", str(free_port())),
+        )
+        for kind in ("fast", "slow")
     )
     yield fast, slow
     fast.stop()
     slow.stop()
+
+
+def python_calls_per_step(xplane: Path, steps: int) -> float:
+    """The job's Python decoder calls (tf.numpy_function ops) per step in one host's capture."""
+    ops = read_ops(tool_data([xplane], "framework_op_stats"))
+    return sum(op.occurrences for op in ops if op.type in PYTHON_OP_TYPES) / steps
 
 
 def test_workers_are_one_snapshot_and_the_slowest_is_named_the_straggler(
@@ -135,6 +151,14 @@ def test_workers_are_one_snapshot_and_the_slowest_is_named_the_straggler(
     per_host = {h["host"]: h for h in body["summary"]["per_host"]}
     assert set(per_host) == {fast_host, slow_host}
     assert all(h["step_count"] > 5 for h in per_host.values())
+    # The work itself, counted: records decoded a step, as each job was told.
+    run_dir = service.store / "plugins" / "profile" / body["id"]
+    calls = {
+        host: python_calls_per_step(run_dir / f"{host}.xplane.pb", per_host[host]["step_count"])
+        for host in (fast_host, slow_host)
+    }
+    assert 3 < calls[slow_host] / calls[fast_host] < 5, calls
+    # Four times the work a step: twice the busy time is a margin no load erases.
     assert per_host[slow_host]["busy_ms_avg"] > 2 * per_host[fast_host]["busy_ms_avg"]
     findings = {f["rule"]: f for f in body["findings"]}
     assert "straggler" in findings, body["findings"]
@@ -143,7 +167,6 @@ def test_workers_are_one_snapshot_and_the_slowest_is_named_the_straggler(
 
     # The op stats XProf cached in the run (what its UI serves) are of both hosts, the same as
     # XProf computes afresh: the per-host analysis did not overwrite them with one host's.
-    run_dir = service.store / "plugins" / "profile" / body["id"]
     fresh = tmp_path / "fresh"
     fresh.mkdir()
     for xplane in run_dir.glob("*.xplane.pb"):

@@ -1,4 +1,9 @@
-"""Comparisons and the CI gate on real captures: same job twice, and a deliberately slower one."""
+"""Comparisons and the CI gate on real captures: same job twice, and a deliberately slower one.
+
+The slower job does counted extra work, four times the records a step decoded alike, so its step
+time is about 4x whatever the load; the same job twice is asked to stay within 50 %, a band
+that a second process burning a core does not cross between two captures.
+"""
 
 from __future__ import annotations
 
@@ -13,9 +18,9 @@ from helpers import QUIET_TF, free_port, start_job
 
 @pytest.fixture(scope="module")
 def slow_job():
-    """The input-bound job with a reader 3x slower per record (a regression to catch)."""
+    """The input-bound job reading 4x the records a step (a regression to catch)."""
     job = start_job(
-        "--workload", "input-bound", "--decode-ms", "6", "--profiler-port", str(free_port())
+        "--workload", "input-bound", "--batch-size", "128", "--profiler-port", str(free_port())
     )
     yield job
     job.stop()
@@ -48,10 +53,10 @@ def test_same_job_twice_is_no_regression_and_a_slower_reader_is(
 
         same = client.get(
             f"/profiles/{second['id']}/compare",
-            params={"baseline": first["id"], "max_regression": "25%"},
+            params={"baseline": first["id"], "max_regression": "50%"},
         ).json()
         assert (
-            0.8 < same["metrics"]["step_time"]["head"] / same["metrics"]["step_time"]["base"] < 1.25
+            0.67 < same["metrics"]["step_time"]["head"] / same["metrics"]["step_time"]["base"] < 1.5
         )
         assert same["regressed"]["step_time"] is False
 
@@ -59,12 +64,12 @@ def test_same_job_twice_is_no_regression_and_a_slower_reader_is(
             f"/profiles/{slow['id']}/compare", params={"baseline": first["id"]}
         ).json()
         ratio = worse["metrics"]["step_time"]["head"] / worse["metrics"]["step_time"]["base"]
-        assert ratio > 1.8  # 3x slower records; the step is mostly waiting on them
+        assert ratio > 2.5  # 4x the records; the step is mostly waiting on them
         assert worse["regressed"]["step_time"] is True
         assert worse["max_regression"] == pytest.approx(0.10)
         # The time went to input, which is where the slower reader is.
         input_ms = worse["step_breakdown_ms"]["input_ms"]
-        assert input_ms["head"] > 1.8 * input_ms["base"]
+        assert input_ms["head"] > 2.5 * input_ms["base"]
         assert "different targets: fast vs slow" in worse["notes"]
 
         better = client.get(
@@ -74,7 +79,7 @@ def test_same_job_twice_is_no_regression_and_a_slower_reader_is(
         assert better["metrics"]["step_time"]["head"] < better["metrics"]["step_time"]["base"]
 
     store = service.store / "plugins" / "profile"
-    ok = gate(str(store / first["id"]), str(store / second["id"]), "--max-regression", "25%")
+    ok = gate(str(store / first["id"]), str(store / second["id"]), "--max-regression", "50%")
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert "ok: step_time" in ok.stdout
     bad = gate(first["id"], slow["id"], "--url", service.url, "--max-regression", "10%")

@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
-from exporter_helpers import add_snapshot, real_service
+from exporter_helpers import add_snapshot
 
 from profiler_service.models import Snapshot
 from profiler_service.service import Service
 
 
 @pytest.fixture
-def service(tmp_path) -> Iterator[Service]:
-    with real_service(tmp_path) as svc:
-        yield svc
+def service(make_service) -> Service:
+    """A real service (store, controller, metrics) over a fresh store; nothing is captured."""
+    return make_service()
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""Helpers for the exporter tests: a real service over a fresh store, and snapshots in it.
+"""Helpers for the exporter tests: snapshots in a real store (the service is the suite's
+`make_service`).
 
 A plain module, not a conftest.py: one here would shadow tests/conftest.py, which the e2e tests
 import as `conftest`.
@@ -6,15 +7,11 @@ import as `conftest`.
 
 from __future__ import annotations
 
-import contextlib
 import socket
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from profiler_service.config import Settings
 from profiler_service.models import CaptureOptions, Snapshot, SnapshotStatus, Trigger
-from profiler_service.service import Service, build_service
 from profiler_service.store.snapshot_store import SnapshotStore
 
 T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
@@ -55,19 +52,6 @@ def add_snapshot(
         snapshot.status = SnapshotStatus.FAILED
         store.fail(snapshot, keep_files=False)
     return snapshot
-
-
-UNUSED_TARGET = "grpc://127.0.0.1:9"  # discard port: nothing listens, nothing is ever sent
-
-
-@contextlib.contextmanager
-def real_service(tmp_path: Path) -> Iterator[Service]:
-    """A real service (store, controller, metrics) over a fresh store; nothing is captured."""
-    svc = build_service(Settings(store=tmp_path / "store", targets=UNUSED_TARGET))
-    try:
-        yield svc
-    finally:
-        svc.close()
 
 
 def free_port() -> int:

@@ -17,11 +17,8 @@ from fakes import FailingCapturer
 from grafana_standin import GrafanaStandIn
 
 from profiler_service.capture.controller import CaptureRequest
-from profiler_service.config import Settings
 from profiler_service.exporters.grafana import GrafanaAnnotator, annotation_for
 from profiler_service.models import Snapshot
-from profiler_service.service import build_service
-from profiler_service.targets import TargetKind
 from profiler_service.trigger.alerts import WebhookPayload
 
 TOKEN = "glsa_standin_token"
@@ -66,16 +63,18 @@ def ready_snapshot(**changes) -> Snapshot:
 
 def annotator_for(grafana: GrafanaStandIn, **kwargs) -> GrafanaAnnotator:
     kwargs.setdefault("token", TOKEN)
-    return GrafanaAnnotator(
+    annotator = GrafanaAnnotator(
         grafana.url, public_url="https://profiler.example", backoff_s=0.01, **kwargs
     )
+    annotator.start()
+    return annotator
 
 
 def test_an_annotation_follows_grafanas_documented_api(grafana):
     annotator = annotator_for(grafana)
     annotator.on_finished(ready_snapshot())
     assert annotator.drain(10)
-    annotator.close()
+    annotator.stop()
     assert grafana.problems == []
     [request] = grafana.received
     assert request.method == "POST" and request.path == "/api/annotations"
@@ -141,7 +140,7 @@ def test_grafana_errors_are_retried_a_bounded_number_of_times(grafana):
     grafana.script = [503] * 10
     annotator.on_finished(ready_snapshot())
     assert annotator.drain(10)
-    annotator.close()
+    annotator.stop()
     assert len(grafana.received) == 6  # three more attempts, then it gives up
     assert annotator.counts() == {"sent": 1, "failed": 1, "retried": 4, "dropped": 0}
 
@@ -150,7 +149,7 @@ def test_a_refused_token_is_not_retried(grafana):
     annotator = annotator_for(grafana, token="wrong", attempts=5)
     annotator.on_finished(ready_snapshot())
     assert annotator.drain(10)
-    annotator.close()
+    annotator.stop()
     assert len(grafana.received) == 1
     assert annotator.counts()["failed"] == 1
 
@@ -161,60 +160,54 @@ def closed_port() -> int:
         return s.getsockname()[1]
 
 
-def test_grafana_down_never_fails_or_delays_a_capture(tmp_path):
-    settings = Settings(
-        store=tmp_path / "store",
+def test_grafana_down_never_fails_or_delays_a_capture(make_service):
+    service = make_service(
+        FailingCapturer(),
+        start=True,
         targets="trainer=grpc://127.0.0.1:9",
         grafana_url=f"http://127.0.0.1:{closed_port()}",
         grafana_token=TOKEN,
         grafana_annotation_attempts=2,
     )
-    service = build_service(settings, capturers={TargetKind.GRPC: FailingCapturer()})
-    try:
-        started = time.monotonic()
-        snapshot = service.controller.start(CaptureRequest(duration_s=1, target="trainer"))
-        assert service.controller.wait(snapshot.id, 10)
-        assert time.monotonic() - started < 5
-        assert service.store.get(snapshot.id).error.code == "target_unreachable"  # its own error
-        assert service.annotator.drain(20)
-        assert service.annotator.counts() == {"sent": 0, "failed": 1, "retried": 1, "dropped": 0}
-    finally:
-        service.close()
+    started = time.monotonic()
+    snapshot = service.controller.start(CaptureRequest(duration_s=1, target="trainer"))
+    assert service.controller.wait(snapshot.id, 10)
+    assert time.monotonic() - started < 5
+    assert service.store.get(snapshot.id).error.code == "target_unreachable"  # its own error
+    assert service.annotator.drain(20)
+    assert service.annotator.counts() == {"sent": 0, "failed": 1, "retried": 1, "dropped": 0}
 
 
-def test_an_alert_capture_is_annotated_on_the_alerts_panel(tmp_path, grafana):
-    settings = Settings(
-        store=tmp_path / "store",
+def test_an_alert_capture_is_annotated_on_the_alerts_panel(make_service, grafana):
+    service = make_service(
+        FailingCapturer(),
+        start=True,
         targets="trainer=grpc://127.0.0.1:9",
         webhook_target_labels="zone",
         grafana_url=grafana.url,
         grafana_token=TOKEN,
         public_url="http://profiler.example:8080/",
     )
-    service = build_service(settings, capturers={TargetKind.GRPC: FailingCapturer()})
-    try:
-        payload = {
-            "receiver": "profiler",
-            "status": "firing",
-            "alerts": [
-                {
-                    "status": "firing",
-                    "labels": {"alertname": "Step time high", "zone": "trainer"},
-                    "fingerprint": "bc97ff14869b13e3",
-                    "panelURL": "https://grafana.example/d/mIJdaBpVk/t?orgId=1&viewPanel=3",
-                }
-            ],
-        }
-        result = service.alerts.handle("grafana", WebhookPayload.model_validate(payload))
-        snapshot_id = result.alerts[0].snapshot_id
-        assert service.controller.wait(snapshot_id, 10)
-        assert service.annotator.drain(10)
-        [body] = grafana.annotations()
-        assert body["dashboardUID"] == "mIJdaBpVk" and body["panelId"] == 3
-        assert "alert:Step time high" in body["tags"]
-        assert f"http://profiler.example:8080/profiles/{snapshot_id}/report" in body["text"]
-    finally:
-        service.close()
+    payload = {
+        "receiver": "profiler",
+        "status": "firing",
+        "alerts": [
+            {
+                "status": "firing",
+                "labels": {"alertname": "Step time high", "zone": "trainer"},
+                "fingerprint": "bc97ff14869b13e3",
+                "panelURL": "https://grafana.example/d/mIJdaBpVk/t?orgId=1&viewPanel=3",
+            }
+        ],
+    }
+    result = service.alerts.handle("grafana", WebhookPayload.model_validate(payload))
+    snapshot_id = result.alerts[0].snapshot_id
+    assert service.controller.wait(snapshot_id, 10)
+    assert service.annotator.drain(10)
+    [body] = grafana.annotations()
+    assert body["dashboardUID"] == "mIJdaBpVk" and body["panelId"] == 3
+    assert "alert:Step time high" in body["tags"]
+    assert f"http://profiler.example:8080/profiles/{snapshot_id}/report" in body["text"]
 
 
 def test_a_full_queue_drops_and_counts(grafana):
@@ -225,5 +218,5 @@ def test_a_full_queue_drops_and_counts(grafana):
         annotator.on_finished(ready_snapshot())
     gate.set()
     assert annotator.drain(10)
-    annotator.close()
+    annotator.stop()
     assert annotator.counts()["dropped"] >= 2

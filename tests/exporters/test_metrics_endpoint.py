@@ -13,9 +13,7 @@ from prometheus_client.openmetrics.parser import (
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
 from profiler_service.api import create_app
-from profiler_service.config import Settings
 from profiler_service.models import SnapshotError, SnapshotStatus, TriggerKind, utcnow
-from profiler_service.service import build_service
 from profiler_service.targets import in_process_target
 
 # What Prometheus 2.42 sends when it scrapes.
@@ -131,14 +129,9 @@ def test_text_format_leaves_exemplars_out(service, add):
     assert ready[0].value == 1
 
 
-def test_in_process_service_adds_step_and_tf_families(tmp_path):
-    service = build_service(
-        Settings(store=tmp_path / "store", targets=[in_process_target("local")]), capturers={}
-    )
-    try:
-        names = {f.name for f in parse_text(service.metrics.render(None)[0].decode())}
-    finally:
-        service.close()
+def test_in_process_service_adds_step_and_tf_families(make_service):
+    service = make_service({}, targets=[in_process_target("local")])
+    names = {f.name for f in parse_text(service.metrics.render(None)[0].decode())}
     assert {"profiler_training_steps", "profiler_training_step_duration_seconds"} <= names
 
 

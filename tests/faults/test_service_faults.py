@@ -16,9 +16,6 @@ from fault_helpers import assert_nothing_half_written, fingerprint
 from helpers import no_process_mentions, wait_for_status
 
 from profiler_service.api import create_app
-from profiler_service.config import Settings
-from profiler_service.service import build_service
-from profiler_service.targets import TargetKind
 
 
 def test_kill_9_during_analysis_leaves_an_interrupted_snapshot_after_restart(
@@ -64,6 +61,7 @@ def test_index_deleted_or_corrupt_while_stopped_is_rebuilt_with_the_same_listing
         assert client.put(f"/profiles/{pinned}/pin").status_code == 200
         listing = client.get("/profiles").json()
         assert listing["count"] == 3
+        whole = {s["id"]: client.get(f"/profiles/{s['id']}").json() for s in listing["data"]}
     service.stop()
 
     index = store / "index.sqlite"
@@ -76,18 +74,15 @@ def test_index_deleted_or_corrupt_while_stopped_is_rebuilt_with_the_same_listing
         restarted = service_factory(targets, store=store)
         with restarted.client() as client:
             assert client.get("/profiles").json() == listing, damage
-            for snapshot in listing["data"]:
-                assert client.get(f"/profiles/{snapshot['id']}").json() == snapshot
+            for snapshot_id, snapshot in whole.items():
+                assert client.get(f"/profiles/{snapshot_id}").json() == snapshot
             ready = [s["id"] for s in listing["data"] if s["status"] == "ready"]
             assert_nothing_half_written(client, store, ready)
         restarted.stop()
 
 
-def test_corrupt_capture_through_the_api_is_a_failed_snapshot_with_its_file(tmp_path):
-    settings = Settings(store=tmp_path / "store", targets="grpc://127.0.0.1:9")
-    service = build_service(
-        settings, {TargetKind.GRPC: WritesBytes(b"\x0a\xff\xff\x7f" + os.urandom(4000))}
-    )
+def test_corrupt_capture_through_the_api_is_a_failed_snapshot_with_its_file(make_service):
+    service = make_service(WritesBytes(b"\x0a\xff\xff\x7f" + os.urandom(4000)))
     with TestClient(create_app(service)) as client:
         body = client.post("/profile", params={"duration": "100ms", "wait": "true"}).json()
         assert body["status"] == "failed"

@@ -1,5 +1,5 @@
 """Snapshots as sidecars of a fleet leave them in the bucket: varied namespaces, targets, times,
-statuses and findings (a plain module, like helpers.py)."""
+statuses and findings; and a sidecar's environment for a hub (a plain module, like helpers.py)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ from profiler_service.models import (
 from profiler_service.store.object_store import ObjectStoreMirror
 
 XPLANE = b"\x0a\x04fake xplane bytes" * 64
+HUB_TOKEN = "fleet-secret"
+NOWHERE = "grpc://127.0.0.1:1"  # nothing listens: every capture fails at once
 NOW = datetime.now(UTC).replace(microsecond=0)
 
 
@@ -30,14 +32,17 @@ def fleet_snapshot(
     status: SnapshotStatus = SnapshotStatus.READY,
     pinned: bool = False,
     with_file: bool = False,
+    workload: str | None = None,
+    pod: str | None = None,
 ) -> Snapshot:
     created = NOW - timedelta(minutes=minutes_ago)
     snapshot = Snapshot(
         id=f"{created:%Y%m%d-%H%M%S}-{target}-{i:012x}",
         status=status,
         target=target,
-        pod=f"{target}-0",
+        pod=pod or f"{target}-0",
         namespace=namespace,
+        workload=workload,
         capture=CaptureOptions(
             duration_ms=500, host_tracer_level=2, python_tracer_level=0, device_tracer_level=1
         ),
@@ -65,3 +70,20 @@ def put(mirror: ObjectStoreMirror, snapshot: Snapshot, tmp_dir) -> None:
         mirror.upload_snapshot(tmp_dir, snapshot)
     else:
         mirror.write_doc(snapshot)
+
+
+def sidecar_env(
+    hub_url: str, pod: str, namespace: str, workload: str | None = None
+) -> dict[str, str]:
+    """A `profiler-service serve` that registers with the hub every half second."""
+    env = {
+        "PROFILER_HUB_URL": hub_url,
+        "PROFILER_HUB_TOKEN": HUB_TOKEN,
+        "PROFILER_HUB_HEARTBEAT_S": "0.5",
+        "PROFILER_POD_NAME": pod,
+        "PROFILER_POD_NAMESPACE": namespace,
+        "PROFILER_WEBHOOK_TOKEN": "sidecar-own-token",
+        "PROFILER_WEBHOOK_MIN_INTERVAL_S": "0",
+        "PROFILER_CAPTURE_ATTEMPTS": "1",
+    }
+    return {**env, "PROFILER_WORKLOAD": workload} if workload else env

@@ -198,19 +198,19 @@ def test_the_fleet_page_and_metrics_show_each_jobs_latest_state(s3, tmp_path):
             latest = [s for s in snapshots if s.namespace == "team-a" and s.target == "ranker"][-1]
             assert (
                 f'profiler_fleet_latest_finding{{namespace="team-a",rule="host_bound",'
-                f'severity="critical",snapshot_id="{latest.id}",target="ranker"}} 1.0'
+                f'severity="critical",snapshot_id="{latest.id}",target="ranker",workload=""}} 1.0'
             ) in text
-            assert 'profiler_fleet_regression{namespace="team-a",target="ranker"} 1.0' in text
-            assert (
-                'profiler_fleet_step_time_seconds{namespace="team-a",target="ranker"} 0.16' in text
-            )
+            ranker = 'namespace="team-a",target="ranker",workload=""'
+            assert f"profiler_fleet_regression{{{ranker}}} 1.0" in text
+            assert f"profiler_fleet_step_time_seconds{{{ranker}}} 0.16" in text
             assert 'profiler_fleet_snapshots{namespace="team-c",status="failed"} 2.0' in text
             open_metrics = client.get(
                 "/metrics", headers={"Accept": "application/openmetrics-text; version=1.0.0"}
             ).text
             exemplar = re.search(
                 r'^profiler_fleet_findings_total\{namespace="team-a",rule="host_bound",'
-                r'severity="critical",target="ranker"\} 3.0 # \{snapshot_id="([^"]+)"\}',
+                r'severity="critical",target="ranker",workload=""\} 3.0 '
+                r'# \{snapshot_id="([^"]+)"\}',
                 open_metrics,
                 re.M,
             )

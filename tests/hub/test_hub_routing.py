@@ -13,25 +13,11 @@ import signal
 
 import httpx
 import pytest
+from fleet_samples import HUB_TOKEN, NOWHERE, sidecar_env
 from helpers import free_port, start_hub, start_service, stop_process
 from s3_server import wait_until
 
-HUB_TOKEN = "fleet-secret"
 WEBHOOK_TOKEN = "am-token"
-NOWHERE = "grpc://127.0.0.1:1"
-
-
-def sidecar_env(hub_url: str, pod: str, namespace: str) -> dict[str, str]:
-    return {
-        "PROFILER_HUB_URL": hub_url,
-        "PROFILER_HUB_TOKEN": HUB_TOKEN,
-        "PROFILER_HUB_HEARTBEAT_S": "0.5",
-        "PROFILER_POD_NAME": pod,
-        "PROFILER_POD_NAMESPACE": namespace,
-        "PROFILER_WEBHOOK_TOKEN": "sidecar-own-token",
-        "PROFILER_WEBHOOK_MIN_INTERVAL_S": "0",
-        "PROFILER_CAPTURE_ATTEMPTS": "1",
-    }
 
 
 def alert(status: str = "firing", **labels: str) -> dict:

@@ -12,18 +12,22 @@ from __future__ import annotations
 import itertools
 import math
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import httpx
 import pytest
-from helpers import free_port
+from fakes import WritesBytes
+from helpers import RECORDED_CAPTURE, free_port
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
-from profiler_service.config import PromQuery, Settings
+from profiler_service.capture.controller import CaptureRequest
+from profiler_service.config import PromQuery
 from profiler_service.lookback.prometheus import (
     MissingVariable,
     lead_up_variables,
@@ -42,6 +46,7 @@ RAMP = [float(v) for v in range(1, 9)]  # the train gauge's values, in the order
 # A label value with every character PromQL's strings escape, and an attempt to break out.
 AWKWARD = 'say "hi" \\ C:\\dir\\\tand\nnext } or vector(1) é'
 SHARDS = [f"s{i:02d}" for i in range(25)]
+DEADLINE_S = 3.0  # a silent Prometheus's budget: long beside the analysis it must not delay
 RAMP_QUERY = PromQuery(
     name="queue_depth", expr='leadup_queue_depth{job=$target, kind="train"}', unit="count"
 )
@@ -132,15 +137,14 @@ def test_lead_up_variables_are_the_labels_then_target_pod_and_namespace():
         "target": "from-the-alert",
         "app.kubernetes.io/name": "trainer",  # cannot be a placeholder: left out
     }
-    known = Settings(pod_name="trainer-0-abc", pod_namespace="ml")
-    assert lead_up_variables("trainer", labels, known) == {
+    assert lead_up_variables("trainer", labels, "trainer-0-abc", "ml") == {
         "alertname": "StepTimeHigh",
         "pod": "trainer-0-abc",
         "target": "trainer",
         "namespace": "ml",
     }
     # Where the service does not know its pod, the alert's pod label is $pod.
-    assert lead_up_variables("trainer", labels, Settings(pod_name=None, pod_namespace=None)) == {
+    assert lead_up_variables("trainer", labels) == {
         "alertname": "StepTimeHigh",
         "pod": "from-the-alert",
         "target": "trainer",
@@ -154,7 +158,7 @@ def test_lead_up_holds_the_values_served_in_order_within_the_window(world):
     series, notes = query_lead_up(
         world.prom.url,
         [RAMP_QUERY],
-        lead_up_variables(TARGET, {}, Settings(pod_name=None, pod_namespace=None)),
+        lead_up_variables(TARGET, {}),
         at(world.ramp_start),
         at(world.ramp_end),
     )
@@ -332,7 +336,7 @@ def test_an_unreachable_prometheus_is_a_note_and_the_rest_is_not_asked():
     assert notes[1] == "queries not asked: queue_depth, other"
 
 
-def test_a_prometheus_that_never_answers_is_a_note_per_query():
+def test_a_prometheus_that_never_answers_spends_one_deadline_for_all_queries():
     with socket.socket() as listener:  # accepts connections (the kernel does), never replies
         listener.bind(("127.0.0.1", 0))
         listener.listen(8)
@@ -340,7 +344,7 @@ def test_a_prometheus_that_never_answers_is_a_note_per_query():
         now = time.time()
         series, notes = query_lead_up(
             url,
-            [RAMP_QUERY, PromQuery(name="other", expr="up")],
+            [RAMP_QUERY, PromQuery(name="other", expr="up"), PromQuery(name="third", expr="up")],
             {"target": TARGET},
             at(now - 60),
             at(now),
@@ -348,8 +352,8 @@ def test_a_prometheus_that_never_answers_is_a_note_per_query():
         )
     assert series == []
     assert notes == [
-        "query queue_depth: no answer from Prometheus in 0.3 s",
-        "query other: no answer from Prometheus in 0.3 s",
+        "query queue_depth: no answer from Prometheus within the lead-up's 0.3 s",
+        "queries not asked: other, third (the lead-up's 0.3 s were spent)",
     ]
 
 
@@ -383,3 +387,95 @@ def test_a_window_that_ends_before_it_starts_asks_nothing():
         )
     assert series == []
     assert len(notes) == 1 and "ends" in notes[0] and "before it starts" in notes[0]
+
+
+class SilentPrometheus:
+    """A listening socket that accepts connections and reads requests, and never answers: a
+    Prometheus hung behind a proxy. It notes each request and each hang-up in `events`."""
+
+    def __init__(self, events: list[str]):
+        self.events = events
+        self.requests = 0
+        self._listener = socket.socket()
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(8)
+        self._listener.settimeout(0.2)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            threading.Thread(target=self._hold, args=(conn,), daemon=True).start()
+
+    def _hold(self, conn: socket.socket) -> None:
+        with conn:
+            conn.settimeout(60)
+            try:
+                if conn.recv(65536):
+                    self.requests += 1
+                    self.events.append("asked")
+                    while conn.recv(65536):  # until the client gives up and closes
+                        pass
+            except OSError:
+                pass
+            self.events.append("hung up")
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self._listener.close()
+
+
+class NotedAnalyzer:
+    """The service's own analyzer, noting in `events` when an analysis starts."""
+
+    def __init__(self, analyzer: object, events: list[str]):
+        self.analyzer = analyzer
+        self.events = events
+
+    def __getattr__(self, name: str) -> object:  # warm, close: the analyzer's own
+        return getattr(self.analyzer, name)
+
+    def analyze(self, run_dir: Path, process_memory: object = None) -> object:
+        self.events.append("analysis started")
+        return self.analyzer.analyze(run_dir, process_memory)
+
+
+def test_a_prometheus_that_never_answers_delays_no_analysis(make_service):
+    """Its one deadline runs beside the analysis: the analysis starts before the first query
+    gives up, and the queries left when the deadline is spent are not asked."""
+    events: list[str] = []
+    prom = SilentPrometheus(events)
+    queries = [{"name": name, "expr": f"{name}{{job=$target}}"} for name in ("steps", "rss", "gpu")]
+    service = make_service(
+        WritesBytes(RECORDED_CAPTURE.read_bytes()),
+        targets="trainer=grpc://127.0.0.1:9",
+        prometheus_url=prom.url,
+        prometheus_queries=queries,
+        prometheus_timeout_s=DEADLINE_S,
+    )
+    service.controller.analyzer = NotedAnalyzer(service.controller.analyzer, events)
+    try:
+        snapshot = service.controller.start(CaptureRequest(duration_s=0.1, target="trainer"))
+        assert service.controller.wait(snapshot.id, 60 + DEADLINE_S)
+        done = service.store.get(snapshot.id)
+    finally:
+        prom.close()
+    assert done.status == "ready", done.error
+    # The analysis began before the query gave up (it used to begin after every query had).
+    assert sorted(events) == ["analysis started", "asked", "hung up"], events
+    assert events.index("analysis started") < events.index("hung up"), events
+    assert prom.requests == 1  # not one per query: the deadline is for all of them
+    assert done.lead_up is not None and done.lead_up.notes[-2:] == [
+        f"query steps: no answer from Prometheus within the lead-up's {DEADLINE_S:g} s",
+        f"queries not asked: rss, gpu (the lead-up's {DEADLINE_S:g} s were spent)",
+    ]

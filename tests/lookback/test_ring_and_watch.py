@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from profiler_service.capture.controller import StartOutcome, StartResult
-from profiler_service.config import Settings
+from profiler_service.config import BoundsSettings, CaptureSettings, MemoryWatchSettings
 from profiler_service.errors import CaptureBusy
 from profiler_service.lookback import sources
 from profiler_service.lookback.ring import Sample, SampleRing
@@ -48,6 +48,8 @@ class Recorder:
     def __init__(self, busy: bool = False):
         self.requests = []
         self.busy = busy
+        self.capture = CaptureSettings(targets=["job=grpc://127.0.0.1:6009"])
+        self.bounds = BoundsSettings()
 
     def try_start(self, request):
         if self.busy:
@@ -59,8 +61,7 @@ class Recorder:
 
 
 def watch(controller, **settings) -> tuple[MemoryWatch, SampleRing]:
-    config = Settings(
-        targets=["job=grpc://127.0.0.1:6009"],
+    config = MemoryWatchSettings(
         memory_watch_window_s=10,
         memory_watch_horizon_s=60,
         memory_watch_share=0.9,

@@ -3,28 +3,39 @@
 The store's S3 client talks to moto's S3 server through `SlowS3Proxy` (slow_s3.py), which holds
 every request `DELAY_S` before forwarding it: a real slow bucket, nothing of ours stubbed. The
 store must not wait for it: publishing, listing, reading and pinning answer while a bucket call
-of the mirror is still in flight (the proxy's log says it had not answered yet), and each
-snapshot reaches the bucket exactly once when the uploads catch up.
+of the mirror is still in flight (the proxy's log says it had not answered yet: an order of
+events, not a time a busy machine could stretch), and each snapshot reaches the bucket exactly
+once when the uploads catch up. Then the same through a whole sidecar (its HTTP API, captures
+of a recorded capture analysed for real): through a slow bucket, and through an outage.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
-from helpers import free_port
+from fakes import WritesBytes
+from fastapi.testclient import TestClient
+from helpers import RECORDED_CAPTURE, free_port
 from s3_server import S3Server, wait_until
 from slow_s3 import SlowS3Proxy
 from test_object_store import close_mirrored, open_mirrored, sync_of, uploaded
 from test_snapshot_store import T0, listed_ids, publish_one
 
+from profiler_service.api import create_app
+from profiler_service.config import Settings
+from profiler_service.service import build_service
 from profiler_service.store.index import SnapshotQuery
+from profiler_service.store.mirror_sync import MirrorSync
+from profiler_service.targets import TargetKind
 
 DELAY_S = 2.0  # every bucket call, each way through the proxy
-AT_ONCE_S = 0.5  # a quarter of one call's delay: what "at once" means below
 
 ID_X = "20260101-000000-trainer-cccccccccccc"  # another sidecar's, only in the bucket
 ID_A = "20260101-000001-trainer-aaaaaaaaaaaa"
@@ -83,7 +94,6 @@ def test_a_slow_bucket_delays_no_publish_and_no_read_and_each_snapshot_lands_onc
 
         call = next(r for r in proxy.snapshot_log() if r.started == first_a.started)
         assert call.finished is None or call.finished > answered, "the bucket answered first"
-        assert max(took.values()) < AT_ONCE_S, took
         assert listed == [ID_B, ID_A, ID_X]
         assert docs[1] == 3 and json.loads(docs[0][0])["id"] == ID_B
         assert (
@@ -93,6 +103,7 @@ def test_a_slow_bucket_delays_no_publish_and_no_read_and_each_snapshot_lands_onc
         sync = sync_of(store)
         assert sync.is_pending(ID_A) and sync.is_pending(ID_B) and sync.is_pending(ID_X)
 
+        proxy.delay_s = 0  # the bucket quick again: the queue catches up (and the test ends)
         _, catch_up_s = timed(lambda: wait_until(lambda: uploaded(store), 180, "the uploads"))
         calls = len(proxy.snapshot_log())
         print(f"answered in {took} s; {calls} bucket calls; uploads done {catch_up_s:.1f} s later")
@@ -146,5 +157,111 @@ def test_a_bucket_outage_loses_and_duplicates_nothing(s3, tmp_path):
     reader = open_mirrored(tmp_path / "reader", url, s3.options, refresh_interval_s=0)
     try:
         wait_until(lambda: listed_ids(reader) == ids[::-1], 30, "the other store's listing")
+    finally:
+        close_mirrored(reader)
+
+
+@dataclass
+class SidecarUnderTest:
+    client: TestClient
+    mirror: MirrorSync
+
+    def capture(self) -> dict:
+        body = self.client.post("/profile", params={"duration": "100ms", "wait": "true"}).json()
+        assert body["status"] == "ready", body.get("error")
+        return body
+
+
+@contextlib.contextmanager
+def mirrored_sidecar(tmp_path: Path, url: str, options: dict) -> Iterator[SidecarUnderTest]:
+    """A whole sidecar (build_service, its HTTP app) whose bucket is `url` through `options`;
+    each capture writes a small recorded capture that XProf analyses for real."""
+    settings = Settings(
+        store=tmp_path / "sidecar",
+        targets="grpc://127.0.0.1:9",
+        store_url=url,
+        store_options=json.dumps(options),
+        store_retry_max_s=1,
+    )
+    service = build_service(settings, {TargetKind.GRPC: WritesBytes(RECORDED_CAPTURE.read_bytes())})
+    assert service.mirror is not None
+    with TestClient(create_app(service)) as client:
+        yield SidecarUnderTest(client, service.mirror)
+
+
+def assert_each_object_put_once(proxy: SlowS3Proxy, prefix: str, snapshots: list[dict]) -> None:
+    """Every file of every snapshot, and its snapshot.json, reached the bucket by one PUT."""
+    for snapshot in snapshots:
+        run = f"{prefix}/plugins/profile/{snapshot['id']}"
+        for name in [f["name"] for f in snapshot["files"]] + ["snapshot.json"]:
+            key = f"{run}/{name}"
+            assert proxy.puts(key) == 1, (key, proxy.puts(key, ok_only=False))
+
+
+def test_a_sidecar_captures_and_answers_while_a_slow_bucket_copies(s3, tmp_path):
+    s3.create_bucket("slow-sidecar")
+    proxy = SlowS3Proxy(s3.port, DELAY_S).start()
+    try:
+        with mirrored_sidecar(tmp_path, "s3://slow-sidecar/fleet", proxy.options) as sidecar:
+            first = sidecar.capture()
+            captured = time.monotonic()
+            # The capture was analysed and published before the bucket had answered any call
+            # for it: the copy follows, it does not lead.
+            calls = [r for r in proxy.snapshot_log() if first["id"] in r.path]
+            assert all(r.finished is None or r.finished > captured for r in calls), calls
+            in_flight = wait_until(
+                lambda: next(
+                    (r for r in proxy.snapshot_log() if r.finished is None and r.started), None
+                ),
+                30,
+                "a bucket call in flight",
+            )
+            client = sidecar.client
+            second = sidecar.capture()
+            answers = [
+                client.get("/profiles").status_code,
+                client.get(f"/profiles/{first['id']}").status_code,
+                client.get(f"/profiles/{first['id']}/report").status_code,
+                client.get("/metrics").status_code,
+                client.get("/healthz").status_code,
+            ]
+            answered = time.monotonic()
+            call = next(r for r in proxy.snapshot_log() if r.started == in_flight.started)
+            assert call.finished is None or call.finished > answered, "the bucket answered first"
+            assert answers == [200] * 5
+            assert client.get("/profiles").json()["count"] == 2
+            proxy.delay_s = 0  # the bucket quick again: the copies catch up (the test, too)
+            wait_until(lambda: sidecar.mirror.pending_count() == 0, 120, "the uploads")
+    finally:
+        proxy.stop()
+    assert_each_object_put_once(proxy, "slow-sidecar/fleet", [first, second])
+
+
+def test_a_sidecar_keeps_capturing_through_a_bucket_outage_and_each_snapshot_lands_once(
+    s3, tmp_path
+):
+    s3.create_bucket("outage-sidecar")
+    proxy = SlowS3Proxy(free_port(), 0).start()  # the bucket away: 502 on every call
+    try:
+        with mirrored_sidecar(tmp_path, "s3://outage-sidecar/fleet", proxy.options) as sidecar:
+            made = [sidecar.capture()]
+            wait_until(lambda: sidecar.mirror.upload_failures_total >= 2, 60, "failed copies")
+            made += [sidecar.capture(), sidecar.capture()]  # and more while it is away
+            listed = sidecar.client.get("/profiles").json()
+            assert [s["id"] for s in listed["data"]] == [s["id"] for s in reversed(made)]
+            assert sidecar.mirror.pending_count() == 3
+            assert proxy.puts("outage-sidecar/fleet/plugins/profile/") == 0
+
+            proxy.upstream_port = s3.port  # the bucket is back
+            wait_until(lambda: sidecar.mirror.pending_count() == 0, 120, "the retried copies")
+            assert sidecar.client.get("/profiles").json()["count"] == 3
+    finally:
+        proxy.stop()
+    assert_each_object_put_once(proxy, "outage-sidecar/fleet", made)
+    reader = open_mirrored(tmp_path / "reader", "s3://outage-sidecar/fleet", s3.options,
+                           refresh_interval_s=0)  # fmt: skip
+    try:
+        expected = [s["id"] for s in reversed(made)]  # newest first (ids share a second)
+        wait_until(lambda: listed_ids(reader) == expected, 30, "another store's listing")
     finally:
         close_mirrored(reader)

@@ -625,13 +625,15 @@ def test_fail_during_capture_drops_the_profilers_logdir(store: SnapshotStore, ro
     )
 
 
-def test_the_listing_spliced_from_stored_texts_is_what_the_models_would_answer(tmp_path):
-    """GET /profiles splices snapshot.json texts (api/schemas.snapshots_page_json): the same JSON
-    as building SnapshotPublic from each parsed snapshot, links included."""
+def test_the_listing_read_from_stored_texts_is_each_snapshot_without_its_analysis(tmp_path):
+    """GET /profiles reads list items from snapshot.json texts (api/schemas.snapshots_page_json):
+    SnapshotPublic's JSON without the summary and lead-up, findings as rule, severity and
+    title, links included."""
     import json
 
+    from profiler_service.analysis.models import Finding, Severity
     from profiler_service.api.schemas import SnapshotPublic, snapshots_page_json
-    from profiler_service.config import Settings
+    from profiler_service.config import ReportSettings
     from profiler_service.models import (
         CaptureOptions,
         Snapshot,
@@ -641,8 +643,9 @@ def test_the_listing_spliced_from_stored_texts_is_what_the_models_would_answer(t
     )
     from profiler_service.store.index import SnapshotIndex, SnapshotQuery
 
-    settings = Settings(tensorboard_url="http://xprof:8791")
+    settings = ReportSettings(tensorboard_url="http://xprof:8791")
     index = SnapshotIndex(tmp_path / "index.sqlite")
+    finding = Finding(rule="r", severity=Severity.WARNING, title="t", evidence={"x": 1})
     snapshots = [
         Snapshot(
             id=f"20261203-0000{i:02d}-t-{i:012x}", target="t", status=SnapshotStatus.READY,
@@ -650,13 +653,22 @@ def test_the_listing_spliced_from_stored_texts_is_what_the_models_would_answer(t
                                    device_tracer_level=1),
             files=[SnapshotFile(name="h 1.xplane.pb", size_bytes=3)] if i else [],
             trigger=Trigger(generator_url="http://prom/graph", panel_url=None),
+            findings=[finding] * i,
         )
         for i in range(3)
     ]  # fmt: skip
     index.upsert_many([(s, "ready", 0, 1) for s in snapshots])
     docs, total = index.query_docs(SnapshotQuery())
-    spliced = json.loads(snapshots_page_json(docs, total, 50, 0, settings))
+    listed = json.loads(snapshots_page_json(docs, total, 50, 0, settings))
     parsed, _ = index.query(SnapshotQuery())
-    built = [json.loads(SnapshotPublic.of(s, settings).model_dump_json()) for s in parsed]
-    assert spliced == {"data": built, "count": 3, "limit": 50, "offset": 0}
-    assert spliced["data"][0]["links"]["tensorboard"].endswith("&host=h+1")
+    built = []
+    for snapshot in parsed:
+        whole = json.loads(SnapshotPublic.of(snapshot, settings).model_dump_json())
+        del whole["summary"], whole["lead_up"]
+        whole["findings"] = [{"rule": "r", "severity": "warning", "title": "t"}] * len(
+            whole["findings"]
+        )
+        built.append(whole)
+    assert listed == {"data": built, "count": 3, "limit": 50, "offset": 0}
+    assert [len(item["findings"]) for item in listed["data"]] == [2, 1, 0]
+    assert listed["data"][0]["links"]["tensorboard"].endswith("&host=h+1")

@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 from fakes import HeldCapturer
 
-from profiler_service.config import Settings
-from profiler_service.service import Service, build_service
-from profiler_service.targets import TargetKind
+from profiler_service.service import Service
 
 UNUSED = "grpc://127.0.0.1:9"  # discard port: the stand-in capturer never dials it
 
@@ -23,20 +20,15 @@ def held() -> Iterator[HeldCapturer]:
 
 
 @pytest.fixture
-def make_service(tmp_path: Path, held: HeldCapturer) -> Iterator[Callable[..., Service]]:
-    """build_service with targets trainer and serving, and the held capturer."""
-    built: list[Service] = []
+def make_service(
+    make_service: Callable[..., Service], held: HeldCapturer
+) -> Iterator[Callable[..., Service]]:
+    """The suite's service (tests/conftest.py) with targets trainer and serving, and the held
+    capturer, released before the services stop."""
 
-    def make(**settings) -> Service:
+    def make(capturer=None, **settings) -> Service:
         settings.setdefault("targets", f"trainer={UNUSED} serving={UNUSED}")
-        settings.setdefault("store", tmp_path / "store")
-        service = build_service(Settings(**settings), capturers={TargetKind.GRPC: held})
-        built.append(service)
-        return service
+        return make_service(capturer or held, **settings)
 
     yield make
     held.release()
-    for service in built:
-        for snapshot in service.controller.in_flight():
-            service.controller.wait(snapshot.id, 10)
-        service.close()

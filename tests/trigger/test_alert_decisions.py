@@ -17,7 +17,7 @@ from profiler_service.trigger.alerts import AlertTrigger, WebhookPayload
 
 def trigger_for(service, clock=None, log=None) -> AlertTrigger:
     return AlertTrigger(
-        service.settings, service.controller, log or AlertLog(None), clock or FakeClock()
+        service.settings.webhook, service.controller, log or AlertLog(None), clock or FakeClock()
     )
 
 
@@ -167,7 +167,7 @@ def test_truncated_alerts_are_counted_not_hidden(make_service):
 def test_a_storm_of_one_fingerprint_captures_exactly_once(make_service, held):
     service = make_service(webhook_min_interval_s=0)
     log = AlertLog(None)
-    alerts = AlertTrigger(service.settings, service.controller, log)
+    alerts = AlertTrigger(service.settings.webhook, service.controller, log)
     barrier = threading.Barrier(16)
 
     def post(_):
@@ -188,12 +188,12 @@ def test_a_storm_of_one_fingerprint_captures_exactly_once(make_service, held):
 def test_dedupe_survives_a_restart_through_the_persisted_log(make_service, held, tmp_path):
     service = make_service(webhook_min_interval_s=0)
     path = tmp_path / "alerts.jsonl"
-    first = AlertTrigger(service.settings, service.controller, AlertLog(path).open())
+    first = AlertTrigger(service.settings.webhook, service.controller, AlertLog(path).open())
     captured = first.handle("alertmanager", payload(am_alert("trainer"))).alerts[0]
     first.close()
     held.release()
     service.controller.wait(captured.snapshot_id, 10)
-    restarted = AlertTrigger(service.settings, service.controller, AlertLog(path).open())
+    restarted = AlertTrigger(service.settings.webhook, service.controller, AlertLog(path).open())
     [again] = restarted.handle("alertmanager", payload(am_alert("trainer"))).alerts
     assert again.outcome == "deduplicated" and again.snapshot_id == captured.snapshot_id
     restarted.close()

@@ -15,7 +15,14 @@ from profiler_service.capture.controller import (
     CaptureRequest,
     StartOutcome,
 )
-from profiler_service.config import Schedule, Settings
+from profiler_service.config import (
+    BoundsSettings,
+    CaptureSettings,
+    MemoryWatchSettings,
+    Schedule,
+    ScheduleSettings,
+    Settings,
+)
 from profiler_service.lookback.ring import SampleRing
 from profiler_service.models import SnapshotStatus
 from profiler_service.store import SnapshotStore
@@ -28,16 +35,16 @@ UNUSED = "127.0.0.1:9"  # the stand-in capturer never dials it
 
 @pytest.fixture
 def controller(tmp_path, held: HeldCapturer):
-    """A controller built alone: a store, the held capturer, an analyzer never reached."""
-    settings = Settings(
-        store=tmp_path / "store",
-        targets=[Target(name="trainer", workers=[UNUSED])],
-        duration_max_s=10,
-    )
-    store = SnapshotStore(settings.store)
+    """A controller built alone, from its own settings groups: a store, the held capturer, an
+    analyzer never reached."""
+    store = SnapshotStore(tmp_path / "store")
     store.open()
     controller = CaptureController(
-        settings, store, {TargetKind.GRPC: held}, XprofAnalyzer(timeout_s=5)
+        CaptureSettings(targets=[Target(name="trainer", workers=[UNUSED])]),
+        BoundsSettings(duration_max_s=10),
+        store,
+        {TargetKind.GRPC: held},
+        XprofAnalyzer(timeout_s=5),
     )
     yield controller
     held.release()
@@ -87,13 +94,13 @@ def test_the_configuration_refuses_a_watch_or_a_schedule_longer_than_the_bound(t
 
 def test_no_trigger_exceeds_the_bound_even_past_the_configuration(controller, held):
     """Settings changed without validation (model_copy) still cannot pass the controller."""
-    too_long = controller.settings.model_copy(
+    too_long = MemoryWatchSettings().model_copy(
         update={"memory_watch_duration_s": 120.0, "memory_watch_share": 0.5}
     )
     watch = MemoryWatch(too_long, controller, SampleRing(60))
     watch._capture(_reading())
     assert watch.outcomes[("share", "failed")] == 1
-    scheduler = CaptureScheduler(too_long, controller)
+    scheduler = CaptureScheduler(ScheduleSettings(), controller)
     assert scheduler.fire(Schedule(target="trainer", interval_s=600, duration_s=120)) == "failed"
     assert held.started == [] and controller.in_flight() == []
 

@@ -105,7 +105,7 @@ def test_webhook_settings_are_checked_at_start(monkeypatch):
         "PROFILER_WEBHOOK_TARGET_RULES",
         '[{"label": "instance", "pattern": "10\\\\.0\\\\.0\\\\.5:.*", "target": "trainer"}]',
     )
-    settings = Settings(**base)
+    settings = Settings(**base).webhook
     assert settings.webhook_target_labels == ["pod", "job"]
     assert settings.webhook_target_rules[0].pattern == r"10\.0\.0\.5:.*"
     assert settings.webhook_cooldown_s == 600 and settings.webhook_min_interval_s == 60

@@ -57,6 +57,21 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 {{- if or .Values.secret.create .Values.secret.existingSecret }}true{{ end -}}
 {{- end -}}
 
+{{/* The namespace of the hub the sidecar registers with: networkPolicy.hubNamespace, else the
+one hub.url names (name.NAMESPACE.svc...), else the release's. */}}
+{{- define "profiler-service.hubNamespace" -}}
+{{- $host := "" -}}
+{{- if .Values.hub.url -}}
+{{- $host = regexReplaceAll ":[0-9]+$" (urlParse .Values.hub.url).host "" -}}
+{{- end -}}
+{{- $parts := splitList "." $host -}}
+{{- $named := .Release.Namespace -}}
+{{- if gt (len $parts) 1 -}}
+{{- $named = index $parts 1 -}}
+{{- end -}}
+{{- .Values.networkPolicy.hubNamespace | default $named -}}
+{{- end -}}
+
 {{- define "profiler-service.claimName" -}}
 {{- .Values.store.persistentVolumeClaim.existingClaim | default (printf "%s-store" (include "profiler-service.fullname" .)) -}}
 {{- end -}}
@@ -148,6 +163,14 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
       valueFrom: {fieldRef: {fieldPath: metadata.name}}
     - name: PROFILER_POD_NAMESPACE
       valueFrom: {fieldRef: {fieldPath: metadata.namespace}}
+    # The job, as the fleet hub tells jobs apart (every release's target is `trainer`).
+    {{- $workload := .Values.workload | default dict }}
+    - name: PROFILER_WORKLOAD
+      {{- if $workload.fromLabel }}
+      valueFrom: {fieldRef: {fieldPath: {{ printf "metadata.labels['%s']" $workload.fromLabel | quote }}}}
+      {{- else }}
+      value: {{ $workload.name | default .Release.Name | quote }}
+      {{- end }}
     {{- with include "profiler-service.hubUrl" . }}
     # The fleet hub: it dials this pod at its IP (never an address found in an alert).
     - {name: PROFILER_HUB_URL, value: {{ . | quote }}}

@@ -50,7 +50,7 @@ def set_baseline(
     except ValueError as exc:
         raise InvalidRequest(str(exc)) from None
     snapshot = store.set_baseline(snapshot.id, key)
-    return BaselinePublic(key=key, snapshot=SnapshotPublic.of(snapshot, settings))
+    return BaselinePublic(key=key, snapshot=SnapshotPublic.of(snapshot, settings.report))
 
 
 @router.get("/baselines", response_model=dict[str, str], dependencies=[ReadRequired])
@@ -79,9 +79,8 @@ def compare_profile(
     head = store.get(checked_id(snapshot_id))
     base = resolve_baseline(store, head, baseline)
     try:
-        threshold = (
-            parse_threshold(max_regression) if max_regression else settings.regression_max_share
-        )
+        default = settings.report.regression_max_share
+        threshold = parse_threshold(max_regression) if max_regression else default
     except ValueError as exc:
         raise InvalidRequest(str(exc)) from None
     return comparison_public(compare(base, head), threshold)

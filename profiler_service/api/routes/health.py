@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
-from profiler_service.api.deps import ReaderDep, SettingsDep
+from profiler_service.api.deps import ReaderDep, TargetsDep
 from profiler_service.api.schemas import HealthPublic
 from profiler_service.capture.capturer import CaptureFailed
 from profiler_service.capture.discovery import resolve_workers
@@ -23,7 +23,7 @@ def read_health() -> HealthPublic:
 
 
 @router.get("/readyz", response_model=HealthPublic, responses={503: {"model": HealthPublic}})
-def read_readiness(settings: SettingsDep, store: ReaderDep):
+def read_readiness(targets: TargetsDep, store: ReaderDep):
     """Ready when the store is writable and every target's profiler port accepts connections.
 
     503 with `checks` naming what is not ready.
@@ -34,7 +34,7 @@ def read_readiness(settings: SettingsDep, store: ReaderDep):
         checks["store"] = "ok"
     except StoreNotWritable as exc:
         checks["store"] = exc.detail
-    for target in settings.targets:
+    for target in targets:
         checks[f"target:{target.name}"] = _target_check(target)
     ready = all(v == "ok" for v in checks.values())
     body = HealthPublic(status="ready" if ready else "unready", checks=checks)

@@ -75,9 +75,9 @@ def create_profile(
     labels = _parse_labels(label or [])
     seconds = parse_duration(
         duration,
-        default_s=settings.duration_default_s,
-        min_s=settings.duration_min_s,
-        max_s=settings.duration_max_s,
+        default_s=settings.bounds.duration_default_s,
+        min_s=settings.bounds.duration_min_s,
+        max_s=settings.bounds.duration_max_s,
     )
     client = request.client.host if request.client else None
     snapshot = controller.start(
@@ -95,7 +95,7 @@ def create_profile(
         snapshot = store.get(snapshot.id)
         response.status_code = 200
     response.headers["Location"] = f"/profiles/{snapshot.id}"
-    return SnapshotPublic.of(snapshot, settings)
+    return SnapshotPublic.of(snapshot, settings.report)
 
 
 @read_router.get("/profiles", response_model=SnapshotsPublic)
@@ -113,12 +113,18 @@ def list_profiles(
         str | None, Query(description="taken by a sidecar of this namespace")
     ] = None,
     pod: Annotated[str | None, Query(description="taken by the sidecar of this pod")] = None,
+    workload: Annotated[
+        str | None, Query(description="of this job (its workload: the chart's release)")
+    ] = None,
     since: Annotated[datetime | None, Query(description="created at or after (ISO 8601)")] = None,
     until: Annotated[datetime | None, Query(description="created before (ISO 8601)")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: Annotated[int, Query(ge=0, le=2**63 - 1)] = 0,  # SQLite's INTEGER; fuzzing found it
 ) -> Response:
-    """List snapshots, newest first."""
+    """List snapshots, newest first, without their analysis (a page of 50 in kilobytes).
+
+    Each item is the snapshot without its summary, lead-up and findings' evidence; the whole
+    snapshot is at `links.self` (`GET /profiles/{id}`)."""
     docs, total = store.list_docs(
         SnapshotQuery(
             status=status,
@@ -128,13 +134,14 @@ def list_profiles(
             severity=severity,
             pod=pod,
             namespace=namespace,
+            workload=workload,
             since=_utc(since),
             until=_utc(until),
             limit=limit,
             offset=offset,
         )
     )
-    page = snapshots_page_json(docs, total, limit, offset, settings)
+    page = snapshots_page_json(docs, total, limit, offset, settings.report)
     return Response(page, media_type="application/json")
 
 
@@ -143,7 +150,7 @@ def read_profile(
     snapshot_id: SnapshotId, settings: SettingsDep, store: ReaderDep
 ) -> SnapshotPublic:
     """One snapshot: status, trigger, capture options, summary, findings, links."""
-    return SnapshotPublic.of(store.get(checked_id(snapshot_id)), settings)
+    return SnapshotPublic.of(store.get(checked_id(snapshot_id)), settings.report)
 
 
 @read_router.get("/profiles/{snapshot_id}/report", response_class=HTMLResponse)
@@ -161,7 +168,7 @@ def read_profile_report(
     if baseline is not None:
         base = store.get(checked_id(baseline))
         comparison = (base, compare(base, snapshot))
-    return render_report(snapshot, settings, comparison)
+    return render_report(snapshot, settings.report, comparison)
 
 
 @read_router.get("/profiles/{snapshot_id}/files/{name:path}", response_class=FileResponse)
@@ -194,7 +201,7 @@ def delete_profile(snapshot_id: SnapshotId, store: StoreDep) -> Response:
 )
 def pin_profile(snapshot_id: SnapshotId, settings: SettingsDep, store: StoreDep) -> SnapshotPublic:
     """Pin a snapshot (a baseline): retention never evicts it."""
-    return SnapshotPublic.of(store.set_pinned(checked_id(snapshot_id), True), settings)
+    return SnapshotPublic.of(store.set_pinned(checked_id(snapshot_id), True), settings.report)
 
 
 @router.delete(
@@ -204,7 +211,7 @@ def unpin_profile(
     snapshot_id: SnapshotId, settings: SettingsDep, store: StoreDep
 ) -> SnapshotPublic:
     """Unpin a snapshot, so retention may evict it again."""
-    return SnapshotPublic.of(store.set_pinned(checked_id(snapshot_id), False), settings)
+    return SnapshotPublic.of(store.set_pinned(checked_id(snapshot_id), False), settings.report)
 
 
 def _parse_labels(items: list[str]) -> dict[str, str]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
@@ -20,10 +21,11 @@ from pydantic import BaseModel, ValidationError
 
 from profiler_service.api.auth import check_signature, webhook_needs_signature
 from profiler_service.api.core import AlertSink
-from profiler_service.api.deps import AlertsDep, ReadRequired
+from profiler_service.api.deps import AlertsDep, ReadReach, ReadRequired
 from profiler_service.api.schemas import ErrorPublic
-from profiler_service.config import Settings
+from profiler_service.config import AppSettings
 from profiler_service.errors import InvalidPayload, PayloadTooLarge
+from profiler_service.trigger.alert_log import MAX_RECORDS_IN_MEMORY
 from profiler_service.trigger.alerts import (
     AlertOutcome,
     Source,
@@ -85,18 +87,26 @@ async def receive(request: Request, alerts: AlertSink, source: Source) -> Respon
 
 @router.get("/alerts", response_model=AlertLogPublic, dependencies=[ReadRequired])
 def list_alert_outcomes(
-    alerts: AlertsDep, limit: Annotated[int, Query(ge=1, le=1000)] = 100
+    alerts: AlertsDep, reach: ReadReach, limit: Annotated[int, Query(ge=1, le=1000)] = 100
 ) -> AlertLogPublic:
-    """The newest webhook alerts and what was done with each, and the counts since start."""
+    """The newest webhook alerts and what was done with each, and the counts since start.
+
+    A tenant's token sees the alerts of its namespaces only, counted over those the log keeps
+    in memory.
+    """
+    if reach.everywhere:
+        data, counted = alerts.log.recent(limit), alerts.log.counts()
+    else:
+        kept = reach.keep(alerts.log.recent(MAX_RECORDS_IN_MEMORY), lambda o: o.namespace)
+        data, counted = kept[:limit], Counter((o.source, str(o.outcome)) for o in kept)
     counts: dict[str, dict[str, int]] = {}
-    for (source, outcome), n in sorted(alerts.log.counts().items()):
+    for (source, outcome), n in sorted(counted.items()):
         counts.setdefault(source, {})[outcome] = n
-    data = alerts.log.recent(limit)
     return AlertLogPublic(data=data, count=len(data), counts=counts)
 
 
-async def read_body(request: Request, settings: Settings) -> bytes:
-    limit = settings.webhook_max_body_bytes
+async def read_body(request: Request, settings: AppSettings) -> bytes:
+    limit = settings.webhook.webhook_max_body_bytes
     too_large = f"the body is over the {limit}-byte limit (PROFILER_WEBHOOK_MAX_BODY_BYTES)"
     length = request.headers.get("content-length", "")
     if length.isdigit() and int(length) > limit:

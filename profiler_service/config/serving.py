@@ -1,0 +1,308 @@
+"""The serving side's settings groups: the HTTP server and its credentials, the store and its
+bucket, links and reports, alert webhooks, Grafana, the fleet hub."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, Field, SecretStr, field_validator, model_validator
+from pydantic_settings import NoDecode
+
+from profiler_service.config.base import Group, check_url
+from profiler_service.targets import TargetRule
+
+
+class ServerSettings(Group):
+    """Where the HTTP API listens, the credentials it accepts, how it shuts down."""
+
+    host: str = Field(
+        default="127.0.0.1",
+        description="Bind address; a non-loopback one needs an API token or `insecure`.",
+    )
+    port: int = Field(default=8080, ge=0, le=65535, description="HTTP port.")
+    insecure: bool = Field(
+        default=False,
+        description="Allow a non-loopback bind without an API token.",
+    )
+    api_token: SecretStr | None = Field(
+        default=None,
+        description="When set, `POST`/`PUT`/`DELETE` need `Authorization: Bearer <token>`.",
+    )
+    hub_token: SecretStr | None = Field(
+        default=None,
+        description="The fleet's shared secret: sidecars send it to register, the hub sends it "
+        "to sidecars, which accept it like their API and webhook tokens.",
+    )
+    shutdown_grace_s: float = Field(
+        default=20.0,
+        ge=0,
+        description="On SIGTERM, captures in flight may finish for this long (keep it under the "
+        "pod's `terminationGracePeriodSeconds`); the rest are `interrupted` at the next start.",
+    )
+
+    @property
+    def binds_loopback(self) -> bool:
+        if self.host in ("localhost", ""):
+            return self.host == "localhost"
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            return False
+
+    def check_bind_is_safe(self) -> None:
+        """Refuse to expose the API beyond loopback without a token, unless told to."""
+        if not self.binds_loopback and self.api_token is None and not self.insecure:
+            raise ValueError(
+                f"refusing to listen on {self.host} without PROFILER_API_TOKEN; "
+                "set a token, bind 127.0.0.1, or pass --insecure"
+            )
+
+
+class StoreSettings(Group):
+    """The snapshot store, its retention, and the bucket it is mirrored to."""
+
+    store: Path = Field(
+        default=Path("./profiles"),
+        description="Snapshot store directory: the volume shared with the job.",
+    )
+    store_url: Annotated[str | None, AfterValidator(check_url)] = Field(
+        default=None,
+        description="fsspec URL every finished snapshot is mirrored to and other sidecars' "
+        "snapshots are listed from (`s3://bucket/prefix`, `gs://...`, `file:///...`).",
+    )
+    store_options: SecretStr | None = Field(
+        default=None,
+        description="fsspec storage options for `store_url`, a JSON object "
+        '(`{"endpoint_url": ..., "key": ..., "secret": ...}`); a secret, never logged.',
+    )
+    store_refresh_s: float = Field(
+        default=10.0, ge=0, description="`GET /profiles` lists the bucket at most this often."
+    )
+    store_retry_max_s: float = Field(
+        default=300.0, gt=0, description="Longest wait between retries of a failed upload."
+    )
+    retention_max_count: int = Field(
+        default=200, ge=1, description="Most snapshots kept (pinned ones are never evicted)."
+    )
+    retention_max_bytes: int = Field(
+        default=20 * 1024**3, ge=1, description="Most bytes of snapshots kept (20 GiB)."
+    )
+
+    def store_options_dict(self) -> dict[str, Any]:
+        """PROFILER_STORE_OPTIONS parsed; checked here, not by a validator, whose error would
+        quote the text (and so the credentials in it)."""
+        if self.store_options is None:
+            return {}
+        try:
+            parsed = json.loads(self.store_options.get_secret_value() or "{}")
+        except json.JSONDecodeError as exc:
+            raise ValueError(
+                f"PROFILER_STORE_OPTIONS is not valid JSON ({exc.msg} at {exc.pos})"
+            ) from None
+        if not isinstance(parsed, dict):
+            raise ValueError("PROFILER_STORE_OPTIONS must be a JSON object")
+        return parsed
+
+
+class ReportSettings(Group):
+    """What links, reports and comparisons show: where XProf and this service are reached, when
+    a step-time change is a regression."""
+
+    tensorboard_url: str | None = Field(
+        default=None,
+        description="Where XProf/TensorBoard serves the store (`http://xprof:8791`), for "
+        "`links.tensorboard`.",
+    )
+    tensorboard_flavour: str = Field(
+        default="xprof",
+        pattern="^(xprof|tensorboard)$",
+        description="`xprof` or `tensorboard` (TensorBoard's links end in `#profile`).",
+    )
+    public_url: str | None = Field(
+        default=None,
+        description="Where people reach this service (`https://profiler.example`), for the "
+        "report links in Grafana annotations; unset, they are relative.",
+    )
+    regression_max_share: float = Field(
+        default=0.10,
+        ge=0,
+        description="Step-time growth over the baseline that counts as a regression.",
+    )
+
+
+class WebhookSettings(Group):
+    """Alert webhooks (`POST /webhooks/grafana`, `/webhooks/alertmanager`): who may post, and
+    which alert captures what, when (`trigger/alerts.py`, `hub/routing.py`)."""
+
+    webhook_token: SecretStr | None = Field(
+        default=None,
+        description="Webhooks accept `Authorization: Bearer <token>`; with neither this nor "
+        "basic auth set, they take `api_token`.",
+    )
+    webhook_username: str | None = Field(
+        default=None,
+        description="Webhooks accept HTTP basic auth with this and `webhook_password` (set both).",
+    )
+    webhook_password: SecretStr | None = Field(
+        default=None, description="The basic-auth password, with `webhook_username`."
+    )
+    webhook_hmac_secret: SecretStr | None = Field(
+        default=None,
+        description="`/webhooks/grafana` requires Grafana's HMAC-SHA256 signature with this "
+        "secret (it then replaces `api_token` there, not the webhook token or basic auth).",
+    )
+    webhook_hmac_header: str = Field(
+        default="X-Grafana-Alerting-Signature",
+        min_length=1,
+        description="The signature's header (Grafana's UI suggests this name; set what your "
+        "contact point sends).",
+    )
+    webhook_hmac_timestamp_header: str | None = Field(
+        default=None,
+        description="When set, the signature covers `timestamp:body` and the timestamp (Unix "
+        "seconds) must be in this header.",
+    )
+    webhook_hmac_max_age_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="A signed timestamp older (or further in the future) than this is refused.",
+    )
+    webhook_max_body_bytes: int = Field(
+        default=1024 * 1024, ge=1024, description="Larger webhook bodies get 413."
+    )
+    webhook_cooldown_s: float = Field(
+        default=600.0,
+        ge=0,
+        description="An alert (fingerprint) captured within this is `deduplicated`.",
+    )
+    webhook_min_interval_s: float = Field(
+        default=60.0,
+        ge=0,
+        description="At most one alert-triggered capture this often, over all alerts "
+        "(`throttled`).",
+    )
+    webhook_target_rules: list[TargetRule] = Field(
+        default_factory=list,
+        description='JSON list of `{"label", "pattern", "target"}`: an alert whose label fully '
+        "matches the regex captures that target; checked first.",
+    )
+    webhook_target_labels: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["profile_target", "pod", "job", "instance"],
+        description="Then: the first of these labels whose value is a configured target's name "
+        "(comma-separated or a JSON list).",
+    )
+    webhook_default_target: str | None = Field(
+        default=None,
+        description="Then: this target; unset, an unmatched alert is `rejected`.",
+    )
+
+    @field_validator("webhook_target_labels", mode="before")
+    @classmethod
+    def _parse_labels(cls, value: Any) -> Any:
+        """Accept a JSON list or comma-separated names (`pod,job`)."""
+        if isinstance(value, str):
+            text = value.strip()
+            return (
+                json.loads(text)
+                if text.startswith("[")
+                else [s.strip() for s in text.split(",") if s.strip()]
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _check(self) -> WebhookSettings:
+        if (self.webhook_username is None) != (self.webhook_password is None):
+            raise ValueError("webhook_username and webhook_password go together: set both")
+        return self
+
+    def named_targets(self) -> list[tuple[str, str]]:
+        """(where, target) for each target the alert rules name, for a root to check."""
+        wanted = [
+            (f"webhook_target_rules ({r.label}~{r.pattern})", r.target)
+            for r in self.webhook_target_rules
+        ]
+        if self.webhook_default_target is not None:
+            wanted.append(("webhook_default_target", self.webhook_default_target))
+        return wanted
+
+
+class GrafanaSettings(Group):
+    """Grafana annotations of every finished capture (`exporters/grafana.py`)."""
+
+    grafana_url: str | None = Field(
+        default=None,
+        description="With `grafana_token`, every finished capture is annotated in Grafana.",
+    )
+    grafana_token: SecretStr | None = Field(
+        default=None,
+        description="A Grafana service-account token with `annotations:create`.",
+    )
+    grafana_annotation_attempts: int = Field(
+        default=3,
+        ge=1,
+        le=10,
+        description="Tries per annotation (5xx, 429 and network errors are retried, after "
+        "0.5 s, 1 s, ...).",
+    )
+    grafana_timeout_s: float = Field(default=5.0, gt=0, description="Per request to Grafana.")
+
+
+class RegistrationSettings(Group):
+    """A sidecar's registration with the fleet hub (`hub/registration.py`, docs/fleet.md)."""
+
+    hub_url: Annotated[str | None, AfterValidator(check_url)] = Field(
+        default=None,
+        description="The fleet hub this sidecar registers with (pod, namespace, targets, "
+        "`hub_advertise_url`) every `hub_heartbeat_s`. Unset: no registration.",
+    )
+    hub_advertise_url: Annotated[str | None, AfterValidator(check_url)] = Field(
+        default=None,
+        description="The URL the hub dials this sidecar at (the chart: `http://$(POD_IP):8080`). "
+        "Unset: `public_url`, else `http://127.0.0.1:<port>`.",
+    )
+    hub_heartbeat_s: float = Field(
+        default=15.0, gt=0, description="Seconds between a sidecar's registrations."
+    )
+    hub_register_in_bucket: bool = Field(
+        default=False,
+        description="Also (without `hub_url`: only) register by writing the record into the "
+        "shared bucket (`store_url`/sidecars/), where the hub reads it at each sync.",
+    )
+
+
+class FleetSettings(Group):
+    """The hub's own (`profiler-service hub`): its registry, its syncs of the bucket, its
+    forwarding to sidecars."""
+
+    hub_sidecar_ttl_s: float = Field(
+        default=60.0, gt=0, description="The hub drops a sidecar not heard from for this long."
+    )
+    hub_sync_interval_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="Seconds between the hub's syncs of the bucket (`store_url`) into its fleet "
+        "index.",
+    )
+    hub_forward_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="How long the hub waits for a sidecar it forwards an alert or a capture to.",
+    )
+    tokens_file: Path | None = Field(
+        default=None,
+        description="Tenants: a JSON file of tokens, each reading and/or capturing only some "
+        "namespaces (`*`: all); re-read when it changes, no restart (a Secret mounted as a "
+        "file). With it, reading and capturing need a token. Format: docs/fleet.md, Tenants.",
+    )
+
+    @model_validator(mode="after")
+    def _check_tokens_file(self) -> FleetSettings:
+        """A tokens file that cannot be read or is invalid fails the start."""
+        if self.tokens_file is not None:
+            from profiler_service.tenancy import load_token_file
+
+            load_token_file(self.tokens_file)
+        return self
