@@ -40,10 +40,18 @@ def templated(text: str, replacements: list[tuple[str, str, int]]) -> str:
     return text
 
 
-def start_alertmanager(folder: Path, receiver_url: str, token: str, processes: list) -> str:
+def start_alertmanager(
+    folder: Path,
+    receiver_url: str,
+    token: str,
+    processes: list,
+    repeat_interval: str | None = None,
+) -> str:
     """The deploy routing with `receiver_url` (the hub's or a sidecar's) as the webhook, `token`
-    in its credentials file and 1 s group intervals; its process is appended to `processes`.
-    Returns its URL once it is ready."""
+    in its credentials file and 1 s group intervals (and `repeat_interval`, after which a
+    still-firing alert is sent again); its process is appended to `processes`. Returns its URL
+    once it is ready."""
+    repeat = [(r"repeat_interval: \S+$", f"repeat_interval: {repeat_interval}", 2)]
     token_file = folder / "webhook-token"
     token_file.write_text(token)
     config = folder / "alertmanager.yml"
@@ -55,6 +63,7 @@ def start_alertmanager(folder: Path, receiver_url: str, token: str, processes: l
                 (r"credentials_file: .*$", f"credentials_file: {token_file}", 1),
                 (r"group_wait: \S+$", "group_wait: 1s", 2),
                 (r"group_interval: \S+$", "group_interval: 1s", 2),
+                *(repeat if repeat_interval else []),
             ],
         )
     )

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from alertmanager_server import ALERTMANAGER_YML, DEPLOY, binary, templated
+from alertmanager_server import ALERTMANAGER_YML, DEPLOY, binary, start_alertmanager, templated
 from grafana_standin import GrafanaStandIn
 from helpers import free_port, stop_process, wait_for_http, wait_for_status
 
@@ -85,19 +85,21 @@ class GaugeExporter:
 
 
 @pytest.fixture
-def processes() -> Iterator[Callable[..., subprocess.Popen]]:
-    """Start a server process logging to a file; every one is terminated by pid at teardown."""
-    started: list[subprocess.Popen] = []
-
-    def start(args: list[str], log: Path, ready_url: str) -> subprocess.Popen:
-        proc = subprocess.Popen(args, stdout=log.open("w"), stderr=subprocess.STDOUT)
-        started.append(proc)
-        wait_for_http(proc, ready_url, log, args[0], timeout_s=30)
-        return proc
-
-    yield start
+def processes() -> Iterator[_Processes]:
+    """Start a server process logging to a file; every one (and any appended, as
+    `start_alertmanager` does) is terminated by pid at teardown."""
+    started = _Processes()
+    yield started
     for proc in started:
         stop_process(proc, timeout_s=15)
+
+
+class _Processes(list[subprocess.Popen]):
+    def __call__(self, args: list[str], log: Path, ready_url: str) -> subprocess.Popen:
+        proc = subprocess.Popen(args, stdout=log.open("w"), stderr=subprocess.STDOUT)
+        self.append(proc)
+        wait_for_http(proc, ready_url, log, args[0], timeout_s=30)
+        return proc
 
 
 def wait_until(what: str, check: Callable[[], object], timeout_s: float, why=lambda: "") -> object:
@@ -136,37 +138,11 @@ def run_alert_loop(tmp_path, job, service_factory, processes, grafana, exporter)
     )
     service_address = service.url.removeprefix("http://")
 
-    # Alertmanager: the deploy routing, with this service's URL, token file and short intervals.
-    token_file = tmp_path / "webhook-token"
-    token_file.write_text(WEBHOOK_TOKEN)
-    am_port = free_port()
-    am_config = tmp_path / "alertmanager.yml"
-    am_config.write_text(
-        templated(
-            ALERTMANAGER_YML.read_text(),
-            [
-                # The example routes to the fleet hub; a sidecar takes the same payload.
-                (r"http://profiler-service-hub:8080/", f"{service.url}/", 1),
-                (r"credentials_file: .*$", f"credentials_file: {token_file}", 1),
-                (r"group_wait: \S+$", "group_wait: 1s", 2),
-                (r"group_interval: \S+$", "group_interval: 1s", 2),
-                # A still-firing alert is sent again after this: the second firing.
-                (r"repeat_interval: \S+$", "repeat_interval: 3s", 2),
-            ],
-        )
-    )
-    am_url = f"http://127.0.0.1:{am_port}"
-    processes(
-        [
-            binary("prometheus-alertmanager"),
-            f"--config.file={am_config}",
-            f"--storage.path={tmp_path / 'am-data'}",
-            f"--web.listen-address=127.0.0.1:{am_port}",
-            "--cluster.listen-address=",
-        ],
-        tmp_path / "alertmanager.log",
-        f"{am_url}/-/ready",
-    )
+    # Alertmanager: the deploy routing, with this service's URL (the example routes to the
+    # fleet hub; a sidecar takes the same payload); a still-firing alert is sent again after
+    # 3 s: the second firing.
+    am_url = start_alertmanager(tmp_path, service.url, WEBHOOK_TOKEN, processes, "3s")
+    am_port = int(am_url.rsplit(":", 1)[1])
 
     # Prometheus: the deploy config with loopback addresses and 1 s intervals; the rules file is
     # deploy's own, unchanged.
