@@ -23,6 +23,10 @@ class StepBreakdown(BaseModel):
     compile_ms: float = 0.0
     output_ms: float = 0.0
     other_ms: float = 0.0
+    # From one marked step's end to the next one's start: the training loop's own Python
+    # outside every marker (Keras 2's fit() marks only the call), which XProf's table leaves
+    # out and the job's clock counts (step_markers.py: add_time_between_markers).
+    between_steps_ms: float = 0.0
 
 
 class StepSample(BaseModel):

@@ -23,12 +23,13 @@ from profiler_service.analysis.input_pipeline import read_input_pipeline
 from profiler_service.analysis.kept_memory import has_memory_events
 from profiler_service.analysis.kernels import read_kernels
 from profiler_service.analysis.memory import read_memory
-from profiler_service.analysis.models import Finding, GpuActivity, HostSummary, Summary
+from profiler_service.analysis.models import Finding, GpuActivity, HostSummary, StepTime, Summary
 from profiler_service.analysis.op_stats import host_communication_ms, read_op_stats, read_ops
 from profiler_service.analysis.overview import read_overview, read_step_time
 from profiler_service.analysis.parts import Parts, assemble
 from profiler_service.analysis.rules import evaluate
 from profiler_service.analysis.step_markers import (
+    add_time_between_markers,
     capture_span_ms,
     per_training_step,
     unhide_markers_in_loops,
@@ -87,8 +88,8 @@ def summarise_run(run_dir: Path) -> Summary:
             memory_profiles = memory.result()
         events = own.result()
     parts.overview = read_overview(overview)
-    span_ms = capture_span_ms(captures[0])
-    parts.notes.extend(per_training_step(parts.overview.step_time, span_ms))
+    first = events.by_host.get(captures[0].host)
+    parts.notes.extend(_per_training_step(parts.overview.step_time, captures[0], first))
     parts.gpu = events.gpu
     parts.notes.extend(events.notes)
     for tool, read in _OPTIONAL_TOOLS.items():
@@ -107,7 +108,7 @@ def summarise_run(run_dir: Path) -> Summary:
     parts.iterator_stats = [e.iterators for e in events.by_host.values()]
     parts.tf_functions = costliest_tf_functions(events.by_host)
     if len(captures) > 1:
-        parts.per_host = [_host_summary(capture) for capture in captures]
+        parts.per_host = [_host_summary(c, events.by_host.get(c.host)) for c in captures]
     return assemble(parts)
 
 
@@ -189,7 +190,16 @@ def _optional(
         parts.notes.append(f"{tool}: {exc}")
 
 
-def _host_summary(capture: CaptureFile) -> HostSummary:
+def _per_training_step(
+    step_time: StepTime, capture: CaptureFile, events: HostEvents | None
+) -> list[str]:
+    """XProf's marked steps as the job's training steps: the time between markers added, then
+    divided by the steps each marker holds."""
+    notes = add_time_between_markers(step_time, events.steps) if events is not None else []
+    return notes + per_training_step(step_time, capture_span_ms(capture))
+
+
+def _host_summary(capture: CaptureFile, events: HostEvents | None) -> HostSummary:
     """One host on its own, read through a directory of its own.
 
     XProf caches op stats beside the files it reads, under one name whatever the hosts. Read
@@ -201,7 +211,7 @@ def _host_summary(capture: CaptureFile) -> HostSummary:
         link = Path(alone) / path.name
         link.symlink_to(path.resolve())
         step_time, _ = read_step_time(tool_data([link], "overview_page"))
-        per_training_step(step_time, capture_span_ms(capture))
+        _per_training_step(step_time, capture, events)
         capture.release()  # its last reader: the next host's conversion needs the memory
         ops = read_ops(tool_data([link], "framework_op_stats")) if step_time.avg_ms else []
     parts = step_time.breakdown_avg

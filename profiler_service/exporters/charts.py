@@ -21,6 +21,7 @@ STEP_PARTS = (
     ("compile_ms", "Compile", "#bcbd22"),
     ("output_ms", "Output", "#17becf"),
     ("other_ms", "All others", "#7f7f7f"),
+    ("between_steps_ms", "Between steps", "#c7c7c7"),
 )
 CATEGORY_COLOURS = {
     "compute": "#2ca02c",

@@ -12,8 +12,11 @@ from pathlib import Path
 import pytest
 from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
+from profiler_service.analysis.host_events import Span
 from profiler_service.analysis.models import StepBreakdown, StepSample, StepTime
 from profiler_service.analysis.step_markers import (
+    add_time_between_markers,
+    capture_span_ms,
     per_training_step,
     steps_per_marker,
     unhide_markers_in_loops,
@@ -33,7 +36,10 @@ def step_table(nums: list[int], call_ms: float = 8.0, name: str = "train") -> St
         max_ms=call_ms,
         stddev_ms=0.0,
         breakdown_avg=parts,
-        steps=[StepSample(name=f"{name} {n}", step_time_ms=call_ms, breakdown=parts) for n in nums],
+        steps=[
+            StepSample(name=f"{name} {n}", step_time_ms=call_ms, breakdown=parts.model_copy())
+            for n in nums
+        ],
     )
 
 
@@ -70,6 +76,73 @@ def test_one_step_per_marker_keeps_the_times_and_counts_the_set_aside_steps():
 )
 def test_steps_per_marker_is_the_gap_most_markers_agree_on(nums, expected):
     assert steps_per_marker(step_table(nums)) == expected
+
+
+def markers(nums: list[int], period_ms: float, call_ms: float, name: str = "train") -> list[Span]:
+    """Root step markers as the host events hold them: one call every `period_ms`."""
+    ps = 10**9
+    return [
+        Span(0, int(i * period_ms * ps), int((i * period_ms + call_ms) * ps), name,
+             {"step_num": num, "_r": 1})
+        for i, num in enumerate(nums)
+    ]  # fmt: skip
+
+
+def test_the_loop_between_marked_calls_is_added_to_each_step():
+    st = step_table(list(range(1, 10)), call_ms=2.0)  # XProf set aside markers 0 and 10
+    notes = add_time_between_markers(st, markers(list(range(11)), period_ms=2.5, call_ms=2.0))
+    assert st.avg_ms == 2.5 and (st.min_ms, st.max_ms) == (2.5, 2.5)
+    assert st.breakdown_avg.between_steps_ms == 0.5
+    assert {s.breakdown.between_steps_ms for s in st.steps} == {0.5}
+    assert st.breakdown_avg.input_ms == 1.0  # XProf's own parts are kept
+    assert "20% of each marked step ran between the markers" in notes[0]
+    per_training_step(st)
+    assert st.avg_ms == 2.5 and st.count == 11
+
+
+def test_the_time_between_is_per_training_step_when_a_marker_holds_several():
+    st = step_table(list(range(4, 40, 4)), call_ms=8.0)
+    add_time_between_markers(st, markers(list(range(0, 44, 4)), period_ms=10.0, call_ms=8.0))
+    per_training_step(st)
+    assert st.steps_per_marker == 4
+    assert st.avg_ms == 2.5 and st.breakdown_avg.between_steps_ms == 0.5
+
+
+def test_an_epochs_end_or_a_missing_marker_is_no_time_between_steps():
+    st = step_table([1, 2, 3, 0, 1, 2], call_ms=2.0)  # a new epoch numbers from 0 again
+    spans = markers([0, 1, 2, 3, 0, 1, 2, 3], period_ms=2.0, call_ms=2.0)
+    spans[3:] = markers([0, 1, 2, 3, 5], period_ms=2.0, call_ms=2.0)  # 4 left out
+    for i, span in enumerate(spans[3:]):  # the second epoch starts 100 ms later
+        spans[3 + i] = Span(0, span.start_ps + 10**11, span.end_ps + 10**11, span.name, span.stats)
+    assert add_time_between_markers(st, spans) == []
+    assert st.avg_ms == 2.0 and st.breakdown_avg.between_steps_ms == 0.0
+
+
+def test_time_between_below_a_percent_leaves_xprofs_figures():
+    st = step_table(list(range(1, 10)), call_ms=2.0)
+    assert add_time_between_markers(st, markers(list(range(11)), 2.01, 2.0)) == []
+    assert st.avg_ms == 2.0 and {s.step_time_ms for s in st.steps} == {2.0}
+
+
+def test_the_span_ends_where_only_the_thread_pool_tracer_recorded(tmp_path):
+    """TF stops its thread-pool tracer after collecting the host tracer's events: the stop time
+    says 3 s, the steps were traced for 2."""
+    space = xplane_pb2.XSpace()
+    env = space.planes.add(id=2, name="Task Environment")
+    for i, (name, value) in enumerate(
+        [("profile_start_time", 10**9), ("profile_stop_time", 4 * 10**9)], 1
+    ):
+        env.stat_metadata[i].id, env.stat_metadata[i].name = i, name
+        env.stats.add(metadata_id=i, uint64_value=value)
+    host = space.planes.add(id=1, name="/host:CPU")
+    host.event_metadata[1].id, host.event_metadata[1].name = 1, "train"
+    host.event_metadata[2].id, host.event_metadata[2].name = 2, "ThreadpoolListener::Record"
+    line = host.lines.add(id=1, name="python", timestamp_ns=0)
+    line.events.add(metadata_id=1, offset_ps=0, duration_ps=2 * 10**12)
+    line.events.add(metadata_id=2, offset_ps=2 * 10**12, duration_ps=10**12)
+    path = tmp_path / "host.xplane.pb"
+    path.write_bytes(space.SerializeToString())
+    assert capture_span_ms(path) == 2000.0
 
 
 def test_validation_markers_do_not_break_the_gap():
