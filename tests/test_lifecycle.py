@@ -110,3 +110,47 @@ def test_building_starts_nothing_start_starts_in_order_and_stop_leaves_nothing(
     }
     service.stop()
     assert own_threads() == before
+
+
+HUB_THREADS = ("hub-peers", "fleet-sync", "store-mirror")
+
+
+def hub_threads() -> set[str]:
+    return {t.name for t in threading.enumerate() if t.name.startswith(HUB_THREADS)}
+
+
+def test_the_hub_builds_without_starting_starts_in_order_and_stops_in_reverse(tmp_path):
+    from profiler_service.config import HubSettings
+    from profiler_service.hub.fleet import build_hub
+
+    (tmp_path / "bucket").mkdir()
+    before = hub_threads()
+    hub = build_hub(
+        HubSettings(
+            store=tmp_path / "hub",
+            store_url=(tmp_path / "bucket").as_uri(),
+            api_token="t",
+            hub_sync_interval_s=3600,
+        )
+    )
+    assert hub_threads() == before  # built, nothing started
+    log: list[str] = []
+    for name, part in (("peers", hub.peers), ("fleet-sync", hub.fleet_sync)):
+        start, stop = part.start, part.stop
+
+        def started(name=name, start=start) -> None:
+            log.append(f"start {name}")
+            start()
+
+        def stopped(timeout_s=None, name=name, stop=stop) -> None:
+            log.append(f"stop {name}")
+            stop(timeout_s)
+
+        part.start, part.stop = started, stopped
+    hub.start()
+    # The registry share first (it reads the other replicas before the first request), then
+    # the sync; both are BackgroundLoops.
+    assert hub_threads() - before == {"hub-peers", "fleet-sync"}
+    hub.stop()
+    assert log == ["start peers", "start fleet-sync", "stop fleet-sync", "stop peers"]
+    assert hub_threads() == before

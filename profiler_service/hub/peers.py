@@ -28,6 +28,7 @@ from collections.abc import Callable
 from pydantic import ValidationError
 
 from profiler_service.hub.registry import SidecarRecord, SidecarRegistry
+from profiler_service.lifecycle import BackgroundLoop
 from profiler_service.store.object_store import ObjectStoreMirror
 
 __all__ = ["PEERS_PREFIX", "RegistryShare", "replica_name"]
@@ -46,8 +47,8 @@ def replica_name() -> str:
 
 
 class RegistryShare:
-    """One thread: publish this replica's heartbeats, merge the others'. `once()` is one round
-    (the tests call it)."""
+    """One `BackgroundLoop`: publish this replica's heartbeats, merge the others'. `once()` is
+    one round (the tests call it); `start()` runs one round first, then the loop."""
 
     def __init__(
         self,
@@ -67,8 +68,8 @@ class RegistryShare:
         self.merged_total = 0
         self._published_s = -float("inf")
         self._failing = False
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        # A sidecar joining or leaving wakes the loop at once; stop() sets it too.
+        self._loop = BackgroundLoop("hub-peers", self._run, wakes=[registry.changed], join_s=10)
 
     def once(self) -> None:
         try:
@@ -145,20 +146,16 @@ class RegistryShare:
 
     def start(self) -> None:
         self.once()  # know the fleet before the first request
-        self._thread = threading.Thread(target=self._run, name="hub-peers", daemon=True)
-        self._thread.start()
+        self._loop.start()
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
+    def _run(self, stopping: threading.Event) -> None:
+        while not stopping.is_set():
             # A sidecar joining or leaving is shared at once; the rest every interval.
             self.registry.changed.wait(self.interval_s)
-            if self._stop.is_set():
+            if stopping.is_set():
                 break
             self.once()
 
     def stop(self, timeout_s: float | None = None) -> None:
         """Stop sharing; the file stays for the others until its records age out."""
-        self._stop.set()
-        self.registry.changed.set()
-        if self._thread is not None:
-            self._thread.join(10 if timeout_s is None else timeout_s)
+        self._loop.stop(timeout_s)
