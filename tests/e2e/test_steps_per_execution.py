@@ -99,15 +99,15 @@ def assert_agrees_with_job(body: dict, xplane: Path, clock_file: Path, n: int) -
     assert steps["avg_ms"] == pytest.approx(job_ms, rel=AGREEMENT), (steps["avg_ms"], job_ms)
 
 
-@pytest.mark.parametrize("keras", [3, 2])
 @pytest.mark.parametrize(
-    ("n", "decode_ms"),
+    ("keras", "n", "decode_ms"),
     [
-        (1, "0.2"),  # small steps, one per call: the figures as before
-        (4, "2"),  # four 70 ms steps per call: about 7 calls in the capture
+        (3, 1, "0.2"),  # one step per call: the figures as before
+        (3, 4, "2"),  # four 70 ms steps per call: about 7 calls in the capture
+        (2, 4, "2"),  # Keras 2's own markers, N steps each
     ],
 )
-def test_agent_counts_and_times_each_training_step(tmp_path, n, decode_ms, keras):
+def test_agent_counts_and_times_each_training_step(tmp_path, keras, n, decode_ms):
     store, clock = tmp_path / "store", tmp_path / "clock.txt"
     job = start_job(
         "--workload", "input-bound", "--decode-ms", decode_ms, "--steps-per-execution", str(n),
@@ -141,19 +141,28 @@ def test_sidecar_reads_the_same_steps_from_a_remote_capture(tmp_path, service_fa
     assert body["findings"][0]["rule"] == "input_bound"
 
 
-@pytest.mark.parametrize("keras", [3, 2])
-@pytest.mark.parametrize("n", [1, 4])
-def test_small_steps_are_timed_as_the_job_clocks_them(tmp_path, n, keras):
+@pytest.mark.parametrize(
+    ("keras", "n", "through"),
+    [(3, 1, "agent"), (2, 1, "agent"), (3, 4, "sidecar"), (2, 4, "sidecar"), (2, 1, "sidecar")],
+)
+def test_small_steps_are_timed_as_the_job_clocks_them(tmp_path, service_factory, keras, n, through):
     """Steps of 2-3 ms, where the training loop's own Python between two calls (outside Keras
-    2's marker) is a tenth of a step: the snapshot adds it (`between_steps_ms`)."""
+    2's marker) is up to a fifth of a step: the snapshot adds it (`between_steps_ms`)."""
     store, clock = tmp_path / "store", tmp_path / "clock.txt"
+    how = ["--agent", "--store", str(store)]
+    if through == "sidecar":
+        how = ["--profiler-port", str(free_port())]
     job = start_job(
         "--workload", "input-bound", "--decode-ms", "0", "--batch-size", "4",
-        "--steps-per-execution", str(n), "--clock-file", str(clock), "--agent",
-        "--store", str(store), "--seconds", "120", keras=keras,
+        "--steps-per-execution", str(n), "--clock-file", str(clock), *how, "--seconds", "120",
+        keras=keras,
     )  # fmt: skip
     try:
-        body, xplane = capture(job.ready["agent_url"], store)
+        if through == "sidecar":
+            service = service_factory([job.address])
+            body, xplane = capture(service.url, service.store)
+        else:
+            body, xplane = capture(job.ready["agent_url"], store)
         assert_agrees_with_job(body, xplane, clock, n)
     finally:
         job.stop()
