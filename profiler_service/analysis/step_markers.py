@@ -338,23 +338,32 @@ def capture_span_ms(capture: CaptureFile | Path) -> float | None:
 
 def _untraced_tail_ps(plane: Any) -> int:
     """How long the host plane's last events outlast its last event of another tracer than the
-    thread pool's."""
+    thread pool's. Events are in start order on each line: each is read back from its end only
+    as far as the latest such event found so far (a few thousand events, not the capture's)."""
     if plane is None:
         return 0
     pool = {k for k, m in plane.event_metadata.items() if m.name.startswith(THREAD_POOL_EVENTS)}
-    last_any = last_traced = 0
-    for line in plane.lines:
-        base = line.timestamp_ns * 1000
-        seen = 0
-        for event in reversed(line.events):
-            end = base + event.offset_ps + event.duration_ps
+
+    def latest(events: Any, base: int, since: int) -> tuple[int, int]:
+        last_any = last_traced = 0
+        for event in reversed(events):
+            start = base + event.offset_ps
+            end = start + event.duration_ps
             last_any = max(last_any, end)
             if event.metadata_id not in pool:
                 last_traced = max(last_traced, end)
-                seen += 1
-                if seen >= SPAN_TAIL_EVENTS:  # events are in start order: the latest ends
-                    break  # are among a line's last few
-    return max(0, last_any - last_traced) if last_traced else 0
+            if start < since:
+                break
+        return last_any, last_traced
+
+    tails = [(line.timestamp_ns * 1000, line.events) for line in plane.lines if line.events]
+    # A first guess from each line's last events, then each line back to it.
+    traced = max((latest(ev[-SPAN_TAIL_EVENTS:], b, 0)[1] for b, ev in tails), default=0)
+    last_any = 0
+    for base, events in tails:
+        line_any, line_traced = latest(events, base, traced)
+        last_any, traced = max(last_any, line_any), max(traced, line_traced)
+    return max(0, last_any - traced) if traced else 0
 
 
 def steps_per_marker(step_time: StepTime) -> int:
