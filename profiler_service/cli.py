@@ -71,9 +71,9 @@ def cmd_capture(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from profiler_service.capture.controller import CaptureRequest
+    from profiler_service.durations import parse_duration
     from profiler_service.models import SnapshotStatus, Trigger, TriggerKind
     from profiler_service.service import build_service
-    from profiler_service.trigger.duration import parse_duration
 
     settings = _settings(args)
     seconds = parse_duration(

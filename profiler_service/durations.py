@@ -1,4 +1,7 @@
-"""Capture durations as people write them: `500ms`, `5s`, `2m`, or bare seconds."""
+"""Capture durations as people write them: `500ms`, `5s`, `2m`, or bare seconds.
+
+Neutral ground: the triggers parse with it (HTTP, webhooks, the CLI) and the controller names
+its bounds with it (`format_seconds`), so neither package imports the other for it."""
 
 from __future__ import annotations
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from profiler_service.durations import format_seconds, parse_duration
 from profiler_service.errors import InvalidDuration
-from profiler_service.trigger.duration import format_seconds, parse_duration
 
 BOUNDS = {"default_s": 5.0, "min_s": 0.1, "max_s": 60.0}
 

@@ -87,3 +87,23 @@ def test_the_package_has_no_import_cycle():
     graph = {name: imports_of(name, path, known) for name, path in known.items()}
     assert "profiler_service.store.snapshot_store" in graph["profiler_service.store.mirror_sync"]
     assert cycles(graph) == []
+
+
+def test_no_two_subpackages_import_each_other():
+    """Nor between the subpackages (capture/, trigger/, ...): a neutral module (durations.py,
+    errors.py, models.py) holds what both read."""
+    known = module_names()
+    packages = {
+        n.split(".")[1] for n, p in known.items() if n.count(".") == 1 and p.name == "__init__.py"
+    }
+    graph: dict[str, set[str]] = {package: set() for package in packages}
+    for name, path in known.items():
+        parts = name.split(".")
+        if len(parts) < 3 or parts[1] not in packages:
+            continue
+        for imported in imports_of(name, path, known):
+            other = imported.split(".")[1] if imported.count(".") else None
+            if other in packages and other != parts[1]:
+                graph[parts[1]].add(other)
+    assert {"capture", "trigger"} <= packages and "capture" in graph["trigger"]
+    assert cycles(graph) == []

@@ -25,6 +25,7 @@ from profiler_service.capture.capturer import Captured, CaptureFailed, CaptureJo
 from profiler_service.capture.discovery import resolve_workers
 from profiler_service.capture.remote import connect_error
 from profiler_service.config import BoundsSettings, CaptureSettings
+from profiler_service.durations import format_seconds
 from profiler_service.errors import (
     CaptureBusy,
     InvalidDuration,
@@ -46,7 +47,6 @@ from profiler_service.models import (
 )
 from profiler_service.store import SnapshotStore
 from profiler_service.targets import Target, TargetKind
-from profiler_service.trigger.duration import format_seconds
 
 log = logging.getLogger(__name__)
 

@@ -38,11 +38,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from profiler_service.capture.controller import CaptureController, CaptureRequest, StartOutcome
 from profiler_service.config import WebhookSettings
+from profiler_service.durations import parse_duration
 from profiler_service.errors import InvalidDuration
 from profiler_service.models import Trigger, TriggerKind
 from profiler_service.targets import TargetMatcher
 from profiler_service.trigger.alert_log import AlertLog, AlertOutcome, Outcome, Reason
-from profiler_service.trigger.duration import parse_duration
 
 __all__ = [
     "AlertOutcome",

@@ -26,11 +26,11 @@ from profiler_service.api.schemas import (
     snapshots_page_json,
 )
 from profiler_service.capture.controller import CaptureRequest
+from profiler_service.durations import parse_duration
 from profiler_service.errors import FileNotFound, InvalidRequest, SnapshotNotFound
 from profiler_service.exporters.report import render_report
 from profiler_service.models import SnapshotStatus, Trigger, TriggerKind, is_snapshot_id
 from profiler_service.store import SnapshotQuery
-from profiler_service.trigger.duration import parse_duration
 
 _LABEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 
