@@ -1,15 +1,21 @@
 """The controller is the one place of policy: it answers started, busy or rejected, and no
 trigger gets a capture past `duration_max_s`, whatever it parsed (the memory watch once passed
-its own duration unchecked)."""
+its own duration unchecked): the memory watch, the schedules, the HTTP API, the webhooks and
+the CLI are each shown here reaching `try_start()` with 120 s and being refused by it."""
 
 from __future__ import annotations
 
 import math
 
 import pytest
+from alert_samples import alertmanager, am_alert, body
 from fakes import HeldCapturer
+from fastapi.testclient import TestClient
 
+from profiler_service import cli, durations
 from profiler_service.analysis.analyzer import XprofAnalyzer
+from profiler_service.api import create_app
+from profiler_service.api.routes import profiles as profiles_routes
 from profiler_service.capture.controller import (
     CaptureController,
     CaptureRequest,
@@ -23,10 +29,12 @@ from profiler_service.config import (
     ScheduleSettings,
     Settings,
 )
+from profiler_service.durations import parse_duration
 from profiler_service.lookback.ring import SampleRing
 from profiler_service.models import SnapshotStatus
 from profiler_service.store import SnapshotStore
 from profiler_service.targets import Target, TargetKind
+from profiler_service.trigger import alerts as alerts_trigger
 from profiler_service.trigger.memory_watch import MemoryWatch
 from profiler_service.trigger.schedule import CaptureScheduler
 
@@ -92,7 +100,9 @@ def test_the_configuration_refuses_a_watch_or_a_schedule_longer_than_the_bound(t
         )
 
 
-def test_no_trigger_exceeds_the_bound_even_past_the_configuration(controller, held):
+def test_the_watch_and_the_schedules_cannot_exceed_the_bound_past_the_configuration(
+    controller, held
+):
     """Settings changed without validation (model_copy) still cannot pass the controller."""
     too_long = MemoryWatchSettings().model_copy(
         update={"memory_watch_duration_s": 120.0, "memory_watch_share": 0.5}
@@ -103,6 +113,70 @@ def test_no_trigger_exceeds_the_bound_even_past_the_configuration(controller, he
     scheduler = CaptureScheduler(ScheduleSettings(), controller)
     assert scheduler.fire(Schedule(target="trainer", interval_s=600, duration_s=120)) == "failed"
     assert held.started == [] and controller.in_flight() == []
+
+
+@pytest.fixture
+def lenient(monkeypatch):
+    """Make a trigger's own parsing forget the upper bound (`max_s=inf`), as a trigger that
+    parsed wrongly would: whatever gets past it must still be refused by the controller."""
+
+    def patch(module) -> None:
+        def parse_without_a_bound(text, **bounds):
+            return parse_duration(text, **{**bounds, "max_s": math.inf})
+
+        monkeypatch.setattr(module, "parse_duration", parse_without_a_bound)
+
+    return patch
+
+
+CONTROLLER_REFUSES = "a capture of 120 s is out of bounds: captures last between 100ms and 10s"
+
+
+def test_the_http_api_cannot_exceed_the_bound_past_its_own_parsing(make_service, held, lenient):
+    lenient(profiles_routes)
+    service = make_service(duration_max_s=10, duration_default_s=2)
+    with TestClient(create_app(service)) as client:
+        response = client.post("/profile", params={"duration": "120s", "target": "trainer"})
+        assert response.status_code == 422, response.text
+        assert response.json()["error"] == "invalid_duration"
+        assert CONTROLLER_REFUSES in response.json()["detail"]  # the controller's words
+        assert client.get("/profiles").json()["count"] == 0
+    assert held.started == [] and service.controller.in_flight() == []
+
+
+def test_the_webhook_cannot_exceed_the_bound_past_its_own_parsing(make_service, held, lenient):
+    lenient(alerts_trigger)
+    service = make_service(
+        duration_max_s=10,
+        duration_default_s=2,
+        webhook_target_rules=[{"label": "pod", "pattern": r"trainer-\d+", "target": "trainer"}],
+    )
+    data = alertmanager(alerts=[am_alert(profile_duration="120s")])
+    with TestClient(create_app(service)) as client:
+        response = client.post(
+            "/webhooks/alertmanager",
+            content=body(data),
+            headers={"Content-Type": "application/json"},
+        )
+        assert response.status_code == 202, response.text
+        [alert] = response.json()["alerts"]
+    assert alert["outcome"] == "rejected" and alert["reason"] == "invalid_duration"
+    assert CONTROLLER_REFUSES in alert["detail"]
+    assert held.started == [] and service.controller.in_flight() == []
+
+
+def test_the_cli_cannot_exceed_the_bound_past_its_own_parsing(
+    tmp_path, lenient, capsys, monkeypatch
+):
+    lenient(durations)  # cmd_capture imports parse_duration when it runs
+    monkeypatch.setenv("PROFILER_DURATION_MAX_S", "10")
+    monkeypatch.setenv("PROFILER_ANALYSIS_WORKER_IDLE_S", "0")  # no analysis worker process
+    store = tmp_path / "store"
+    target = f"trainer=grpc://{UNUSED}"
+    code = cli.main(["capture", "--target", target, "--store", str(store), "--duration", "120s"])
+    assert code == 2
+    assert f"invalid_duration: {CONTROLLER_REFUSES}" in capsys.readouterr().err
+    assert not list(store.glob("plugins/profile/*"))  # nothing begun
 
 
 def _reading():
