@@ -154,3 +154,26 @@ def test_the_hub_builds_without_starting_starts_in_order_and_stops_in_reverse(tm
     hub.stop()
     assert log == ["start peers", "start fleet-sync", "stop fleet-sync", "stop peers"]
     assert hub_threads() == before
+
+
+def test_a_pending_lead_up_asks_prometheus_when_started_not_when_built():
+    from datetime import UTC, datetime
+
+    from profiler_service.lookback.models import LeadUp, PendingLeadUp, Series
+
+    asked = threading.Event()
+
+    def ask() -> tuple[list[Series], list[str]]:
+        asked.set()
+        return [Series(name="steps", source="prometheus")], ["asked"]
+
+    now = datetime.now(UTC)
+    pending = PendingLeadUp(LeadUp(start=now, end=now), ask, deadline_s=5)
+    assert not asked.wait(0.2)  # built: nothing asked, no thread
+    assert pending.start() is pending and asked.wait(5)
+    pending.start()  # once
+    lead_up = pending.result()
+    assert [s.name for s in lead_up.series] == ["steps"] and lead_up.notes == ["asked"]
+    # Never started: result() asks itself, within the deadline.
+    unstarted = PendingLeadUp(LeadUp(start=now, end=now), ask, deadline_s=5)
+    assert [s.name for s in unstarted.result().series] == ["steps"]

@@ -294,6 +294,8 @@ class CaptureController:
             return None
         try:
             pending = self.lead_up(snapshot)
+            if pending is not None:
+                pending.start()  # Prometheus's queries, beside the analysis
         except Exception:  # the lead-up is context: it never fails a capture
             log.exception("could not record the lead-up of snapshot %s", snapshot.id)
             return None

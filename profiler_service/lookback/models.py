@@ -33,7 +33,10 @@ class LeadUp(BaseModel):
 class PendingLeadUp:
     """A snapshot's lead-up while Prometheus may still be answering: `now` (the ring's samples,
     which the memory rules read before analysis) at once, and Prometheus's series merged in by
-    `result()`, so a slow Prometheus runs beside the analysis instead of before it."""
+    `result()`, so a slow Prometheus runs beside the analysis instead of before it.
+
+    Built, it asks nothing: `start()` (the controller's, once the trace is done) sends the
+    queries on a thread; `result()` starts them itself when nobody did."""
 
     def __init__(
         self,
@@ -42,9 +45,18 @@ class PendingLeadUp:
         deadline_s: float = 0.0,
     ):
         self.now = now
+        self._ask = ask
         self._deadline_s = deadline_s
         self._found: tuple[list[Series], list[str]] | None = None
         self._thread: threading.Thread | None = None
+        self._started = False
+
+    def start(self) -> PendingLeadUp:
+        """Send Prometheus's queries beside the caller (once; nothing to send, nothing runs)."""
+        if self._started:
+            return self
+        self._started = True
+        ask = self._ask
         if ask is not None:
 
             def run() -> None:
@@ -52,10 +64,12 @@ class PendingLeadUp:
 
             self._thread = threading.Thread(target=run, name="lead-up-prometheus", daemon=True)
             self._thread.start()
+        return self
 
     def result(self) -> LeadUp:
         """`now` with Prometheus's series and notes; waits at most what is left of the deadline
         (the queries keep to it themselves; the margin is for a thread that did not)."""
+        self.start()
         if self._thread is not None:
             self._thread.join(self._deadline_s + _JOIN_MARGIN_S)
             found, self._thread = self._found, None
