@@ -1,5 +1,5 @@
-"""The test suite's stand-ins, in one place: capturers and an analyzer for the decisions around a
-capture, and a clock the test moves.
+"""The test suite's stand-ins, in one place: capturers and analyzers for the decisions around a
+capture, a controller for the triggers that ask it, and a clock the test moves.
 
 What they stand in for is the capture stage alone: the controller, store, analysis, API and
 exporters around them are real. Real captures of real jobs are in tests/e2e/.
@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 from profiler_service.capture.capturer import Captured, CaptureFailed, CaptureJob, collect_xplanes
+from profiler_service.capture.controller import CaptureRequest, StartOutcome, StartResult
+from profiler_service.config import BoundsSettings, CaptureSettings
+from profiler_service.errors import CaptureBusy, SnapshotErrorCode
 
 
 class HeldCapturer:
@@ -57,6 +61,25 @@ class RaisingCapturer:
         raise self.error
 
 
+class OutlivesItsDeadline:
+    """Traces until the controller cancels it (`job.cancel`, at the deadline), as a hung
+    profiler would; `cancelled` and `ended` say it was told and that it stopped."""
+
+    applies_tracer_levels = True
+
+    def __init__(self) -> None:
+        self.cancelled = threading.Event()
+        self.ended = threading.Event()
+
+    def capture(self, job: CaptureJob) -> Captured:
+        try:
+            if job.cancel.wait(60):
+                self.cancelled.set()
+            raise CaptureFailed(SnapshotErrorCode.CAPTURE_FAILED, "stand-in: stopped")
+        finally:
+            self.ended.set()
+
+
 class FailingAnalyzer:
     """An analyzer whose every analysis fails with `failure` (AnalysisFailed)."""
 
@@ -68,6 +91,21 @@ class FailingAnalyzer:
 
     def analyze(self, run_dir: Path, process_memory: object = None) -> None:
         raise self.failure
+
+
+class NotedAnalyzer:
+    """Wraps an analyzer (the service's own), noting in `events` when an analysis starts."""
+
+    def __init__(self, analyzer: object, events: list[str]):
+        self.analyzer = analyzer
+        self.events = events
+
+    def __getattr__(self, name: str) -> object:  # warm, close: the analyzer's own
+        return getattr(self.analyzer, name)
+
+    def analyze(self, run_dir: Path, process_memory: object = None) -> object:
+        self.events.append("analysis started")
+        return self.analyzer.analyze(run_dir, process_memory)
 
 
 class WritesBytes:
@@ -84,6 +122,25 @@ class WritesBytes:
         run.mkdir(parents=True)
         (run / "worker-0.xplane.pb").write_bytes(self.payload)
         return collect_xplanes(job)
+
+
+class RecordingController:
+    """Stands in for the capture controller, for a trigger that asks it (`try_start`): records
+    the requests and answers started, or busy when `busy`."""
+
+    def __init__(self, busy: bool = False, targets: str = "job=grpc://127.0.0.1:6009"):
+        self.requests: list[CaptureRequest] = []
+        self.busy = busy
+        self.capture = CaptureSettings(targets=[targets])
+        self.bounds = BoundsSettings()
+
+    def try_start(self, request: CaptureRequest) -> StartResult:
+        if self.busy:
+            error = CaptureBusy("a capture of target 'job' is already running")
+            return StartResult(StartOutcome.BUSY, error=error)
+        self.requests.append(request)
+        snapshot = SimpleNamespace(id=f"snap-{len(self.requests)}")
+        return StartResult(StartOutcome.STARTED, snapshot=snapshot)
 
 
 class FakeClock:

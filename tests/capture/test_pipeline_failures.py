@@ -7,14 +7,13 @@ from __future__ import annotations
 import signal
 import sys
 import textwrap
-import threading
 from pathlib import Path
 
 import pytest
-from fakes import FailingAnalyzer, RaisingCapturer, WritesBytes
+from fakes import FailingAnalyzer, OutlivesItsDeadline, RaisingCapturer, WritesBytes
 
 from profiler_service.analysis.analyzer import AnalysisFailed, XprofAnalyzer
-from profiler_service.capture.capturer import Captured, CaptureFailed, CaptureJob, Capturer
+from profiler_service.capture.capturer import CaptureFailed, Capturer
 from profiler_service.capture.controller import CaptureController, CaptureRequest
 from profiler_service.child_process import Ending, WorkerRun, run_worker
 from profiler_service.config import BoundsSettings, CaptureSettings
@@ -171,24 +170,6 @@ def test_run_worker_says_how_a_real_child_ended(tmp_path, monkeypatch, how, endi
         assert run.exit_code == 3 and run.how_it_ended() == "exit status 3"
     if ending is Ending.KILLED:
         assert run.oom_killed  # SIGKILL we did not send: read as the kernel's OOM killer
-
-
-class OutlivesItsDeadline:
-    """Traces until told to stop, as a hung profiler would."""
-
-    applies_tracer_levels = True
-
-    def __init__(self) -> None:
-        self.cancelled = threading.Event()
-        self.ended = threading.Event()
-
-    def capture(self, job: CaptureJob) -> Captured:
-        try:
-            if job.cancel.wait(60):
-                self.cancelled.set()
-            raise CaptureFailed(SnapshotErrorCode.CAPTURE_FAILED, "stand-in: stopped")
-        finally:
-            self.ended.set()
 
 
 def test_a_trace_past_its_deadline_is_cancelled_before_its_target_is_freed(store):

@@ -17,12 +17,11 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import httpx
 import pytest
-from fakes import WritesBytes
+from fakes import NotedAnalyzer, WritesBytes
 from helpers import RECORDED_CAPTURE, free_port
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
@@ -433,21 +432,6 @@ class SilentPrometheus:
         self._stop.set()
         self._thread.join(5)
         self._listener.close()
-
-
-class NotedAnalyzer:
-    """The service's own analyzer, noting in `events` when an analysis starts."""
-
-    def __init__(self, analyzer: object, events: list[str]):
-        self.analyzer = analyzer
-        self.events = events
-
-    def __getattr__(self, name: str) -> object:  # warm, close: the analyzer's own
-        return getattr(self.analyzer, name)
-
-    def analyze(self, run_dir: Path, process_memory: object = None) -> object:
-        self.events.append("analysis started")
-        return self.analyzer.analyze(run_dir, process_memory)
 
 
 def test_a_prometheus_that_never_answers_delays_no_analysis(make_service):

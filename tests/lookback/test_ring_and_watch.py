@@ -1,7 +1,7 @@
 """The look-back ring, its sources and the memory watch's decisions.
 
-The watch is driven sample by sample through its real ring; the capture controller it calls is a
-recorder here (the real one, with real jobs, is tests/e2e/test_memory_watch.py).
+The watch is driven sample by sample through its real ring; the capture controller it calls is
+`fakes.RecordingController` here (the real one, with real jobs: tests/e2e/test_memory_watch.py).
 """
 
 from __future__ import annotations
@@ -12,10 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from fakes import RecordingController
 
-from profiler_service.capture.controller import StartOutcome, StartResult
-from profiler_service.config import BoundsSettings, CaptureSettings, MemoryWatchSettings
-from profiler_service.errors import CaptureBusy
+from profiler_service.config import MemoryWatchSettings
 from profiler_service.lookback import sources
 from profiler_service.lookback.ring import Sample, SampleRing
 from profiler_service.lookback.sources import (
@@ -42,24 +41,6 @@ def test_the_ring_keeps_its_window_and_reads_back_series():
     assert gpu.points[0] == (1019.0, 38) and gpu.points[-1] == (1029.0, 58)
 
 
-class Recorder:
-    """Stands in for the capture controller: records requests, or answers busy."""
-
-    def __init__(self, busy: bool = False):
-        self.requests = []
-        self.busy = busy
-        self.capture = CaptureSettings(targets=["job=grpc://127.0.0.1:6009"])
-        self.bounds = BoundsSettings()
-
-    def try_start(self, request):
-        if self.busy:
-            error = CaptureBusy("a capture of target 'job' is already running")
-            return StartResult(StartOutcome.BUSY, error=error)
-        self.requests.append(request)
-        snapshot = type("Snapshot", (), {"id": f"snap-{len(self.requests)}"})()
-        return StartResult(StartOutcome.STARTED, snapshot=snapshot)
-
-
 def watch(controller, **settings) -> tuple[MemoryWatch, SampleRing]:
     config = MemoryWatchSettings(
         memory_watch_window_s=10,
@@ -83,7 +64,7 @@ def host(in_use: float, capacity: float = 10 * GIB) -> dict:
 
 
 def test_steady_growth_that_fills_capacity_within_the_horizon_is_captured():
-    controller = Recorder()
+    controller = RecordingController()
     w, ring = watch(controller)
     rate = 100 * 2**20  # 100 MiB/s from 2 GiB toward 10 GiB: full in about 80 s
     feed(w, ring, [host(2 * GIB + rate * t) for t in range(25)])
@@ -100,7 +81,7 @@ def test_steady_growth_that_fills_capacity_within_the_horizon_is_captured():
 
 
 def test_growth_far_from_capacity_waits_for_the_growth_floor():
-    controller = Recorder()
+    controller = RecordingController()
     w, ring = watch(controller, memory_watch_growth_min_share=0.5)
     rate = 100 * 2**20  # filling buffers at start-up: fast, but 1 GiB of 10
     feed(w, ring, [host(GIB + rate * t) for t in range(30)])
@@ -111,7 +92,7 @@ def test_growth_far_from_capacity_waits_for_the_growth_floor():
 
 
 def test_crossing_the_share_is_captured_and_then_the_watch_cools_down():
-    controller = Recorder()
+    controller = RecordingController()
     w, ring = watch(controller, memory_watch_cooldown_s=3600)
     feed(w, ring, [host(5 * GIB)] * 5 + [host(9.5 * GIB)] * 5)
     [request] = controller.requests  # the four samples after it fall in the cooldown
@@ -120,7 +101,7 @@ def test_crossing_the_share_is_captured_and_then_the_watch_cools_down():
 
 
 def test_flat_noisy_or_slow_memory_is_not_captured():
-    controller = Recorder()
+    controller = RecordingController()
     w, ring = watch(controller)
     noisy = [host(4 * GIB + (GIB // 2 if t % 2 else 0)) for t in range(30)]
     feed(w, ring, noisy)
@@ -131,7 +112,7 @@ def test_flat_noisy_or_slow_memory_is_not_captured():
 
 
 def test_gpu_memory_reserved_by_tensorflow_counts_only_when_it_grows():
-    controller = Recorder()
+    controller = RecordingController()
     w, ring = watch(controller)
     reserved = {"gpu_memory_used_bytes|GPU:0": 75 * GIB, "gpu_memory_total_bytes|GPU:0": 80 * GIB}
     feed(w, ring, [reserved] * 20)  # 94 % "used": TF's allocator took it at start
@@ -149,7 +130,7 @@ def test_gpu_memory_reserved_by_tensorflow_counts_only_when_it_grows():
 
 
 def test_a_busy_target_is_counted_and_tried_again():
-    controller = Recorder(busy=True)
+    controller = RecordingController(busy=True)
     w, ring = watch(controller)
     feed(w, ring, [host(9.5 * GIB)] * 3)
     assert w.outcomes[("share", "busy")] == 3
