@@ -70,6 +70,7 @@ EXPECTED_RULES = {
     "retracing",
     "xla_recompilation",
     "step_temporaries",
+    "between_steps",
 }
 GPU_RULES = (
     "device_idle",
@@ -277,6 +278,28 @@ def test_host_overhead_warns_at_xprofs_high_all_others_share():
     finding = assert_fires("host_overhead", cpu(step_time=steps(other_ms=at)), Severity.WARNING)
     assert finding.impact_share == host.ALL_OTHER_HIGH_SHARE
     assert run("host_overhead", cpu(step_time=steps(other_ms=at - 1))) is None
+
+
+def test_between_steps_is_info_then_a_warning_and_names_steps_per_execution_for_short_steps():
+    info, warning = (
+        part_at(host.BETWEEN_STEPS_INFO_SHARE),
+        part_at(host.BETWEEN_STEPS_WARNING_SHARE),
+    )
+    assert run("between_steps", cpu(step_time=steps(between_steps_ms=info - 1))) is None
+    finding = assert_fires(
+        "between_steps", cpu(step_time=steps(between_steps_ms=info)), Severity.INFO
+    )
+    assert finding.impact_share == host.BETWEEN_STEPS_INFO_SHARE
+    assert (
+        "tf.data" in finding.recommendation and "steps_per_execution" not in finding.recommendation
+    )
+    assert_fires("between_steps", cpu(step_time=steps(between_steps_ms=warning - 1)), Severity.INFO)
+    assert_fires("between_steps", cpu(step_time=steps(between_steps_ms=warning)), Severity.WARNING)
+    short = steps(avg_ms=2.0, between_steps_ms=0.4)
+    assert "steps_per_execution" in run("between_steps", cpu(step_time=short)).recommendation
+    assert "tf.data" in run("between_steps", cpu(step_time=short)).recommendation
+    short.steps_per_marker = 4  # already several per call: what else runs between them
+    assert "steps_per_execution" not in run("between_steps", cpu(step_time=short)).recommendation
 
 
 def test_host_overhead_is_info_at_the_moderate_share_only_when_xprof_says_potentially():

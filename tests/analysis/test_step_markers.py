@@ -248,6 +248,36 @@ def test_custom_loop_with_a_while_loop_in_the_marked_call():
     assert st.avg_ms == pytest.approx(ms, rel=AGREEMENT)
 
 
+def test_python_between_marked_steps_is_counted_and_found():
+    """A custom loop that decodes in Python outside its step marker (the article's first case):
+    XProf's table holds the marked 1-2 ms only; the snapshot the whole step, and the finding."""
+    import tensorflow as tf
+
+    from profiler_service.steps import training_step
+
+    w = tf.Variable(tf.random.normal((256, 256)) * 0.01)
+    step = tf.function(lambda x: w.assign_sub(0.0001 * tf.matmul(x, w)))
+    x = tf.random.normal((256, 256))
+    numbers = iter(range(10**9))
+
+    def run() -> int:
+        with training_step(next(numbers)):
+            step(x)
+        busy_until = time.perf_counter() + 0.003  # "decoding" the next batch in Python
+        while time.perf_counter() < busy_until:
+            pass
+        return 1
+
+    run_dir, steps, ms = captured(run)
+    result = analyse_run(run_dir)
+    st = result.summary.step_time
+    assert st.breakdown_avg.between_steps_ms >= 2.5
+    assert st.avg_ms == pytest.approx(ms, rel=AGREEMENT)
+    assert st.count == pytest.approx(steps, rel=AGREEMENT)
+    finding = {f.rule: f for f in result.findings}["between_steps"]
+    assert finding.evidence["between_steps_share"] > 0.5 and "tf.data" in finding.recommendation
+
+
 def keras_fit_run(keras, n: int, callback) -> Callable[[], int]:
     """One `fit` call of 4 * n batches per run: the model's own steps_per_execution loop."""
     import numpy as np

@@ -153,7 +153,7 @@ def test_small_steps_are_timed_as_the_job_clocks_them(tmp_path, service_factory,
     if through == "sidecar":
         how = ["--profiler-port", str(free_port())]
     job = start_job(
-        "--workload", "input-bound", "--decode-ms", "0", "--batch-size", "4",
+        "--workload", "input-bound", "--decode-ms", "0", "--batch-size", "2",
         "--steps-per-execution", str(n), "--clock-file", str(clock), *how, "--seconds", "120",
         keras=keras,
     )  # fmt: skip
@@ -166,4 +166,10 @@ def test_small_steps_are_timed_as_the_job_clocks_them(tmp_path, service_factory,
         assert_agrees_with_job(body, xplane, clock, n)
     finally:
         job.stop()
-    print("between steps:", body["summary"]["step_time"]["breakdown_avg"]["between_steps_ms"])
+    between = body["summary"]["step_time"]["breakdown_avg"]["between_steps_ms"]
+    print("between steps:", between, "ms")
+    # Keras 2's loop, one 2 ms step per call, spent 7-20 % of each outside its marker (a
+    # finding from 10 %: test_step_markers.py has one that fires whatever the load); Keras 3's
+    # callback marks the whole loop (2 %): no finding.
+    if keras == 3:
+        assert "between_steps" not in {f["rule"] for f in body["findings"]}

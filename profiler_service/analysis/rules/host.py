@@ -9,6 +9,13 @@ from profiler_service.analysis.rules.registry import rule, share
 # XProf's thresholds for "All Others" and kernel launch time (share of step time).
 ALL_OTHER_HIGH_SHARE = 0.15
 ALL_OTHER_MODERATE_SHARE = 0.03
+# The training loop's own Python between marked steps, as a share of the step. Measured on
+# 2-2.5 ms steps (tests/e2e/test_steps_per_execution.py): Keras 2's fit(), 7-20 %; Keras 3's,
+# 2 %; Keras 2 with steps_per_execution=4, 8 %.
+BETWEEN_STEPS_INFO_SHARE = 0.10
+BETWEEN_STEPS_WARNING_SHARE = 0.20
+# Steps this short pay a call's fixed Python per step: steps_per_execution amortises it.
+SHORT_STEP_MS = 50.0
 EAGER_WARNING_PCT = 10.0
 COMPILE_WARNING_SHARE = 0.10
 MIN_STEPS = 3
@@ -46,6 +53,46 @@ def host_overhead(summary: Summary) -> Finding | None:
         "avoid reading files synchronously between steps.",
         docs="https://www.tensorflow.org/guide/profiler#performance_analysis",
         impact_share=other,
+    )
+
+
+@rule("between_steps")
+def between_steps(summary: Summary) -> Finding | None:
+    """At least `BETWEEN_STEPS_INFO_SHARE` of each step (info; `BETWEEN_STEPS_WARNING_SHARE`:
+    warning) runs between the step markers: the training loop's own Python from one marked
+    step's end to the next one's start, which XProf's step table leaves out (`between_steps_ms`,
+    step_markers.py). Short steps marked one per call are also told to run several per call.
+    """
+    st = summary.step_time
+    between = share(st.breakdown_avg.between_steps_ms, st.avg_ms)
+    if between < BETWEEN_STEPS_INFO_SHARE:
+        return None
+    severity = Severity.WARNING if between >= BETWEEN_STEPS_WARNING_SHARE else Severity.INFO
+    advice = (
+        "Look at what the training loop does between steps, outside the step marker: Python "
+        "data loading or conversion (move it into tf.data with `prefetch`), logging, metrics "
+        "or checkpoints every step."
+    )
+    if st.steps_per_marker == 1 and (st.avg_ms or 0) < SHORT_STEP_MS:
+        advice = (
+            "The steps are short, so a call's fixed Python (Keras's data handler and callbacks) "
+            "is a large part of each: run several steps per call, `model.compile(..., "
+            "steps_per_execution=N)` with N of 8 to 100 (in a custom loop, a `tf.function` that "
+            f"runs N batches). {advice}"
+        )
+    return Finding(
+        severity=severity,
+        title=f"{between:.0%} of each step runs between the marked steps, in the training "
+        "loop's own Python",
+        evidence={
+            "between_steps_share": round(between, 4),
+            "between_steps_ms_avg": st.breakdown_avg.between_steps_ms,
+            "step_time_ms_avg": st.avg_ms,
+            "steps_per_marker": st.steps_per_marker,
+        },
+        recommendation=advice,
+        docs="https://www.tensorflow.org/api_docs/python/tf/keras/Model#compile",
+        impact_share=between,
     )
 
 
