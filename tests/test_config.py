@@ -302,3 +302,11 @@ def test_the_hub_takes_only_what_it_uses():
     hub = HubSettings(webhook_default_target="trainer", targets="ignored=grpc://h:1")
     assert hub.webhook.webhook_default_target == "trainer"
     assert not hasattr(hub, "capture")
+    # Nor what only a sidecar's store and alert trigger read: the sidecar keeps every name.
+    sidecar_only = {
+        "retention_max_count", "retention_max_bytes", "store_refresh_s", "store_retry_max_s",
+        "webhook_cooldown_s", "webhook_min_interval_s",
+    }  # fmt: skip
+    assert sidecar_only.isdisjoint(HubSettings.owners) and sidecar_only <= set(Settings.owners)
+    assert not hasattr(hub.storage, "retention_max_count")
+    assert not hasattr(hub.webhook, "webhook_cooldown_s")

@@ -24,17 +24,20 @@ from profiler_service.config.pipeline import (
     ScheduleSettings,
 )
 from profiler_service.config.serving import (
+    AlertSettings,
     FleetSettings,
     GrafanaSettings,
     RegistrationSettings,
     ReportSettings,
     ServerSettings,
+    SnapshotStoreSettings,
     StoreSettings,
     WebhookSettings,
 )
 
 __all__ = [
     "DEFAULT_PROM_QUERIES",
+    "AlertSettings",
     "AnalysisSettings",
     "AppSettings",
     "BoundsSettings",
@@ -52,6 +55,7 @@ __all__ = [
     "ScheduleSettings",
     "ServerSettings",
     "Settings",
+    "SnapshotStoreSettings",
     "StoreSettings",
     "WebhookSettings",
 ]
@@ -69,8 +73,12 @@ class AppSettings(Root):
 
 
 class Settings(AppSettings):
-    """A sidecar's (or the agent's): every stage of the pipeline."""
+    """A sidecar's (or the agent's): every stage of the pipeline; its store and webhooks with
+    what only a sidecar reads (retention, the bucket copy's pace, the alerts' cooldown and
+    throttle)."""
 
+    storage: SnapshotStoreSettings
+    webhook: AlertSettings
     capture: CaptureSettings
     analysis: AnalysisSettings
     schedule: ScheduleSettings

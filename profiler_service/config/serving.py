@@ -62,7 +62,8 @@ class ServerSettings(Group):
 
 
 class StoreSettings(Group):
-    """The snapshot store, its retention, and the bucket it is mirrored to."""
+    """Where the snapshot store is and the bucket it is mirrored to: the hub's (its fleet index,
+    the fleet's bucket); a sidecar's adds what it keeps (`SnapshotStoreSettings`)."""
 
     store: Path = Field(
         default=Path("./profiles"),
@@ -77,18 +78,6 @@ class StoreSettings(Group):
         default=None,
         description="fsspec storage options for `store_url`, a JSON object "
         '(`{"endpoint_url": ..., "key": ..., "secret": ...}`); a secret, never logged.',
-    )
-    store_refresh_s: float = Field(
-        default=10.0, ge=0, description="`GET /profiles` lists the bucket at most this often."
-    )
-    store_retry_max_s: float = Field(
-        default=300.0, gt=0, description="Longest wait between retries of a failed upload."
-    )
-    retention_max_count: int = Field(
-        default=200, ge=1, description="Most snapshots kept (pinned ones are never evicted)."
-    )
-    retention_max_bytes: int = Field(
-        default=20 * 1024**3, ge=1, description="Most bytes of snapshots kept (20 GiB)."
     )
 
     def store_options_dict(self) -> dict[str, Any]:
@@ -105,6 +94,25 @@ class StoreSettings(Group):
         if not isinstance(parsed, dict):
             raise ValueError("PROFILER_STORE_OPTIONS must be a JSON object")
         return parsed
+
+
+class SnapshotStoreSettings(StoreSettings):
+    """The snapshot store, its retention, and the bucket it is mirrored to. The hub's store
+    (`StoreSettings`) keeps what the bucket holds and lists it every `hub_sync_interval_s`:
+    it reads neither the retention nor the bucket copy's pace."""
+
+    store_refresh_s: float = Field(
+        default=10.0, ge=0, description="`GET /profiles` lists the bucket at most this often."
+    )
+    store_retry_max_s: float = Field(
+        default=300.0, gt=0, description="Longest wait between retries of a failed upload."
+    )
+    retention_max_count: int = Field(
+        default=200, ge=1, description="Most snapshots kept (pinned ones are never evicted)."
+    )
+    retention_max_bytes: int = Field(
+        default=20 * 1024**3, ge=1, description="Most bytes of snapshots kept (20 GiB)."
+    )
 
 
 class ReportSettings(Group):
@@ -135,7 +143,8 @@ class ReportSettings(Group):
 
 class WebhookSettings(Group):
     """Alert webhooks (`POST /webhooks/grafana`, `/webhooks/alertmanager`): who may post, and
-    which alert captures what, when (`trigger/alerts.py`, `hub/routing.py`)."""
+    which alert captures what (`trigger/alerts.py`, `hub/routing.py`): the hub's; a sidecar's
+    adds when (`AlertSettings`)."""
 
     webhook_token: SecretStr | None = Field(
         default=None,
@@ -172,17 +181,6 @@ class WebhookSettings(Group):
     )
     webhook_max_body_bytes: int = Field(
         default=1024 * 1024, ge=1024, description="Larger webhook bodies get 413."
-    )
-    webhook_cooldown_s: float = Field(
-        default=600.0,
-        ge=0,
-        description="An alert (fingerprint) captured within this is `deduplicated`.",
-    )
-    webhook_min_interval_s: float = Field(
-        default=60.0,
-        ge=0,
-        description="At most one alert-triggered capture this often, over all alerts "
-        "(`throttled`).",
     )
     webhook_target_rules: list[TargetRule] = Field(
         default_factory=list,
@@ -227,6 +225,25 @@ class WebhookSettings(Group):
         if self.webhook_default_target is not None:
             wanted.append(("webhook_default_target", self.webhook_default_target))
         return wanted
+
+
+class AlertSettings(WebhookSettings):
+    """Alert webhooks (`POST /webhooks/grafana`, `/webhooks/alertmanager`): who may post, and
+    which alert captures what, when (`trigger/alerts.py`, `hub/routing.py`). The hub's
+    (`WebhookSettings`) leaves out the when: the sidecar it routes an alert to applies its own
+    cooldown and throttle."""
+
+    webhook_cooldown_s: float = Field(
+        default=600.0,
+        ge=0,
+        description="An alert (fingerprint) captured within this is `deduplicated`.",
+    )
+    webhook_min_interval_s: float = Field(
+        default=60.0,
+        ge=0,
+        description="At most one alert-triggered capture this often, over all alerts "
+        "(`throttled`).",
+    )
 
 
 class GrafanaSettings(Group):

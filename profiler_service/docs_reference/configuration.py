@@ -41,8 +41,13 @@ _BOUNDS = {
 
 
 def groups() -> dict[str, type[Group]]:
-    """Every group by its attribute name: the sidecar's, then the hub's own."""
-    return {**Settings.groups(), **HubSettings.groups()}
+    """Every group by its attribute name: the sidecar's, then the hub's own. Where both read a
+    group, the sidecar's class may add fields the hub never reads (its store's retention, its
+    alerts' cooldown): the section shows the sidecar's, and names what the hub leaves out."""
+    found = dict(Settings.groups())
+    for attribute, group in HubSettings.groups().items():
+        found.setdefault(attribute, group)
+    return found
 
 
 def all_fields() -> dict[str, FieldInfo]:
@@ -59,6 +64,11 @@ def render() -> str:
             for who, root in (("sidecar", Settings), ("hub", HubSettings))
             if attribute in root.groups()
         ]
+        hubs = HubSettings.groups().get(attribute)
+        left_out = [n for n in group.model_fields if hubs and n not in hubs.model_fields]
+        if left_out:
+            names = ", ".join(code(f"PROFILER_{n.upper()}") for n in left_out)
+            readers[-1] += f" (all but {names}: the sidecar's alone)"
         rows = [
             (
                 code(f"PROFILER_{name.upper()}")

@@ -37,7 +37,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from profiler_service.capture.controller import CaptureController, CaptureRequest, StartOutcome
-from profiler_service.config import WebhookSettings
+from profiler_service.config import AlertSettings
 from profiler_service.durations import parse_duration
 from profiler_service.errors import InvalidDuration
 from profiler_service.models import Trigger, TriggerKind
@@ -205,7 +205,7 @@ class AlertTrigger:
 
     def __init__(
         self,
-        settings: WebhookSettings,
+        settings: AlertSettings,
         controller: CaptureController,
         alert_log: AlertLog,
         clock: Callable[[], float] = time.time,
