@@ -1,8 +1,8 @@
 """The test suite's stand-ins, in one place: capturers and analyzers for the decisions around a
 capture, a controller for the triggers that ask it, and a clock the test moves.
 
-What they stand in for is the capture stage alone: the controller, store, analysis, API and
-exporters around them are real. Real captures of real jobs are in tests/e2e/.
+Each stands in for one stage (the capture, the analysis, the controller a trigger asks): the
+stages, store, API and exporters around it are real. Real captures of real jobs are in tests/e2e/.
 """
 
 from __future__ import annotations
