@@ -6,12 +6,13 @@ sidecar's routes, served over the hub's core (app.py): its index, and its router
 
 from __future__ import annotations
 
+import json
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.responses import HTMLResponse
 
-from profiler_service.api.auth import Scope, requires
+from profiler_service.api.auth import Grant, Scope, requires
 from profiler_service.api.deps import CaptureReach, CaptureRequired, ReadReach, ReadRequired
 from profiler_service.api.schemas import ERROR_RESPONSES
 from profiler_service.errors import InvalidRequest
@@ -74,7 +75,9 @@ async def route_profile(
 ) -> Response:
     """Start a capture on the sidecar that captures `target`; its answer, as it gave it.
 
-    Only sidecars of the namespaces your token may capture are candidates.
+    Only sidecars of the namespaces your token may capture are candidates. A token that captures
+    there but does not read there gets the snapshot's head (id, status, times, options), not
+    its analysis (summary, findings, lead-up), `wait=true` included.
     """
     router: FleetRouter = hub.router
     query = [(k, v) for k, v in request.query_params.multi_items() if k not in ("namespace", "pod")]
@@ -84,12 +87,41 @@ async def route_profile(
     for name in ("location", "retry-after"):
         if name in answer.headers:
             headers[name] = answer.headers[name]
+    content = answer.content
+    if answer.is_success and not _reads(request, sidecar.namespace):
+        content = _without_analysis(content)
     return Response(
-        answer.content,
+        content,
         status_code=answer.status_code,
         media_type=answer.headers.get("content-type", "application/json"),
         headers=headers,
     )
+
+
+# What a capture's answer holds that only a reader may see (models.Snapshot over SnapshotHead).
+_ANALYSIS = ("summary", "findings", "lead_up")
+
+
+def _reads(request: Request, namespace: str | None) -> bool:
+    """Whether the request may read `namespace` (a tenant's token may capture where it does not
+    read); every request of an app without authentication may."""
+    grant = request.scope.get("auth")
+    if not isinstance(grant, Grant):
+        return True
+    return Scope.READ in grant.scope_set and grant.reach(Scope.READ).allows(namespace)
+
+
+def _without_analysis(content: bytes) -> bytes:
+    """A sidecar's snapshot answer without what its analysis found."""
+    try:
+        snapshot = json.loads(content)
+    except ValueError:
+        return b"{}"  # never pass on a body that could not be checked
+    if not isinstance(snapshot, dict):
+        return b"{}"
+    for key in _ANALYSIS:
+        snapshot.pop(key, None)
+    return json.dumps(snapshot).encode()
 
 
 @router.get("/fleet", response_class=HTMLResponse, tags=["fleet"], dependencies=[ReadRequired])

@@ -29,6 +29,7 @@ from helpers import api_routes, start_hub, start_service
 from s3_server import wait_until
 
 from profiler_service.analysis.models import Severity
+from profiler_service.api.auth import Scope
 from profiler_service.hub.app import create_hub_app
 from profiler_service.store.object_store import ObjectStoreMirror
 
@@ -38,6 +39,7 @@ TEAM_A_VIEWER = "team-a-only-reads-0123456789"
 TEAM_B = "team-b-reads-and-captures-0123"
 ADMIN = "platform-sees-everything-0123"
 TEAM_C = "team-c-arrives-later-01234567"
+TEAM_A_CI = "team-a-only-captures-0123456"
 NOWHERE = "grpc://127.0.0.1:1"
 
 
@@ -46,6 +48,7 @@ def token_file(path: Path, *, with_team_a: bool = True, with_team_c: bool = Fals
     tokens = [
         {"name": "team-b", "token": TEAM_B, "read": ["team-b"], "capture": ["team-b"]},
         {"name": "team-a-viewers", "token": TEAM_A_VIEWER, "read": ["team-a"]},
+        {"name": "team-a-ci", "token": TEAM_A_CI, "capture": ["team-a"]},
         {"name": "platform", "token": ADMIN, "read": ["*"], "capture": ["*"]},
     ]
     if with_team_a:  # stored as its SHA-256, not the token itself
@@ -261,6 +264,83 @@ def test_a_team_captures_only_its_own_jobs(fleet):
         assert refused.status_code == 404 and refused.json()["error"] == "no_sidecar"
     with as_(hub, TEAM_A_VIEWER) as viewer:
         assert viewer.post("/profile", params={"target": "trainer"}).status_code == 403
+
+
+def test_another_teams_snapshot_files_and_report_urls_are_not_found(fleet):
+    """The URLs a listing links to (`links.files`, `links.report`): team-b's, asked by team-a's
+    token, are 404 with the sentence an id that never existed gets; the admin downloads them."""
+    hub, _, taken, _, _ = fleet
+    theirs = next(s for s in taken if s.namespace == "team-b" and s.files)
+    with as_(hub, ADMIN) as admin:
+        links = admin.get(f"/profiles/{theirs.id}").json()["links"]
+        assert admin.get(links["files"]["host.xplane.pb"]).content == XPLANE
+    urls = [links["self"], links["report"], links["files"]["host.xplane.pb"]]
+    own = next(s.id for s in taken if s.namespace == "team-a")
+    urls.append(f"/profiles/{own}/report?baseline={theirs.id}")
+    for token in (TEAM_A, TEAM_A_VIEWER):
+        with as_(hub, token) as a:
+            for url in urls:
+                answer = a.get(url)
+                assert answer.status_code == 404, (url, answer.text)
+                absent = {
+                    "error": "snapshot_not_found",
+                    "detail": f"no snapshot with id {theirs.id!r}",
+                }
+                assert answer.json() == absent, url
+            listed = a.get("/profiles", params={"limit": 500}).text
+            assert theirs.id not in listed and "team-b" not in listed
+
+
+def read_routes() -> list[tuple[str, str]]:
+    """(method, path) of every hub route that needs the `read` scope, from the route table."""
+
+    def scopes(dependant: Dependant) -> set:
+        found = {getattr(sub.call, "scope", None) for sub in dependant.dependencies}
+        for sub in dependant.dependencies:
+            found |= scopes(sub)
+        return found
+
+    return [
+        (method, route.path_format)
+        for route in api_routes(create_hub_app(None).routes)  # type: ignore[arg-type]
+        if Scope.READ in scopes(route.dependant)
+        for method in sorted(route.methods)
+    ]
+
+
+def test_a_token_that_only_captures_reads_nothing(fleet):
+    hub, _, taken, _, _ = fleet
+    own = next(s for s in taken if s.namespace == "team-a" and s.files)
+    routes = read_routes()
+    assert {("GET", "/profiles/{snapshot_id}/files/{name}"), ("GET", "/fleet"),
+            ("GET", "/metrics"), ("GET", "/sidecars")} <= set(routes)  # fmt: skip
+    with as_(hub, TEAM_A_CI) as ci:
+        for method, path in routes:
+            url = path.replace("{snapshot_id}", own.id).replace("{name}", "host.xplane.pb")
+            answer = ci.request(method, url)
+            assert answer.status_code == 403, (method, url, answer.text)
+            assert answer.json()["error"] == "forbidden"
+
+        # It captures its namespace's jobs; the answer is the snapshot's head, never what the
+        # analysis found (the summary, findings, lead-up), even when it waits for the analysis.
+        def capture(client: httpx.Client) -> tuple[httpx.Response] | None:
+            answer = client.post("/profile", params={"target": "trainer", "duration": "100ms",
+                                                     "wait": "true"})  # fmt: skip
+            return None if answer.status_code == 409 else (answer,)  # another one running
+
+        (started,) = wait_until(lambda: capture(ci), 30, "a capture the ci token starts")
+        assert started.status_code == 200, started.text
+        assert started.headers["x-profiler-sidecar"] == "team-a/trainer-a-0"
+        head = started.json()
+        assert head["namespace"] == "team-a" and head["status"] in ("failed", "ready")
+        assert not {"summary", "findings", "lead_up"} & head.keys(), head.keys()
+        assert ci.get(head["links"]["self"]).status_code == 403
+        assert ci.post("/profile", params={"target": "ranker", "namespace": "team-b"}).json()[
+            "error"] == "no_sidecar"  # fmt: skip
+    with as_(hub, TEAM_A) as a:  # a token that also reads gets the whole answer
+        (whole,) = wait_until(lambda: capture(a), 30, "a capture the team's token starts")
+        assert whole.status_code == 200, whole.text
+        assert {"summary", "findings", "lead_up"} <= whole.json().keys()
 
 
 def test_two_jobs_of_one_namespace_are_two_rows_and_two_series(fleet):
