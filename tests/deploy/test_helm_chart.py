@@ -538,6 +538,11 @@ def test_the_network_policy_lets_the_hub_reach_the_sidecar_port_and_nothing_else
     anywhere = next(p for p in rule["from"] if "namespaceSelector" in p)
     assert anywhere["namespaceSelector"] == {}
     assert anywhere["podSelector"]["matchLabels"].items() <= sidecar_labels.items()
+    # Only the sidecars': not XProf's pods (the chart's name too, with a component).
+    assert anywhere["podSelector"]["matchExpressions"] == [
+        {"key": "app.kubernetes.io/component", "operator": "DoesNotExist"}
+    ]
+    assert "app.kubernetes.io/component" not in sidecar_labels
 
 
 def test_the_sidecar_names_its_workload_for_the_fleet(monkeypatch):
