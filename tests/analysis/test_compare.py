@@ -14,6 +14,7 @@ from profiler_service.analysis.models import (
     Summary,
     TopOp,
 )
+from profiler_service.config.serving import ReportSettings
 from profiler_service.models import CaptureOptions, Snapshot
 
 OPTIONS = CaptureOptions(
@@ -66,6 +67,16 @@ def test_slower_head_is_a_regression_with_its_size_and_cause():
     assert [o.name for o in c.ops_gone] == ["old"]
     assert c.ops_grown == []  # 5 ms per step in both
     assert (c.findings_new, c.findings_resolved) == (["y"], ["x"])
+
+
+@pytest.mark.parametrize(("head_ms", "regressed"), [(109, False), (110, False), (111, True)])
+def test_the_default_gate_is_110_percent_of_the_baseline(head_ms, regressed):
+    """The gate's own threshold, where no measured time reaches it (the e2e test compares real
+    captures of one job within a band wide enough for a busy machine)."""
+    default = ReportSettings().regression_max_share
+    assert default == pytest.approx(0.10)
+    base, head = snap("a", 10, 100, 1, {}, []), snap("b", 10, head_ms, 1, {}, [])
+    assert compare(base, head).is_regression(GateMetric.STEP_TIME, default) is regressed
 
 
 def test_grown_op_is_reported_per_step():
