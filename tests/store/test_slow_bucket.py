@@ -36,6 +36,8 @@ from profiler_service.store.mirror_sync import MirrorSync
 from profiler_service.targets import TargetKind
 
 DELAY_S = 2.0  # every bucket call, each way through the proxy
+OUTAGE_S = 60.0  # how long the sidecar's bucket stays away
+MAX_OUTAGE_CAPTURES = 20  # captures made meanwhile, at most (about one each OUTAGE_S / 12)
 
 ID_X = "20260101-000000-trainer-cccccccccccc"  # another sidecar's, only in the bucket
 ID_A = "20260101-000001-trainer-aaaaaaaaaaaa"
@@ -240,23 +242,31 @@ def test_a_sidecar_captures_and_answers_while_a_slow_bucket_copies(s3, tmp_path)
 def test_a_sidecar_keeps_capturing_through_a_bucket_outage_and_each_snapshot_lands_once(
     s3, tmp_path
 ):
+    """The bucket away for a minute (the issue's outage): the sidecar captures and answers all
+    along, its copies fail and are retried, and when the bucket is back each lands once."""
     s3.create_bucket("outage-sidecar")
     proxy = SlowS3Proxy(free_port(), 0).start()  # the bucket away: 502 on every call
     try:
         with mirrored_sidecar(tmp_path, "s3://outage-sidecar/fleet", proxy.options) as sidecar:
             made = [sidecar.capture()]
             wait_until(lambda: sidecar.mirror.upload_failures_total >= 2, 60, "failed copies")
-            made += [sidecar.capture(), sidecar.capture()]  # and more while it is away
-            listed = sidecar.client.get("/profiles").json()
-            assert [s["id"] for s in listed["data"]] == [s["id"] for s in reversed(made)]
-            assert sidecar.mirror.pending_count() == 3
+            back_at = time.monotonic() + OUTAGE_S
+            while time.monotonic() < back_at and len(made) < MAX_OUTAGE_CAPTURES:
+                made.append(sidecar.capture())  # and more while it is away, every few seconds
+                listed = sidecar.client.get("/profiles", params={"limit": 100}).json()
+                assert [s["id"] for s in listed["data"]] == [s["id"] for s in reversed(made)]
+                time.sleep(OUTAGE_S / 12)
+            assert sidecar.mirror.pending_count() == len(made)
+            failures = sidecar.mirror.upload_failures_total
+            assert failures > len(made)  # each copy was tried, failed and tried again
             assert proxy.puts("outage-sidecar/fleet/plugins/profile/") == 0
 
             proxy.upstream_port = s3.port  # the bucket is back
             wait_until(lambda: sidecar.mirror.pending_count() == 0, 120, "the retried copies")
-            assert sidecar.client.get("/profiles").json()["count"] == 3
+            assert sidecar.client.get("/profiles").json()["count"] == len(made)
     finally:
         proxy.stop()
+    print(f"{len(made)} snapshots through the outage, {failures} failed copies retried")
     assert_each_object_put_once(proxy, "outage-sidecar/fleet", made)
     reader = open_mirrored(tmp_path / "reader", "s3://outage-sidecar/fleet", s3.options,
                            refresh_interval_s=0)  # fmt: skip
