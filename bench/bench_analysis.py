@@ -30,15 +30,18 @@ import shutil
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
 from bench_common import free_port, record, start_job, xprof_alone_with_cpu
 
 from profiler_service.analysis.analyzer import XprofAnalyzer
+from profiler_service.analysis.host_events import read_host_events
 from profiler_service.analysis.summary import analyse_run
 from profiler_service.analysis.warm_workers import WarmWorkers
-from profiler_service.analysis.xprof_tools import tool_data
+from profiler_service.analysis.xplane import CaptureFile
+from profiler_service.analysis.xprof_tools import tool_data, tool_names
 from profiler_service.capture.capturer import CaptureJob
 from profiler_service.capture.remote import RemoteCapturer
 from profiler_service.models import CaptureOptions
@@ -84,6 +87,38 @@ def children_cpu_s() -> float:
             times = child.cpu_times()
             total += times.user + times.system
     return total
+
+
+# Each part of one analysis alone, on a fresh copy: the XProf tools the analysis reads beside the
+# overview (which reuse the op stats the overview cached), and our own pass over the capture.
+PARTS: dict[str, Callable[[list[Path]], object]] = {
+    "overview_page": lambda paths: tool_data(paths, "overview_page"),
+    "framework_op_stats": lambda paths: tool_data(paths, "framework_op_stats"),
+    "input_pipeline_analyzer": lambda paths: tool_data(paths, "input_pipeline_analyzer"),
+    "tool list": tool_names,
+    "memory_profile": lambda paths: tool_data(paths, "memory_profile"),
+    "our pass over the host events": lambda paths: read_host_events(CaptureFile(paths[0])),
+}
+
+
+def print_parts(xplanes: list[Path], root: Path, seconds: float, rounds: int) -> None:
+    """CPU seconds (this process) of each part in turn, minima over the rounds, beside one
+    whole `analyse_run`: where the analysis's CPU beyond XProf's overview goes."""
+    spent: dict[str, list[float]] = {name: [] for name in [*PARTS, "analyse_run (all)"]}
+    for i in range(rounds):
+        paths = sorted(fresh_copy(xplanes, root, f"parts-{seconds:g}-{i}").glob("*.xplane.pb"))
+        for name, part in PARTS.items():
+            started = time.process_time()
+            part(paths)
+            spent[name].append(time.process_time() - started)
+        run = fresh_copy(xplanes, root, f"parts-all-{seconds:g}-{i}")
+        started = time.process_time()
+        analyse_run(run)
+        spent["analyse_run (all)"].append(time.process_time() - started)
+    base = min(spent["overview_page"])
+    print(f"CPU by part, {seconds:g} s capture (min of {rounds}; ÷ overview_page's CPU):")
+    for name, values in spent.items():
+        print(f"  {name:<32} {min(values):7.3f} s  {min(values) / base:5.2f}x")
 
 
 def main() -> None:
@@ -150,6 +185,7 @@ def main() -> None:
                     for b in ("base", "nice10")
                 ]
                 print(f"{name:<8} {med:>7.3f} {low:>7.3f} {ratios[0]:>13} {ratios[1]:>13}")
+            print_parts(xplanes, root, seconds, args.rounds)
             alone = statistics.median(cpu["nice10"])
             for name in ("warm", "other"):
                 if cpu[name]:
