@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -68,8 +73,19 @@ def test_nothing_without_tensorflow_in_the_process():
 
 
 def test_real_tensorflow_on_cpu_reports_no_allocator_statistics():
-    import tensorflow as tf
-
-    tf.reduce_sum(tf.ones((64, 64)))
-    m = scrape(TFMemoryCollector())
+    """In a process of its own: once a profiler has traced in a process, TF keeps the CPU
+    allocator's statistics, and this test suite's process has run many captures."""
+    code = (
+        "import json, sys; sys.path.insert(0, 'tests/exporters');"
+        "import tensorflow as tf; from test_tf_collector import scrape;"
+        "from profiler_service.exporters.tf_collector import TFMemoryCollector;"
+        "tf.reduce_sum(tf.ones((64, 64))); print(json.dumps(scrape(TFMemoryCollector())))"
+    )
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    root = Path(__file__).parents[2]
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=root
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    m = json.loads(out.stdout.strip().splitlines()[-1])
     assert m == {"profiler_tf_device_memory_bytes": [], "profiler_tf_device_memory_peak_bytes": []}
