@@ -58,7 +58,14 @@ DERIVED_LINES = frozenset(
 )
 # When the GPU idles, the host's activity that explains it first: waiting on input explains
 # the gap even when an op or Python ran beside it.
-PRIORITY = (HostActivity.INPUT, HostActivity.TF_OPS, HostActivity.PYTHON, HostActivity.TF_DATA)
+# Then copies: the host staging data for the GPU explains the gap before the ops around them.
+PRIORITY = (
+    HostActivity.INPUT,
+    HostActivity.TRANSFER,
+    HostActivity.TF_OPS,
+    HostActivity.PYTHON,
+    HostActivity.TF_DATA,
+)
 
 _TENSOR_CORE_OPS = re.compile(
     r"(MatMul|Conv\d?D|Conv2DBackprop|Conv3DBackprop|Einsum|CudnnRNN|dot|convolution|gemm|Gemm)"
@@ -68,6 +75,11 @@ _TENSOR_CORE_KERNEL = re.compile(
     r"(884|1688|16816|hmma|HMMA|tensorop|xmma|wmma|_tc_|s16816|h16816|bf16816|tf32|cutlass.*mma"
     r"|sm\d\d_xmma|gmma|nvjet)"
 )
+# Matmul and convolution kernels by their own names, where the plane maps them to no op.
+_GEMM_KERNEL = re.compile(r"(gemm|Gemm|GEMM|sgemm|conv|Conv|winograd|dot_general)")
+# Kernels that compute in 16 bits say so: cuBLAS/cuDNN/CUTLASS (fp16, bf16, h884, h1688,
+# h16816, hmma) and cuBLASLt's nvjet kernels (`_h_` for half-width inputs).
+_SIXTEEN_BIT_KERNEL = re.compile(r"(bf16|fp16|f16|half|h884|h1688|h16816|hmma|HMMA|_h_)")
 _COPY = re.compile(r"^Memcpy(H2D|D2H|D2D|P2P|DtoD|HtoD|DtoH|PtoP)?")
 
 # Known GPUs: (name, compute capability, SMs, nominal memory in GiB). The plane gives the
@@ -176,7 +188,9 @@ class _Streams:
         names = PlaneNames(plane)
         op_stat_ids = {k for k, v in names.stats.items() if v in _OP_STATS}
         kinds = {mid: _kind(name) for mid, name in names.events.items()}
-        begins, ends, kind_of, eligible = [], [], [], []
+        sixteen = {mid for mid, name in names.events.items() if _SIXTEEN_BIT_KERNEL.search(name)}
+        gemm = {mid for mid, name in names.events.items() if _GEMM_KERNEL.search(name)}
+        begins, ends, kind_of, eligible, low = [], [], [], [], []
         for line in plane.lines:
             if line.name in DERIVED_LINES or line.id < 0:
                 continue
@@ -190,14 +204,16 @@ class _Streams:
                 ends.append(begin + max(event.duration_ps // 1000, 1))
                 kind_of.append(kind)
                 if kind == "kernel":
-                    eligible.append(_eligible_op(event, op_stat_ids, names))
-                elif kind == "tensor_core":
-                    eligible.append(True)
+                    eligible.append(
+                        event.metadata_id in gemm or _eligible_op(event, op_stat_ids, names)
+                    )
                 else:
-                    eligible.append(False)
+                    eligible.append(kind == "tensor_core")
+                low.append(eligible[-1] and event.metadata_id in sixteen)
         self.spans: Intervals = (np.array(begins, np.int64), np.array(ends, np.int64))
         self.kinds = np.array(kind_of, dtype=object)
         self.eligible = np.array(eligible, dtype=bool)
+        self.sixteen_bit = np.array(low, dtype=bool)  # matmuls and convolutions in 16 bits
 
 
 def _kind(name: str) -> str:
@@ -280,6 +296,7 @@ def _device(
             else 0.0,
             tensor_core_eligible_ms=round(float(durations[streams.eligible].sum()) / 1e6, 3),
             tensor_core_ms=copy_ms("tensor_core"),
+            sixteen_bit_ms=round(float(durations[streams.sixteen_bit].sum()) / 1e6, 3),
         ),
         busy_timeline_pct=_timeline(busy, start, window),
         idle_while_host_pct=idle_while,

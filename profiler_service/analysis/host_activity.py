@@ -1,4 +1,4 @@
-"""What the host was doing, event by event: input, TF ops, Python, tf.data.
+"""What the host was doing, event by event: input, copies to the GPU, TF ops, Python, tf.data.
 
 The GPU reading (gpu_activity.py) splits each GPU's idle time by what the host did meanwhile. The
 host's events are classified in the same pass over them that collects tf.function calls and
@@ -32,6 +32,14 @@ _ENCLOSING_NAMES = re.compile(
     r"|ExecutorState::Process|TraceContext|cuStreamSynchronize|cudaStreamSynchronize"
     r"|cuCtxSynchronize|cuEventSynchronize|TensorHandle::.*WaitReady|.*::Wait$)"
 )
+# The host copying to or from the GPU itself, not just launching an asynchronous copy:
+# PjRt's staging of host buffers (JAX, TF with XLA), CUDA's synchronous copies, and converting a
+# device array to NumPy.
+_TRANSFER = re.compile(
+    r"^(H2D Dispatch|D2H Copy|.*Staging Buffer|cuMemcpy(HtoD|DtoH)(_v\d)?$|cudaMemcpy$"
+    r"|np\.asarray\(jax\.Array\)|TransferToDevice|TransferFromDevice|CopyToDevice|CopyFromDevice"
+    r"|EagerCopyToDevice|.*TransferLiteral(To|From)Device)"
+)
 _STEP_NAMES = frozenset(
     {"train", "test", "predict", "train_function", "test_function", "predict_function"}
 )
@@ -48,6 +56,8 @@ def _classify(name: str) -> HostActivity | str | None:
         return HostActivity.TF_DATA
     if name.startswith("$"):  # the Python tracer
         return HostActivity.PYTHON
+    if _TRANSFER.match(name):
+        return HostActivity.TRANSFER
     if _ENCLOSING_NAMES.match(name) or name in _STEP_NAMES:
         return None
     if _OP_EVENT.match(name):

@@ -239,6 +239,7 @@ class HostActivity(StrEnum):
     """What the host was doing, read from its traced events (gpu_activity.py)."""
 
     INPUT = "input"  # waiting on tf.data: the step's get-next, what it runs, the input's copy
+    TRANSFER = "transfer"  # copying to or from the GPU itself: staging buffers, .numpy()
     TF_OPS = "tf_ops"  # TF ops run on the host, kernel launches, copies, the TF runtime
     PYTHON = "python"  # Python (when traced) and eager op-by-op dispatch
     TF_DATA = "tf_data"  # tf.data's own threads preparing later elements (in the background)
@@ -252,6 +253,7 @@ class HostActivity(StrEnum):
 
 _HOST_ACTIVITY_LABELS = {
     HostActivity.INPUT: "waiting on tf.data",
+    HostActivity.TRANSFER: "copies to and from the GPU",
     HostActivity.TF_OPS: "TF ops and launches",
     HostActivity.PYTHON: "Python/eager",
     HostActivity.TF_DATA: "tf.data in the background",
@@ -275,6 +277,10 @@ class GpuKernels(BaseModel):
     # older captures carry no op names).
     tensor_core_eligible_ms: float = 0.0
     tensor_core_ms: float = 0.0
+    # Of those eligible kernels, the ones whose names say they compute in 16 bits (fp16,
+    # bf16): where XProf cannot map a kernel to its op (XLA's command buffers, CUDA graphs),
+    # its precision figure misses them.
+    sixteen_bit_ms: float = 0.0
 
 
 class GpuDevice(BaseModel):

@@ -34,6 +34,7 @@ MAX_BARS = 120
 # The host lane's colours: input red as in the step chart, TF ops blue, Python purple.
 _HOST_COLOURS = {
     HostActivity.INPUT: "#d62728",
+    HostActivity.TRANSFER: "#ff7f0e",
     HostActivity.TF_OPS: "#1f77b4",
     HostActivity.PYTHON: "#9467bd",
     HostActivity.TF_DATA: "#ff9896",

@@ -215,12 +215,19 @@ def test_busy_idle_and_the_hosts_part_are_measured_from_the_intervals(tmp_path):
     # idle 0-55 ms: in the iterator 0-40, in an op 40-55
     assert device.idle_while_host_pct == {
         "input": 40.0,
+        "transfer": 0.0,
         "tf_ops": 15.0,
         "python": 0.0,
         "tf_data": 0.0,
         "nothing": 0.0,
     }
-    assert gpu.hosts[0].busy_pct == {"input": 40.0, "tf_ops": 20.0, "python": 0.0, "tf_data": 0.0}
+    assert gpu.hosts[0].busy_pct == {
+        "input": 40.0,
+        "transfer": 0.0,
+        "tf_ops": 20.0,
+        "python": 0.0,
+        "tf_data": 0.0,
+    }
     # 60 slices of 5/3 ms: idle up to 55 ms (slice 33 is 55-56.7 ms), busy from there on
     timeline = device.busy_timeline_pct
     assert timeline[:33] == [0.0] * 33 and timeline[33:] == [100.0] * 27
@@ -239,7 +246,10 @@ def test_a_capture_without_a_gpu_plane_has_no_gpu_section(tmp_path):
 
 def device(**fields) -> GpuDevice:
     fields.setdefault("device", "/device:GPU:0")
-    fields.setdefault("kernels", GpuKernels(count=100, median_us=50, short_share=0.1))
+    fields.setdefault(
+        "kernels",
+        GpuKernels(count=100, median_us=50, short_share=0.1, tensor_core_eligible_ms=50.0),
+    )
     fields.setdefault("window_ms", 1000.0)
     return GpuDevice(**fields)
 

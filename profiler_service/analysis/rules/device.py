@@ -68,6 +68,7 @@ def device_idle(summary: Summary) -> Finding | None:
 
 IDLE_CAUSE = {
     HostActivity.INPUT: "waiting for the next batch from tf.data",
+    HostActivity.TRANSFER: "copying data to or from the GPU",
     HostActivity.TF_OPS: "running TF ops and launching kernels",
     HostActivity.PYTHON: "running Python or dispatching ops eagerly",
     HostActivity.TF_DATA: "preparing later batches in tf.data",
@@ -80,6 +81,10 @@ IDLE_ADVICE = {
     HostActivity.INPUT: "The GPU waits for input: see the input_bound finding; parallelise "
     "the pipeline's map, end it with `.prefetch(tf.data.AUTOTUNE)`, and keep Python "
     "decoding out of it.",
+    HostActivity.TRANSFER: "The GPU waits while the host copies data to or from it: see "
+    "host_device_transfer; keep tensors on the GPU between steps, prefetch the next batch to "
+    "the device while this one computes, and read results back (`.numpy()`, `float(loss)`) "
+    "every N steps rather than every step.",
     HostActivity.TF_OPS: "The host is the bottleneck while it launches kernels and runs ops: "
     "see kernel_launch_bound; fuse small ops with XLA (`jit_compile=True`), grow the batch, "
     "and keep ops that have no GPU kernel out of the step.",
@@ -154,7 +159,9 @@ def communication_bound(summary: Summary) -> Finding | None:
 @rule("host_device_transfer")
 def host_device_transfer(summary: Summary) -> Finding | None:
     """Copies between host and device take at least `TRANSFER_WARNING_SHARE` of device time
-    (Memcpy ops in XProf's op stats), or, on a GPU's own plane, of the capture."""
+    (Memcpy ops in XProf's op stats), or, on a GPU's own plane, of the capture; or the GPU
+    idles that share of the capture while the host copies to or from it (staging a NumPy
+    array, reading a result back): the GPU's copy itself is then short, the host's long."""
     if not _has_device(summary):
         return None
     transfer = sum(
@@ -179,6 +186,14 @@ def host_device_transfer(summary: Summary) -> Finding | None:
             "device_to_host_ms_per_step": round(worst.copies.device_to_host_ms / steps, 3),
         }
         title = f"{transfer:.0%} of the capture copies data between host and {worst.device}"
+        staging = gpu.idle_while(HostActivity.TRANSFER) / 100
+        if transfer < TRANSFER_WARNING_SHARE <= staging:
+            evidence["gpu_idle_while_host_copies_share"] = round(staging, 4)
+            title = (
+                f"The GPU idles {staging:.0%} of the capture while the host copies data to or "
+                f"from it (the GPU's own copies take {transfer:.0%})"
+            )
+            transfer = staging
     if transfer < TRANSFER_WARNING_SHARE:
         return None
     return Finding(
@@ -186,8 +201,9 @@ def host_device_transfer(summary: Summary) -> Finding | None:
         title=title,
         evidence=evidence,
         recommendation="Keep tensors on the device between steps; prefetch to the device "
-        "(`tf.data.experimental.prefetch_to_device`); send uint8 images and cast on the "
-        "device; avoid `.numpy()` in the step.",
+        "(`tf.data.experimental.prefetch_to_device`) so the next batch is copied while this "
+        "one computes; send uint8 images and cast on the device; avoid `.numpy()` in the "
+        "step.",
         docs="https://www.tensorflow.org/guide/gpu_performance_analysis",
         impact_share=transfer,
     )

@@ -43,7 +43,11 @@ def mixed_precision(summary: Summary) -> Finding | None:
     `LOW_16BIT_PCT` % of device compute in 16-bit (XProf's figure), or, where XProf gives
     none, under `LOW_TENSOR_CORE_SHARE` of matmul/convolution kernel time on Tensor Cores.
     Warning once kernels run `PRECISION_WARNING_KERNEL_PCT` % of the capture, else info.
-    Silent on older GPUs and when 16-bit compute is already there.
+    Silent on older GPUs, where no matmul or convolution kernel ran (nothing for Tensor
+    Cores to speed up), and when 16-bit compute is already there: also when XProf says
+    otherwise but matmul and convolution kernels whose names say 16-bit run `LOW_16BIT_PCT` %
+    of their time (XProf cannot map kernels launched from XLA's command buffers to their ops,
+    and counts them as 32-bit: a bf16 JAX job on an H200 read 0 %).
     """
     gpu = summary.gpu
     if gpu is None or not gpu.active:
@@ -55,6 +59,9 @@ def mixed_precision(summary: Summary) -> Finding | None:
     u = summary.utilisation
     eligible = sum(d.kernels.tensor_core_eligible_ms for d in gpu.active)
     on_tensor_cores = sum(d.kernels.tensor_core_ms for d in gpu.active)
+    sixteen_bit_ms = sum(d.kernels.sixteen_bit_ms for d in gpu.active)
+    if eligible <= 0 or sixteen_bit_ms / eligible * 100 >= LOW_16BIT_PCT:
+        return None
     if u.device_compute_16bit_pct is not None and (u.device_compute_32bit_pct or 0) > 0:
         if u.device_compute_16bit_pct >= LOW_16BIT_PCT:
             return None
@@ -82,6 +89,7 @@ def mixed_precision(summary: Summary) -> Finding | None:
             "xprof_statement": u.precision_statement,
             "tensor_core_eligible_ms": round(eligible, 3),
             "tensor_core_ms": round(on_tensor_cores, 3),
+            "sixteen_bit_kernel_ms": round(sixteen_bit_ms, 3),
             "kernel_pct": kernel_pct,
         },
         recommendation="Compute in 16-bit where it is safe: "
