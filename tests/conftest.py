@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -35,18 +36,59 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 SESSION = ("--seconds", "7200")
 
 
+# The session's jobs once started, by fixture name: paused (SIGSTOP) between the tests that use
+# them, so the ~2 cores they train on go to the rest of the suite (Job.pause).
+SESSION_JOBS: dict[str, Job] = {}
+# After SIGCONT: the step that was in flight when the job was paused ends before the test
+# captures, or the job's step times would show one step as long as the pause.
+RESUME_SETTLE_S = 1.0
+
+
+def _session_job(name: str, workload: str) -> Iterator[Job]:
+    job = start_job("--workload", workload, "--profiler-port", str(free_port()), *SESSION)
+    SESSION_JOBS[name] = job
+    yield job
+    SESSION_JOBS.pop(name, None)
+    job.stop()  # resumes it first
+
+
 @pytest.fixture(scope="session")
 def input_bound_job() -> Iterator[Job]:
-    job = start_job("--workload", "input-bound", "--profiler-port", str(free_port()), *SESSION)
-    yield job
-    job.stop()
+    yield from _session_job("input_bound_job", "input-bound")
 
 
 @pytest.fixture(scope="session")
 def compute_bound_job() -> Iterator[Job]:
-    job = start_job("--workload", "compute-bound", "--profiler-port", str(free_port()), *SESSION)
-    yield job
-    job.stop()
+    yield from _session_job("compute_bound_job", "compute-bound")
+
+
+def _needs(item: pytest.Item | None, name: str) -> bool:
+    """Whether `item` uses the session job `name`: among its fixtures (the whole closure, module
+    fixtures included), or a parameter naming it for `request.getfixturevalue`."""
+    if item is None:
+        return False
+    callspec = getattr(item, "callspec", None)
+    params = callspec.params.values() if callspec is not None else ()
+    return name in item.fixturenames or any(p == name for p in params if isinstance(p, str))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    # Before any of the item's fixtures is set up (a module fixture may capture from the job).
+    resumed = [job.resume() for name, job in SESSION_JOBS.items() if _needs(item, name)]
+    if any(resumed):
+        time.sleep(RESUME_SETTLE_S)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    try:
+        return (yield)
+    finally:
+        # After the item's teardown; a job the next test needs as well keeps training.
+        for name, job in SESSION_JOBS.items():
+            if not _needs(nextitem, name):
+                job.pause()
 
 
 @pytest.fixture

@@ -83,13 +83,36 @@ def free_port() -> int:
 class Job:
     proc: subprocess.Popen
     ready: dict
+    paused: bool = False
 
     @property
     def address(self) -> str:
         return f"grpc://127.0.0.1:{self.ready['profiler_port']}"
 
     def stop(self) -> None:
+        self.resume()  # a stopped process does not act on SIGTERM
         stop_process(self.proc)
+
+    # The session's jobs (tests/conftest.py) train from their first use to the end of the suite,
+    # the compute-bound one on both cores of a small CI machine: SIGSTOP while no test needs
+    # them leaves the CPU to the rest of the suite; SIGCONT before a test that does.
+    def pause(self) -> None:
+        if not self.paused and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(signal.SIGSTOP)
+                self.paused = True
+
+    def resume(self) -> bool:
+        """SIGCONT if paused; True when it was (and is still there)."""
+        if not self.paused:
+            return False
+        self.paused = False
+        if self.proc.poll() is not None:
+            return False
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.send_signal(signal.SIGCONT)
+            return True
+        return False
 
 
 def launch_job(
