@@ -1,7 +1,8 @@
 """A soak: thousands of captures back to back through a real sidecar beside a real job.
 
     .venv/bin/python bench/bench_soak.py [--captures 1000] [--duration 100ms] [--sample-every 50]
-                                         [--retention 100] [--max-minutes 120]
+                                         [--retention 100] [--schedule-every 10]
+                                         [--max-minutes 120] [--in-process [--xplane PATH ...]]
 
 A real `profiler-service serve` beside a real Keras job (the input-bound demo), with retention on
 (`--retention` snapshots kept) and a schedule every 10 s. The bench asks for `--captures`
@@ -10,6 +11,17 @@ captures, one after the other, half through `POST /profile` and half as Alertman
 until the schedule's next capture has begun and ended. A request that finds the
 target busy waits for the capture in the way and asks again. It stops early after
 `--max-minutes`, and says so.
+
+`--in-process`: the same pipeline without the job and the capture client, fast enough for
+thousands of captures in under an hour. The service is built in the bench's process as the
+tests build it (`build_service`), served by uvicorn on loopback as `serve` does, with a
+capturer that replays one recorded capture: a real `--duration` capture of the input-bound demo
+job, taken once through the RemoteCapturer before the soak (the job then stops), or the
+`--xplane` files given. Everything after the capture is real: XProf's analysis on the warm
+workers, the store, retention, the webhook's alert log and dedupe. No schedule unless
+`--schedule-every` is given. The captures are asked, and the process sampled, from a child
+running this script with `--drive`, so that the bench's own records of every snapshot are not in
+the RSS it measures.
 
 Every `--sample-every` captures: the sidecar's RSS, open files, threads and child processes, and
 its warm analysis workers' RSS (psutil). Reported: each one's least-squares slope per 1,000
@@ -29,10 +41,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -41,12 +56,23 @@ from pathlib import Path
 
 import httpx
 import psutil
+import uvicorn
 from bench_common import free_port, record, role, rss, start_job, start_service
+
+from profiler_service.api import create_app
+from profiler_service.capture.capturer import Captured, CaptureJob, collect_xplanes
+from profiler_service.capture.remote import RemoteCapturer
+from profiler_service.config import Settings
+from profiler_service.durations import parse_duration
+from profiler_service.models import CaptureOptions
+from profiler_service.service import build_service
+from profiler_service.targets import Target, TargetKind
 
 MIB = 2**20
 TARGET = "trainer"
 IN_FLIGHT = {"capturing", "analyzing"}
 WARMUP_SAMPLES = 2
+SCHEDULE = [{"target": TARGET, "interval_s": 10, "duration_s": 0.1}]
 
 
 @dataclass
@@ -148,7 +174,8 @@ def wait_for_schedule(client: httpx.Client, soak: Soak, timeout_s: float = 25) -
 
 
 def sample(sidecar: psutil.Process, captures: int) -> dict[str, float]:
-    children = sidecar.children(recursive=True)
+    # With --in-process the sidecar is this driver's parent: the driver is not one of its own.
+    children = [c for c in sidecar.children(recursive=True) if c.pid != os.getpid()]
     workers = [c for c in children if role(c) == "analysis"]
     return {
         "captures": captures,
@@ -212,67 +239,204 @@ def account(client: httpx.Client, store: Path, soak: Soak, retention: int) -> li
     return problems
 
 
-def run(args: argparse.Namespace) -> int:
-    job_port, port = free_port(), free_port()
-    store = Path(tempfile.mkdtemp(prefix="bench-soak-"))
-    job = start_job(job_port, "input-bound", seconds=args.max_minutes * 60 + 600)
-    schedule = [{"target": TARGET, "interval_s": 10, "duration_s": 0.1}]
-    env = {
-        "PROFILER_RETENTION_MAX_COUNT": str(args.retention),
-        "PROFILER_SCHEDULES": json.dumps(schedule),
-        "PROFILER_WEBHOOK_COOLDOWN_S": "0",
-        "PROFILER_WEBHOOK_MIN_INTERVAL_S": "0",
-    }
-    service = start_service(store, f"{TARGET}=grpc://127.0.0.1:{job_port}", port, env)
-    sidecar = psutil.Process(service.pid)
+def soak_through(
+    base_url: str, sidecar: psutil.Process, store: Path, args: argparse.Namespace
+) -> tuple[Soak, int, list[str]]:
+    """Ask for `--captures` captures of the sidecar at `base_url`, one after the other, sampling
+    `sidecar` every `--sample-every`; then the accounting. Returns what was seen, the captures
+    asked and the mismatches."""
     soak = Soak()
     started = time.monotonic()
     stop_at = started + args.max_minutes * 60
     done = 0
-    try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120) as client:
-            soak.samples.append(sample(sidecar, 0))
-            while done < args.captures and time.monotonic() < stop_at:
-                kind = "api" if done % 2 == 0 else "webhook"
-                snapshot_id = ask(client, kind, done, args.duration, soak)
-                if snapshot_id is None:
-                    soak.busy_retries += 1
-                    wait_idle(client, soak)
-                    continue
-                soak.trigger[snapshot_id] = kind
-                finish(client, snapshot_id, soak)
-                note_scheduled(client, soak)
-                done += 1
-                if done % args.schedule_every == 0:
-                    wait_for_schedule(client, soak)
-                if done % args.sample_every == 0:
-                    soak.samples.append(sample(sidecar, done))
-                    last = soak.samples[-1]
-                    print(
-                        f"{done:>6} captures, {time.monotonic() - started:>6.0f} s: "
-                        f"RSS {last['rss_mib']:.1f} MiB, {last['open_files']:.0f} files, "
-                        f"{last['threads']:.0f} threads, {last['children']:.0f} children, "
-                        f"workers {last['worker_rss_mib']:.0f} MiB",
-                        flush=True,
-                    )
-            time.sleep(1)  # a scheduled capture that began meanwhile
-            wait_idle(client, soak)
+    with httpx.Client(base_url=base_url, timeout=120) as client:
+        soak.samples.append(sample(sidecar, 0))
+        while done < args.captures and time.monotonic() < stop_at:
+            kind = "api" if done % 2 == 0 else "webhook"
+            snapshot_id = ask(client, kind, done, args.duration, soak)
+            if snapshot_id is None:
+                soak.busy_retries += 1
+                wait_idle(client, soak)
+                continue
+            soak.trigger[snapshot_id] = kind
+            finish(client, snapshot_id, soak)
             note_scheduled(client, soak)
-            for snapshot_id in [i for i in soak.trigger if i not in soak.status]:
-                finish(client, snapshot_id, soak)
-            problems = account(client, store, soak, args.retention)
+            done += 1
+            if args.schedule_every and done % args.schedule_every == 0:
+                wait_for_schedule(client, soak)
+            if done % args.sample_every == 0:
+                soak.samples.append(sample(sidecar, done))
+                last = soak.samples[-1]
+                print(
+                    f"{done:>6} captures, {time.monotonic() - started:>6.0f} s: "
+                    f"RSS {last['rss_mib']:.1f} MiB, {last['open_files']:.0f} files, "
+                    f"{last['threads']:.0f} threads, {last['children']:.0f} children, "
+                    f"workers {last['worker_rss_mib']:.0f} MiB",
+                    flush=True,
+                )
+        if args.schedule_every:
+            time.sleep(1)  # a scheduled capture that began meanwhile
+        wait_idle(client, soak)
+        note_scheduled(client, soak)
+        for snapshot_id in [i for i in soak.trigger if i not in soak.status]:
+            finish(client, snapshot_id, soak)
+        problems = account(client, store, soak, args.retention)
+    return soak, done, problems
+
+
+def run(args: argparse.Namespace) -> int:
+    """A real sidecar (`profiler-service serve`) beside a real job."""
+    job_port, port = free_port(), free_port()
+    store = Path(tempfile.mkdtemp(prefix="bench-soak-"))
+    job = start_job(job_port, "input-bound", seconds=args.max_minutes * 60 + 600)
+    env = {
+        "PROFILER_RETENTION_MAX_COUNT": str(args.retention),
+        "PROFILER_WEBHOOK_COOLDOWN_S": "0",
+        "PROFILER_WEBHOOK_MIN_INTERVAL_S": "0",
+    }
+    if args.schedule_every:
+        env["PROFILER_SCHEDULES"] = json.dumps(SCHEDULE)
+    service = start_service(store, f"{TARGET}=grpc://127.0.0.1:{job_port}", port, env)
+    started = time.monotonic()
+    try:
+        soak, done, problems = soak_through(
+            f"http://127.0.0.1:{port}", psutil.Process(service.pid), store, args
+        )
     finally:
         service.terminate()
         service.wait(60)
         job.terminate()
         job.wait(30)
         shutil.rmtree(store, ignore_errors=True)
-    took = time.monotonic() - started
-    report(args, soak, done, took, problems)
+    report(args, soak, done, time.monotonic() - started, problems)
     return 1 if problems else 0
 
 
+class Replay:
+    """A capturer that writes a recorded capture's files where the profiler would
+    (<logdir>/plugins/profile/<id>/), after waiting out the duration: everything after the
+    capture (XProf's analysis on the warm workers, the store, retention) is real."""
+
+    applies_tracer_levels = True
+
+    def __init__(self, files: dict[str, bytes]) -> None:
+        self.files = files
+
+    def capture(self, job: CaptureJob) -> Captured:
+        job.cancel.wait(job.options.duration_ms / 1000)
+        run_dir = job.logdir / "plugins" / "profile" / job.snapshot_id
+        run_dir.mkdir(parents=True)
+        for name, data in self.files.items():
+            (run_dir / name).write_bytes(data)
+        return collect_xplanes(job)
+
+
+def recorded_capture(args: argparse.Namespace) -> dict[str, bytes]:
+    """`--xplane`'s files, or one real `--duration` capture of the input-bound demo job through
+    the RemoteCapturer (the job stops before the soak begins)."""
+    if args.xplane:
+        return {path.name: path.read_bytes() for path in args.xplane}
+    port = free_port()
+    job = start_job(port, "input-bound", seconds=600)
+    try:
+        with tempfile.TemporaryDirectory(prefix="bench-soak-record-") as tmp:
+            levels = Settings(store=Path(tmp) / "unused", targets="grpc://127.0.0.1:9").capture
+            seconds = parse_duration(args.duration, default_s=0.1, min_s=0.001, max_s=60)
+            capture = CaptureJob(
+                snapshot_id="recorded",
+                target=Target(name=TARGET, workers=[f"grpc://127.0.0.1:{port}"]),
+                logdir=Path(tmp),
+                options=CaptureOptions(
+                    duration_ms=round(seconds * 1000),
+                    host_tracer_level=levels.host_tracer_level,
+                    python_tracer_level=levels.python_tracer_level,
+                    device_tracer_level=levels.device_tracer_level,
+                ),
+                attempts=3,
+                timeout_s=120,
+            )
+            return {
+                path.name: path.read_bytes() for path in RemoteCapturer().capture(capture).paths
+            }
+    finally:
+        job.terminate()
+        job.wait(30)
+
+
+def run_in_process(args: argparse.Namespace) -> int:
+    """The service built in this process (`build_service`, a capturer replaying a recorded
+    capture), served by uvicorn on loopback; the captures asked from a child process running
+    this script with `--drive`, so that the bench's own records of thousands of snapshots are
+    not in the RSS measured."""
+    files = recorded_capture(args)
+    print(
+        "replaying "
+        + ", ".join(f"{name} ({len(data) / 1024:.0f} KiB)" for name, data in files.items()),
+        flush=True,
+    )
+    port = free_port()
+    store = Path(tempfile.mkdtemp(prefix="bench-soak-"))
+    settings = Settings(
+        store=store,
+        targets=f"{TARGET}=grpc://127.0.0.1:9",  # the replay sends nothing there
+        retention_max_count=args.retention,
+        webhook_cooldown_s=0,
+        webhook_min_interval_s=0,
+        analysis_timeout_s=1200,
+        schedules=SCHEDULE if args.schedule_every else [],
+    )
+    service = build_service(settings, {TargetKind.GRPC: Replay(files)})
+    config = uvicorn.Config(create_app(service), host="127.0.0.1", port=port, log_level="warning")
+    server = uvicorn.Server(config)
+    serving = threading.Thread(target=server.run, name="uvicorn")
+    serving.start()
+    result = store.parent / f"{store.name}-result.json"
+    started = time.monotonic()
+    try:
+        while not server.started:
+            if not serving.is_alive():
+                raise RuntimeError("the service did not start")
+            time.sleep(0.05)
+        driver = subprocess.run(
+            [
+                *(sys.executable, __file__, "--drive", f"http://127.0.0.1:{port}"),
+                *("--sidecar-pid", str(os.getpid()), "--store", str(store)),
+                *("--result", str(result), "--captures", str(args.captures)),
+                *("--duration", args.duration, "--sample-every", str(args.sample_every)),
+                *("--retention", str(args.retention)),
+                *("--schedule-every", str(args.schedule_every)),
+                *("--max-minutes", str(args.max_minutes)),
+            ],
+            check=False,
+        )
+        if driver.returncode != 0:
+            raise RuntimeError(f"the driver exited {driver.returncode}")
+        took = time.monotonic() - started
+        body = json.loads(result.read_text())
+    finally:
+        server.should_exit = True
+        serving.join(120)
+        shutil.rmtree(store, ignore_errors=True)
+        result.unlink(missing_ok=True)
+    soak = Soak(**body["soak"])
+    soak.by_fingerprint = Counter(soak.by_fingerprint)
+    report(args, soak, body["done"], took, body["problems"])
+    return 1 if body["problems"] else 0
+
+
+def drive(args: argparse.Namespace) -> int:
+    """`--drive`: the captures and the accounting of `run_in_process`'s service, written to
+    `--result`."""
+    soak, done, problems = soak_through(
+        args.drive, psutil.Process(args.sidecar_pid), args.store, args
+    )
+    body = {"soak": vars(soak), "done": done, "problems": problems}
+    args.result.write_text(json.dumps(body))
+    return 0
+
+
 def report(args: argparse.Namespace, soak: Soak, done: int, took: float, problems: list) -> None:
+    soak_kind = "soak in-process" if args.in_process else "soak"
     statuses = Counter(soak.status.values())
     kinds = Counter(soak.trigger.values())
     codes = Counter(c for c in soak.error_code.values() if c)
@@ -305,18 +469,18 @@ def report(args: argparse.Namespace, soak: Soak, done: int, took: float, problem
             f"{late_slope:>+9.2f} {unit}"
         )
         if name == "rss_mib":
-            record("soak: sidecar RSS slope per 1,000 captures", slope, unit="MiB")
+            record(f"{soak_kind}: sidecar RSS slope per 1,000 captures", slope, unit="MiB")
             record(
-                "soak: sidecar RSS slope per 1,000 captures, 2nd half",
+                f"{soak_kind}: sidecar RSS slope per 1,000 captures, 2nd half",
                 late_slope,
                 aim="< 1 MiB",
                 met=late_slope < 1,
                 unit="MiB",
             )
         elif name in ("open_files", "threads", "children"):
-            record(f"soak: {name.replace('_', ' ')} slope per 1,000 captures", slope)
+            record(f"{soak_kind}: {name.replace('_', ' ')} slope per 1,000 captures", slope)
     record(
-        "soak: snapshots unaccounted (missing, doubled, retention)",
+        f"{soak_kind}: snapshots unaccounted (missing, doubled, retention)",
         len(problems),
         aim="0",
         met=not problems,
@@ -333,10 +497,33 @@ def main() -> None:
     parser.add_argument("--sample-every", type=int, default=50, help="captures between samples")
     parser.add_argument("--retention", type=int, default=100, help="PROFILER_RETENTION_MAX_COUNT")
     parser.add_argument(
-        "--schedule-every", type=int, default=10, help="captures between scheduled ones"
+        "--schedule-every",
+        type=int,
+        help="captures between scheduled ones; 0: no schedule (10; 0 with --in-process)",
     )
     parser.add_argument("--max-minutes", type=float, default=120, help="stop asking after this")
-    sys.exit(run(parser.parse_args()))
+    parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="the service built in this process, replaying a recorded capture (no job)",
+    )
+    parser.add_argument(
+        "--xplane",
+        type=Path,
+        nargs="+",
+        help="with --in-process: replay these .xplane.pb files (else record one from the demo job)",
+    )
+    # --in-process's driver, in a child process of its own
+    parser.add_argument("--drive", help=argparse.SUPPRESS)
+    parser.add_argument("--sidecar-pid", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--store", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.schedule_every is None:
+        args.schedule_every = 0 if args.in_process else 10
+    if args.drive:
+        sys.exit(drive(args))
+    sys.exit(run_in_process(args) if args.in_process else run(args))
 
 
 if __name__ == "__main__":

@@ -29,6 +29,11 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
     "webhooks": ("bench_webhooks.py", [], []),
     "hub": ("bench_hub.py", [], ["--snapshots", "2000", "--sidecars", "100"]),
     "soak": ("bench_soak.py", ["--max-minutes", "90"], ["--captures", "200"]),
+    "soak-in-process": (
+        "bench_soak.py",
+        ["--in-process", "--captures", "3000", "--max-minutes", "60"],
+        ["--in-process", "--captures", "200"],
+    ),
     "footprint": (
         "bench_footprint.py",
         ["--skip-install"],
