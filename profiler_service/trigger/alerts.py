@@ -58,7 +58,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 DURATION_KEY = "profile_duration"  # a label or annotation: 500ms, 5s, 2m, bare seconds
-# Fingerprints remembered for dedupe; older than the cooldown ones are pruned past this size.
+# Fingerprints remembered for dedupe: those of the last cooldown, at most this many (a storm).
 _MAX_REMEMBERED_FINGERPRINTS = 10_000
 
 
@@ -316,13 +316,19 @@ class AlertTrigger:
         _set(outcome, Outcome.CAPTURED, None, "")
 
     def _remember(self, fingerprint: str, now: float, snapshot_id: str) -> None:
+        """Kept oldest first, so what the cooldown no longer needs is dropped from the front:
+        a sidecar remembers the alerts of one cooldown, not every alert it ever captured."""
+        self._captured.pop(fingerprint, None)
         self._captured[fingerprint] = (now, snapshot_id)
         self._last_capture_s = now
-        if len(self._captured) > _MAX_REMEMBERED_FINGERPRINTS:
-            horizon = now - self.settings.webhook_cooldown_s
-            self._captured = {k: v for k, v in self._captured.items() if v[0] >= horizon}
-            while len(self._captured) > _MAX_REMEMBERED_FINGERPRINTS:
-                del self._captured[min(self._captured, key=lambda k: self._captured[k][0])]
+        horizon = now - self.settings.webhook_cooldown_s
+        while len(self._captured) > 1:
+            oldest = next(iter(self._captured))
+            if self._captured[oldest][0] >= horizon and (
+                len(self._captured) <= _MAX_REMEMBERED_FINGERPRINTS
+            ):
+                break
+            del self._captured[oldest]
 
     def close(self) -> None:
         self.log.close()

@@ -84,6 +84,26 @@ def test_same_fingerprint_within_the_cooldown_is_deduplicated_then_captured_afte
     assert outcomes(alerts.handle("alertmanager", payload(am_alert("trainer")))) == ["captured"]
 
 
+def test_dedupe_remembers_the_alerts_of_one_cooldown_not_every_alert(make_service, held):
+    """A sidecar that takes an alert a minute for months holds the last cooldown's
+    fingerprints, not all of them (the soak's memory)."""
+    service = make_service(
+        targets="trainer=grpc://127.0.0.1:9", webhook_cooldown_s=600, webhook_min_interval_s=0
+    )
+    clock = FakeClock()
+    alerts = trigger_for(service, clock)
+    for n in range(30):
+        result = alerts.handle("alertmanager", payload(am_alert("trainer", fingerprint=f"f{n}")))
+        assert outcomes(result) == ["captured"]
+        held.release()
+        service.controller.wait(result.alerts[0].snapshot_id, 10)
+        clock.advance(60)
+    # Captured at 0, 60, ... 1740 s: at the last, those of the 600 s before it are kept.
+    assert list(alerts._captured) == [f"f{n}" for n in range(19, 30)]
+    again = alerts.handle("alertmanager", payload(am_alert("trainer", fingerprint="f29")))
+    assert outcomes(again) == ["deduplicated"]
+
+
 def test_alert_captures_are_throttled_globally(make_service, held):
     service = make_service(webhook_min_interval_s=60)
     clock = FakeClock()
