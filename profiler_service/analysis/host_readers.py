@@ -31,8 +31,8 @@ def _cost_ms(functions: TfFunctions) -> float:
 
 def add_allocations(allocators: list[AllocatorMemory], events: HostEvents) -> None:
     """What a host's memory profile cannot say, from its memory events: the allocations kept by
-    an allocator that may be growing, and, for the one whose memory swings most every step
-    without growing, what each op allocates per step."""
+    an allocator that may be growing, and, for the one whose memory swings most every step,
+    what each op allocates per step."""
     for allocator in allocators:
         if may_be_growing(allocator):
             allocator.kept_allocations = kept_allocations(events.memory_of(allocator.allocator))

@@ -206,7 +206,7 @@ class AllocatorMemory(BaseModel):
     # XProf's active allocations at the peak, the largest first.
     alive_at_peak: list[PeakAllocation] = Field(default_factory=list)
     # What each op allocates per marked step, the most first; read from the capture's memory
-    # events only when the steps rise and fall without growing (step_allocations.py).
+    # events where the steps rise and fall (step_allocations.py).
     allocations_by_op: list[OpAllocations] = Field(default_factory=list)
 
 

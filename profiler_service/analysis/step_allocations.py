@@ -4,7 +4,9 @@ When memory rises and falls inside every step without growing, XProf's memory pr
 sawtooth but names allocations only at the one peak it keeps, from a timeline cut to 1,000
 events. The capture has every allocation with its op and shape: this module sums them per
 marked step by op, and pairs each with its free (by address) to find the most of an op's
-allocations alive at once. It runs only when the steps' low points do not climb.
+allocations alive at once. It runs wherever the peak stands above the steps' low point, whether
+or not the low points also climb: a floor that steps up once under load is no leak, and which
+it is the rules decide (memory_growth, step_temporaries), from the whole memory summary.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ from bisect import bisect_right
 from collections import Counter, defaultdict
 
 from profiler_service.analysis.host_events import ALLOCATION, HostEvents
-from profiler_service.analysis.memory import may_be_growing
 from profiler_service.analysis.models import AllocatorMemory, OpAllocations
 
 MAX_OPS = 5
@@ -34,8 +35,8 @@ def step_swing_bytes(memory: AllocatorMemory) -> int:
 
 
 def worth_reading(memory: AllocatorMemory) -> bool:
-    """A sawtooth without growth: the low points do not climb, the peak stands above them."""
-    return not may_be_growing(memory) and step_swing_bytes(memory) >= READ_MIN_SWING_BYTES
+    """A sawtooth: the peak stands above the steps' low point."""
+    return step_swing_bytes(memory) >= READ_MIN_SWING_BYTES
 
 
 def allocations_by_op(events: HostEvents, max_ops: int = MAX_OPS) -> list[OpAllocations]:

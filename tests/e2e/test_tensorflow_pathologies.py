@@ -174,12 +174,27 @@ def test_cache_is_advised_between_the_expensive_decode_and_the_later_augmentatio
 # --- step temporaries -----------------------------------------------------------------------
 
 
+def memory_read(body: dict) -> list[dict]:
+    """What the rule reads of each allocator, for a failure's message."""
+    return [
+        {
+            "allocator": m["allocator"],
+            "steps": body["summary"]["step_time"]["count"],
+            "peak": m["peak_bytes_in_use"],
+            "floors": [p["bytes_in_use"] for p in m["step_floors"]],
+            "growth": m["growth"],
+            "ops": [(a["op_name"], a["bytes_per_step"]) for a in m["allocations_by_op"]],
+        }
+        for m in body["summary"]["memory"]
+    ]
+
+
 def test_step_temporaries_are_named_by_op(service_factory):
     body = capture(
         ("--workload", "temporaries", "--temporaries-mb", "64"), service_factory, duration="3s"
     )
     found = findings(body)
-    assert "step_temporaries" in found, body["findings"]
+    assert "step_temporaries" in found, (body["findings"], memory_read(body))
     assert "memory_growth" not in found
     finding = found["step_temporaries"]
     assert finding["severity"] == "info"

@@ -129,7 +129,9 @@ def _to_capacity(m: AllocatorMemory, summary: Summary) -> float | None:
     return g.seconds_to_capacity
 
 
-def _growing(m: AllocatorMemory, summary: Summary) -> bool:
+def is_growing(m: AllocatorMemory, summary: Summary) -> bool:
+    """The memory_growth rule's reading of one allocator; step_temporaries, which says "not a
+    leak", is silent wherever this holds."""
     g = m.growth
     to_capacity = _to_capacity(m, summary)
     return bool(
@@ -167,7 +169,7 @@ def memory_growth(summary: Summary) -> Finding | None:
     within `MEMORY_GROWTH_WARNING_S` or grew `MEMORY_GROWTH_MIN_SHARE_OF_PEAK` of the peak;
     critical when capacity is `MEMORY_GROWTH_CRITICAL_S` or less away. Names what is kept.
     """
-    growing = [m for m in summary.memory if _growing(m, summary)]
+    growing = [m for m in summary.memory if is_growing(m, summary)]
     if not growing:
         return None
     m = min(growing, key=lambda a: _to_capacity(a, summary) or float("inf"))

@@ -14,6 +14,7 @@ from profiler_service.analysis.models import (
     Summary,
     TfFunctionCalls,
 )
+from profiler_service.analysis.rules.memory import is_growing
 from profiler_service.analysis.rules.registry import rule
 from profiler_service.analysis.step_allocations import step_swing_bytes
 
@@ -177,13 +178,14 @@ def xla_recompilation(summary: Summary) -> Finding | None:
     )
 
 
-def _sawtooth(m: AllocatorMemory) -> bool:
+def _sawtooth(m: AllocatorMemory, summary: Summary) -> bool:
     swing = step_swing_bytes(m)
     return bool(
         m.allocations_by_op
         and swing >= TEMPORARIES_MIN_SWING_BYTES
         and m.peak_bytes_in_use
         and swing >= TEMPORARIES_MIN_SWING_SHARE * m.peak_bytes_in_use
+        and not is_growing(m, summary)
     )
 
 
@@ -196,9 +198,10 @@ def step_temporaries(summary: Summary) -> Finding | None:
     """Memory rises and falls inside every step without growing: the peak stands at least
     `TEMPORARIES_MIN_SWING_BYTES` and `TEMPORARIES_MIN_SWING_SHARE` of the peak above the steps'
     low point (info). Names the ops allocating the most per step, from the capture's memory
-    events. Never a leak: read only when the low points do not climb.
+    events. Silent where memory_growth reads the same allocator as growing: a low point that
+    steps up once is still a sawtooth, one that climbs step after step is a leak.
     """
-    sawtooth = [m for m in summary.memory if _sawtooth(m)]
+    sawtooth = [m for m in summary.memory if _sawtooth(m, summary)]
     if not sawtooth:
         return None
     m = max(sawtooth, key=step_swing_bytes)
