@@ -27,8 +27,10 @@ Every `--sample-every` captures: the sidecar's RSS, open files, threads and chil
 its warm analysis workers' RSS (psutil). Reported: each one's least-squares slope per 1,000
 captures after the warm-up (the first two samples), beside the spread of the samples around
 that line (what "beyond noise" is measured against), and the slope over the second half alone:
-bounded caches (the alert log's last 1,000 outcomes, SQLite's page cache, pydantic's string
-cache) fill over the first hundreds of captures, and a leak is what still grows after.
+bounded caches (SQLite's page cache, pydantic's string cache) fill over the first hundreds of
+captures, and a leak is what still grows after. The largest of them, the alert log's last 1,000
+outcomes in memory (about 1.2 KB each), is filled before the first sample with resolved alerts,
+as a sidecar that has run a day holds it (`--no-fill-alert-log` leaves it empty).
 
 Then the accounting, from what the bench saw and what the sidecar counted
 (`profiler_captures_total`): requested = ready + failed, each failure with an error code; no
@@ -67,6 +69,7 @@ from profiler_service.durations import parse_duration
 from profiler_service.models import CaptureOptions
 from profiler_service.service import build_service
 from profiler_service.targets import Target, TargetKind
+from profiler_service.trigger.alert_log import MAX_RECORDS_IN_MEMORY
 
 MIB = 2**20
 TARGET = "trainer"
@@ -88,24 +91,37 @@ class Soak:
     samples: list[dict[str, float]] = field(default_factory=list)
 
 
-def alert(fingerprint: str) -> dict:
-    """One firing Alertmanager alert (webhook version 4) for the sidecar's target."""
+def alert(*fingerprints: str, status: str = "firing") -> dict:
+    """Alertmanager alerts (webhook version 4) for the sidecar's target, one a fingerprint."""
     now = datetime.now(UTC).isoformat()
     return {
         "version": "4",
-        "status": "firing",
+        "status": status,
         "receiver": "profiler",
         "groupKey": '{}:{alertname="SoakAlert"}',
         "alerts": [
             {
-                "status": "firing",
+                "status": status,
                 "labels": {"alertname": "SoakAlert", "profile_target": TARGET},
                 "annotations": {},
                 "startsAt": now,
                 "fingerprint": fingerprint,
             }
+            for fingerprint in fingerprints
         ],
     }
+
+
+def fill_alert_log(client: httpx.Client, records: int, per_post: int = 100) -> None:
+    """Resolved alerts (recorded, never captured) up to the alert log's bound in memory: the
+    log a sidecar that has run a while holds, so that the soak's slope is not the log filling."""
+    for first in range(0, records, per_post):
+        n = min(per_post, records - first)
+        names = [f"soak-resolved-{i:08d}" for i in range(first, first + n)]
+        answer = client.post("/webhooks/alertmanager", json=alert(*names, status="resolved"))
+        answer.raise_for_status()
+        if {a["outcome"] for a in answer.json()["alerts"]} != {"resolved"}:
+            raise RuntimeError(f"resolved alerts answered {answer.json()['alerts'][:1]}")
 
 
 def ask(client: httpx.Client, kind: str, n: int, duration: str, soak: Soak) -> str | None:
@@ -250,6 +266,8 @@ def soak_through(
     stop_at = started + args.max_minutes * 60
     done = 0
     with httpx.Client(base_url=base_url, timeout=120) as client:
+        if args.fill_alert_log:
+            fill_alert_log(client, MAX_RECORDS_IN_MEMORY)
         soak.samples.append(sample(sidecar, 0))
         while done < args.captures and time.monotonic() < stop_at:
             kind = "api" if done % 2 == 0 else "webhook"
@@ -406,6 +424,7 @@ def run_in_process(args: argparse.Namespace) -> int:
                 *("--retention", str(args.retention)),
                 *("--schedule-every", str(args.schedule_every)),
                 *("--max-minutes", str(args.max_minutes)),
+                "--fill-alert-log" if args.fill_alert_log else "--no-fill-alert-log",
             ],
             check=False,
         )
@@ -502,6 +521,12 @@ def main() -> None:
         help="captures between scheduled ones; 0: no schedule (10; 0 with --in-process)",
     )
     parser.add_argument("--max-minutes", type=float, default=120, help="stop asking after this")
+    parser.add_argument(
+        "--fill-alert-log",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="before the first sample, fill the alert log's 1,000 records with resolved alerts",
+    )
     parser.add_argument(
         "--in-process",
         action="store_true",
