@@ -91,8 +91,12 @@ class Soak:
     samples: list[dict[str, float]] = field(default_factory=list)
 
 
-def alert(*fingerprints: str, status: str = "firing") -> dict:
-    """Alertmanager alerts (webhook version 4) for the sidecar's target, one a fingerprint."""
+def alert(*fingerprints: str, status: str = "firing", duration: str | None = None) -> dict:
+    """Alertmanager alerts (webhook version 4) for the sidecar's target, one a fingerprint,
+    each asking for `duration` (`profile_duration`; else the sidecar's default, 5 s)."""
+    labels = {"alertname": "SoakAlert", "profile_target": TARGET}
+    if duration:
+        labels["profile_duration"] = duration
     now = datetime.now(UTC).isoformat()
     return {
         "version": "4",
@@ -102,7 +106,7 @@ def alert(*fingerprints: str, status: str = "firing") -> dict:
         "alerts": [
             {
                 "status": status,
-                "labels": {"alertname": "SoakAlert", "profile_target": TARGET},
+                "labels": labels,
                 "annotations": {},
                 "startsAt": now,
                 "fingerprint": fingerprint,
@@ -133,7 +137,7 @@ def ask(client: httpx.Client, kind: str, n: int, duration: str, soak: Soak) -> s
         answer.raise_for_status()
         return answer.json()["id"]
     fingerprint = f"soak-{n:08d}"
-    answer = client.post("/webhooks/alertmanager", json=alert(fingerprint))
+    answer = client.post("/webhooks/alertmanager", json=alert(fingerprint, duration=duration))
     answer.raise_for_status()
     [outcome] = answer.json()["alerts"]
     if outcome["outcome"] == "skipped_busy":
