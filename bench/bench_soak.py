@@ -45,12 +45,14 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import tracemalloc
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -288,6 +290,8 @@ def soak_through(
                 wait_for_schedule(client, soak)
             if done % args.sample_every == 0:
                 soak.samples.append(sample(sidecar, done))
+                if args.tracemalloc and len(soak.samples) == WARMUP_SAMPLES + 1:
+                    os.kill(sidecar.pid, signal.SIGUSR1)  # the service's baseline snapshot
                 last = soak.samples[-1]
                 print(
                     f"{done:>6} captures, {time.monotonic() - started:>6.0f} s: "
@@ -396,6 +400,10 @@ def run_in_process(args: argparse.Namespace) -> int:
         + ", ".join(f"{name} ({len(data) / 1024:.0f} KiB)" for name, data in files.items()),
         flush=True,
     )
+    baseline: list[tracemalloc.Snapshot] = []
+    if args.tracemalloc:
+        tracemalloc.start(8)
+        signal.signal(signal.SIGUSR1, lambda *_: baseline.append(tracemalloc.take_snapshot()))
     port = free_port()
     store = Path(tempfile.mkdtemp(prefix="bench-soak-"))
     settings = Settings(
@@ -429,6 +437,7 @@ def run_in_process(args: argparse.Namespace) -> int:
                 *("--schedule-every", str(args.schedule_every)),
                 *("--max-minutes", str(args.max_minutes)),
                 "--fill-alert-log" if args.fill_alert_log else "--no-fill-alert-log",
+                *(["--tracemalloc"] if args.tracemalloc else []),
             ],
             check=False,
         )
@@ -436,6 +445,8 @@ def run_in_process(args: argparse.Namespace) -> int:
             raise RuntimeError(f"the driver exited {driver.returncode}")
         took = time.monotonic() - started
         body = json.loads(result.read_text())
+        if baseline:
+            print_growth(baseline[0], tracemalloc.take_snapshot())
     finally:
         server.should_exit = True
         serving.join(120)
@@ -445,6 +456,18 @@ def run_in_process(args: argparse.Namespace) -> int:
     soak.by_fingerprint = Counter(soak.by_fingerprint)
     report(args, soak, body["done"], took, body["problems"])
     return 1 if body["problems"] else 0
+
+
+def print_growth(before: tracemalloc.Snapshot, after: tracemalloc.Snapshot, top: int = 12) -> None:
+    """What Python allocated between the end of the warm-up and the end, by allocating line:
+    where a slope comes from."""
+    ignore = [tracemalloc.Filter(False, tracemalloc.__file__)]
+    stats = after.filter_traces(ignore).compare_to(before.filter_traces(ignore), "traceback")
+    print(f"\ngrowth since the warm-up, by where it was allocated (tracemalloc, top {top}):")
+    for stat in stats[:top]:
+        newest = reversed(stat.traceback[-4:])  # the allocating line first, then its callers
+        frames = " <- ".join(f"{Path(f.filename).name}:{f.lineno}" for f in newest)
+        print(f"  {stat.size_diff / 1024:+9.1f} KiB {stat.count_diff:+7d} blocks  {frames}")
 
 
 def drive(args: argparse.Namespace) -> int:
@@ -541,6 +564,11 @@ def main() -> None:
         type=Path,
         nargs="+",
         help="with --in-process: replay these .xplane.pb files (else record one from the demo job)",
+    )
+    parser.add_argument(
+        "--tracemalloc",
+        action="store_true",
+        help="with --in-process: print what Python allocated after the warm-up, by line (slower)",
     )
     # --in-process's driver, in a child process of its own
     parser.add_argument("--drive", help=argparse.SUPPRESS)

@@ -31,7 +31,7 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
     "soak": ("bench_soak.py", ["--max-minutes", "90"], ["--captures", "200"]),
     "soak-in-process": (
         "bench_soak.py",
-        ["--in-process", "--captures", "3000", "--max-minutes", "60"],
+        ["--in-process", "--captures", "5000", "--sample-every", "250", "--max-minutes", "60"],
         ["--in-process", "--captures", "200"],
     ),
     "footprint": (
