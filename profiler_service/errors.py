@@ -84,6 +84,14 @@ class StoreNotWritable(ServiceError):
     status_code = 503
 
 
+class InternalError(ServiceError):
+    """A bug in the service; the detail names the exception (its traceback is in the log). A
+    capture it kept from starting left nothing behind."""
+
+    code = "internal_error"
+    status_code = 500
+
+
 class Unauthorized(ServiceError):
     """No valid credentials (API token, webhook token or basic auth)."""
 

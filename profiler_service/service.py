@@ -195,6 +195,7 @@ def build_service(
         gpu=gpu,
         tf_memory=tf_memory,
         uploads=mirror,
+        loops=service.lifecycle.loop_health,
     )
     return service
 

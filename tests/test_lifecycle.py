@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from profiler_service.lifecycle import BackgroundLoop, Lifecycle
+from profiler_service.lifecycle import FAILING_AFTER_ROUNDS, RETRY_S, BackgroundLoop, Lifecycle
 
 # The service's background threads, by name (BackgroundLoop names, the analysis spawner).
 OWN_THREADS = (
@@ -57,13 +57,11 @@ def test_a_part_that_fails_to_start_stops_those_started_before_it():
 def test_a_background_loop_runs_until_stopped_and_may_start_again():
     rounds, wake = [], threading.Event()
 
-    def body(stopping: threading.Event) -> None:
-        while not stopping.is_set():
-            rounds.append(1)
-            wake.wait()  # a loop waiting on its own event: `wakes` ends the wait
-            wake.clear()
+    def round() -> None:
+        wake.clear()
+        rounds.append(1)  # None: the loop waits for its wake, which stop() sets
 
-    loop = BackgroundLoop("test-loop", body, wakes=[wake])
+    loop = BackgroundLoop("test-loop", round, wake=wake)
     assert not loop.running  # built: nothing runs
     loop.start()
     loop.start()
@@ -74,6 +72,77 @@ def test_a_background_loop_runs_until_stopped_and_may_start_again():
     assert loop.running
     loop.stop(timeout_s=10)
     assert not loop.running
+
+
+class Flaky:
+    """A round that raises while `failing`; counts its calls."""
+
+    def __init__(self) -> None:
+        self.failing, self.calls = True, 0
+
+    def __call__(self) -> float:
+        self.calls += 1
+        if self.failing:
+            raise OSError(28, "No space left on device")
+        return 60.0
+
+
+def test_the_guard_counts_a_failing_round_logs_it_once_and_the_recovery(caplog):
+    flaky = Flaky()
+    loop = BackgroundLoop("test-guard", flaky)
+    waits = [loop.run_round() for _ in range(FAILING_AFTER_ROUNDS + 1)]
+    assert waits == sorted(waits) and waits[0] == RETRY_S and waits[-1] > RETRY_S  # backs off
+    health = loop.health
+    assert health.failures_total == health.failing_rounds == FAILING_AFTER_ROUNDS + 1
+    assert health.keeps_failing and "No space left on device" in health.problem()
+    logged = [r for r in caplog.records if r.name == "profiler_service.lifecycle"]
+    assert len(logged) == 1 and logged[0].exc_info  # once, with its traceback
+    flaky.failing = False
+    assert loop.run_round() == 60.0  # the round's own wait again
+    assert health.failing_rounds == 0 and health.problem() is None
+    assert health.failures_total == FAILING_AFTER_ROUNDS + 1  # a counter: it stays
+    assert "recovered after 4 failed rounds" in caplog.records[-1].getMessage()
+
+
+def test_a_loop_whose_rounds_raise_keeps_running_on_its_thread(monkeypatch):
+    monkeypatch.setattr("profiler_service.lifecycle.RETRY_S", 0.001)
+    flaky, recovered = Flaky(), threading.Event()
+
+    def round() -> float | None:
+        if flaky.calls >= 3:
+            flaky.failing = False
+        flaky()
+        recovered.set()
+        return None
+
+    loop = BackgroundLoop("test-guard-thread", round)
+    loop.start()
+    assert recovered.wait(10)  # the thread outlived three failed rounds
+    assert loop.running and loop.health.failures_total == 3
+    loop.stop(timeout_s=10)
+    assert not loop.running and not loop.health.died
+
+
+def test_a_loop_thread_ended_by_a_base_exception_is_reported_dead():
+    def round() -> None:
+        raise SystemExit(3)  # a BaseException: the guard lets it end the thread
+
+    loop = BackgroundLoop("test-dies", round)
+    loop.start()
+    loop._thread.join(10)
+    assert loop.health.died and "ended without being stopped" in loop.health.problem()
+
+
+def test_the_lifecycle_reports_the_loops_of_the_parts_it_started():
+    class Looping(Part):
+        def __init__(self, name: str, log: list[str]):
+            super().__init__(name, log)
+            self.loops = (BackgroundLoop(f"{name}-loop", lambda: None),)
+
+    lifecycle = Lifecycle()
+    first, second = Looping("a", []), Part("b", [])
+    lifecycle.start([first, second])
+    assert [h.name for h in lifecycle.loop_health()] == ["a-loop"]
 
 
 def own_threads() -> set[str]:

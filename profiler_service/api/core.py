@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from profiler_service.config import AppSettings
+from profiler_service.lifecycle import LoopHealth
 from profiler_service.models import Snapshot
 from profiler_service.store import SnapshotQuery
 from profiler_service.targets import Target
@@ -79,6 +80,10 @@ class AppCore(Protocol):
     @property
     def alerts(self) -> AlertSink: ...
 
+    def loop_health(self) -> list[LoopHealth]:
+        """The background loops started, and what their rounds came to (`/readyz`)."""
+        ...
+
 
 class ServiceCore:
     """A sidecar's core: its `Service`'s parts."""
@@ -101,6 +106,9 @@ class ServiceCore:
     @property
     def metrics(self) -> MetricsPage:
         return self.service.metrics  # type: ignore[return-value]  # built by build_service
+
+    def loop_health(self) -> list[LoopHealth]:
+        return self.service.lifecycle.loop_health()
 
     @property
     def alerts(self) -> AlertSink:

@@ -11,6 +11,7 @@ from profiler_service.api.core import AlertSink, MetricsPage, SnapshotReader
 from profiler_service.api.tenants import ScopedReader
 from profiler_service.capture.controller import CaptureController
 from profiler_service.config import AppSettings
+from profiler_service.lifecycle import LoopHealth
 from profiler_service.service import Service
 from profiler_service.store import SnapshotStore
 from profiler_service.targets import Target
@@ -38,6 +39,10 @@ async def get_metrics(request: Request) -> MetricsPage:
     return request.app.state.core.metrics
 
 
+async def get_loops(request: Request) -> list[LoopHealth]:
+    return request.app.state.core.loop_health()
+
+
 async def get_alerts(request: Request) -> AlertSink:
     """Async on purpose: a sync dependency costs a worker-thread hop on every webhook."""
     return request.app.state.core.alerts
@@ -48,6 +53,7 @@ TargetsDep = Annotated[list[Target], Depends(get_targets)]
 ReaderDep = Annotated[SnapshotReader, Depends(get_reader)]
 MetricsDep = Annotated[MetricsPage, Depends(get_metrics)]
 AlertsDep = Annotated[AlertSink, Depends(get_alerts)]
+LoopsDep = Annotated[list[LoopHealth], Depends(get_loops)]
 
 # ---- a sidecar's own: captures and changes to its store --------------------------------------
 

@@ -9,7 +9,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from profiler_service.errors import ServiceError
+from profiler_service.errors import InternalError, ServiceError
 
 _STORE_ERRNOS = {errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM}
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
@@ -17,7 +17,6 @@ _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_la
 HANDLER_ERRORS = {
     "not_found": (404, "No such route."),
     "method_not_allowed": (405, "The route does not take that method."),
-    "internal_error": (500, "A bug in the service; the detail names the exception."),
     "http_error": (0, "Any other HTTP error the framework raises, with its status."),
 }
 
@@ -55,7 +54,8 @@ def install_error_handlers(app: FastAPI) -> None:
     async def internal_error(_: Request, exc: Exception) -> JSONResponse:
         """A bug: still JSON in the error shape (Starlette logs the traceback and re-raises)."""
         return JSONResponse(
-            {"error": "internal_error", "detail": f"{type(exc).__name__}: {exc}"}, status_code=500
+            {"error": InternalError.code, "detail": f"{type(exc).__name__}: {exc}"},
+            status_code=InternalError.status_code,
         )
 
     @app.exception_handler(StarletteHTTPException)

@@ -80,6 +80,10 @@ class ContinuousSession:
         )
         self._lock = threading.Lock()  # one RPC at a time; a capture holds it from start to end
         self._loop = BackgroundLoop(f"lookback-trace-{address}", self._keep, join_s=RPC_TIMEOUT_S)
+
+    @property
+    def loops(self) -> tuple[BackgroundLoop, ...]:
+        return (self._loop,)
         self.running = False
         self.since: float | None = None  # unix time the trace now held by the job began
         self.error: str | None = None
@@ -120,22 +124,22 @@ class ContinuousSession:
         self.since = time.time()
         return answer.empty_trace, answer.xspace, began
 
-    def _keep(self, stopping: threading.Event) -> None:
-        while not stopping.is_set():
-            wait = START_RETRY_S
-            with self._lock:
-                try:
-                    if not self.running:
-                        self._start()
-                        log.info("look-back trace running on %s", self.address)
-                    elif time.time() - (self.since or 0) >= self.rotate_s:
-                        self.snapshot()  # dropped: only the last rotate_s are kept
-                    wait = max(0.1, self.rotate_s - (time.time() - (self.since or 0)))
-                except grpc.RpcError as exc:
-                    if self.running or self.error is None:
-                        log.warning("look-back trace on %s: %s", self.address, exc.details())
-                    self.running, self.error = False, f"{exc.code().name}: {exc.details()}"
-            stopping.wait(wait)
+    def _keep(self) -> float:
+        """Start the job's session if it is not running, rotate it when due; the wait until
+        the next rotation (`START_RETRY_S` while the job does not answer)."""
+        with self._lock:
+            try:
+                if not self.running:
+                    self._start()
+                    log.info("look-back trace running on %s", self.address)
+                elif time.time() - (self.since or 0) >= self.rotate_s:
+                    self.snapshot()  # dropped: only the last rotate_s are kept
+                return max(0.1, self.rotate_s - (time.time() - (self.since or 0)))
+            except grpc.RpcError as exc:
+                if self.running or self.error is None:
+                    log.warning("look-back trace on %s: %s", self.address, exc.details())
+                self.running, self.error = False, f"{exc.code().name}: {exc.details()}"
+                return START_RETRY_S
 
     def start(self) -> None:
         self._loop.start()

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
 
 from profiler_service.analysis.analyzer import XprofAnalyzer
 from profiler_service.analysis.models import ProcessMemory
@@ -28,6 +29,7 @@ from profiler_service.config import BoundsSettings, CaptureSettings
 from profiler_service.durations import format_seconds
 from profiler_service.errors import (
     CaptureBusy,
+    InternalError,
     InvalidDuration,
     InvalidRequest,
     PipelineFailure,
@@ -80,6 +82,10 @@ class StartResult:
     @property
     def started(self) -> bool:
         return self.outcome is StartOutcome.STARTED
+
+
+def _unexpected(exc: Exception) -> InternalError:
+    return InternalError(f"the capture could not start: {type(exc).__name__}: {exc}")
 
 
 @dataclass
@@ -146,7 +152,12 @@ class CaptureController:
 
     def try_start(self, request: CaptureRequest) -> StartResult:
         """Begin a capture and return at once: started (with its snapshot), busy (with the
-        capture in the way) or rejected (with the reason)."""
+        capture in the way) or rejected (with the reason).
+
+        Total: it never raises. A store that cannot be written (full, read-only) is rejected
+        with `store_not_writable`, anything unexpected with `internal_error`, and nothing of
+        the capture is left behind: no staging directory, no target held.
+        """
         try:
             target = self.resolve_target(request.target)
             capturer = self.capturers.get(target.kind)
@@ -189,10 +200,37 @@ class CaptureController:
                 trigger=trigger,
                 capture=options,
             )
-            logdir = self.store.begin(snapshot)
+            try:
+                logdir = self.store.begin(snapshot)
+            except ServiceError as exc:
+                log.warning("capture of %s not started: %s", target.name, exc.detail)
+                return StartResult(StartOutcome.REJECTED, error=exc)
+            except Exception as exc:
+                log.exception("capture of %s not started", target.name)
+                return StartResult(StartOutcome.REJECTED, error=_unexpected(exc))
             active = _Active(snapshot, time.monotonic(), threading.Event())
             self._active[target.name] = active
             self._done[snapshot.id] = active.done
+        try:
+            return self._launch(active, capturer, target, logdir, request)
+        except Exception as exc:  # no thread to run it (the process is out of threads)
+            log.exception("capture %s not started", snapshot.id)
+            with self._lock:
+                self._active.pop(target.name, None)
+                self._done.pop(snapshot.id, None)
+            active.done.set()
+            self.store.discard_staging(snapshot.id)
+            return StartResult(StartOutcome.REJECTED, error=_unexpected(exc))
+
+    def _launch(
+        self,
+        active: _Active,
+        capturer: Capturer,
+        target: Target,
+        logdir: Path,
+        request: CaptureRequest,
+    ) -> StartResult:
+        snapshot, options, s = active.snapshot, active.snapshot.capture, self.capture
         job = CaptureJob(
             snapshot_id=snapshot.id,
             target=target,

@@ -23,6 +23,7 @@ import logging
 import queue
 import re
 import threading
+import time
 from datetime import datetime
 from typing import Any
 from urllib.parse import parse_qs, quote, urlsplit
@@ -130,9 +131,15 @@ class GrafanaAnnotator:
         self._queue: queue.Queue[Snapshot | None] = queue.Queue(maxsize=queue_size)
         self._counts = dict.fromkeys(_RESULTS, 0)
         self._lock = threading.Lock()
-        self._loop = BackgroundLoop("grafana-annotations", self._run)
+        self._closing = threading.Event()  # stop(): post what is queued, without retry waits
+        self._loop = BackgroundLoop("grafana-annotations", self._round)
+
+    @property
+    def loops(self) -> tuple[BackgroundLoop, ...]:
+        return (self._loop,)
 
     def start(self) -> None:
+        self._closing.clear()
         self._loop.start()
 
     def on_finished(self, snapshot: Snapshot) -> None:
@@ -155,27 +162,36 @@ class GrafanaAnnotator:
 
     def stop(self, timeout_s: float | None = None) -> None:
         """Post what is queued (no retry waits once stopping), for at most `timeout_s`."""
+        limit_s = self._loop.join_s if timeout_s is None else timeout_s
+        started = time.monotonic()
+        self._closing.set()
         with contextlib.suppress(queue.Full):
-            self._queue.put_nowait(None)
-        self._loop.stop(timeout_s)
+            self._queue.put_nowait(None)  # wakes a round waiting on an empty queue
+        if self._loop.running:
+            self.drain(limit_s)
+            with contextlib.suppress(queue.Full):
+                self._queue.put_nowait(None)  # the first did not fit in a full queue
+        self._loop.stop(max(0.0, limit_s - (time.monotonic() - started)))
         self._client.close()
 
     def _count(self, result: str) -> None:
         with self._lock:
             self._counts[result] += 1
 
-    def _run(self, stopping: threading.Event) -> None:
-        while True:
-            snapshot = self._queue.get()
-            try:
-                if snapshot is None:
-                    return
-                self._post(snapshot)
-            except Exception:
-                log.exception("Grafana annotation for %s failed unexpectedly", snapshot.id)
-                self._count("failed")
-            finally:
-                self._queue.task_done()
+    def _round(self) -> float | None:
+        """Post the next queued annotation (waiting for one); an unexpected error counts it
+        failed, and the loop's guard logs it. None (stop()'s mark): wait for the stop."""
+        snapshot = self._queue.get()
+        try:
+            if snapshot is None:
+                return None
+            self._post(snapshot)
+        except Exception:
+            self._count("failed")
+            raise
+        finally:
+            self._queue.task_done()
+        return 0.0
 
     def _post(self, snapshot: Snapshot) -> None:
         body = annotation_for(snapshot, self.public_url)
@@ -183,7 +199,7 @@ class GrafanaAnnotator:
         for attempt in range(1, self.attempts + 1):
             if attempt > 1:
                 self._count("retried")
-                if self._loop.stopping.wait(pause_s):
+                if self._closing.wait(pause_s):
                     break
                 pause_s = min(pause_s * 2, BACKOFF_MAX_S)
             try:

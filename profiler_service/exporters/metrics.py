@@ -20,11 +20,13 @@ from prometheus_client.exposition import choose_encoder
 from profiler_service.capture.controller import CaptureController
 from profiler_service.exporters.gpu_collector import GpuCollector
 from profiler_service.exporters.lookback_collector import LookbackCollector
+from profiler_service.exporters.loop_collector import LoopCollector
 from profiler_service.exporters.service_collector import ServiceCollector, UploadQueue
 from profiler_service.exporters.step_collector import StepCollector
 from profiler_service.exporters.system_collector import SystemCollector
 from profiler_service.exporters.tf_collector import TFMemoryCollector
 from profiler_service.exporters.webhook_collector import WebhookCollector
+from profiler_service.lifecycle import LoopHealth
 from profiler_service.lookback.sampler import Sampler
 from profiler_service.models import Snapshot, SnapshotStatus, TriggerKind
 from profiler_service.probes.steps import STEP_STATS, StepStats
@@ -123,6 +125,7 @@ class ServiceMetrics:
         tf_memory: TFMemoryCollector | None = None,
         steps: StepStats = STEP_STATS,
         uploads: UploadQueue | None = None,
+        loops: Callable[[], list[LoopHealth]] = list,
     ):
         self.registry = registry
         self.captures = captures  # observes finished captures: the controller's on_finished
@@ -133,6 +136,7 @@ class ServiceMetrics:
             SystemCollector(),
             self.gpu,
             ProcessCollector(registry=None),
+            LoopCollector(loops),
         ]
         self.in_process = any(t.kind is TargetKind.IN_PROCESS for t in controller.capture.targets)
         if self.in_process:

@@ -24,7 +24,7 @@ from profiler_service.hub.peers import RegistryShare, replica_name
 from profiler_service.hub.registration import RECORDS_PREFIX
 from profiler_service.hub.registry import SidecarRecord, SidecarRegistry
 from profiler_service.hub.routing import FleetRouter
-from profiler_service.lifecycle import BackgroundLoop, Lifecycle
+from profiler_service.lifecycle import BackgroundLoop, Lifecycle, LoopHealth
 from profiler_service.store import SnapshotStore
 from profiler_service.store.baselines import FleetBaselines
 from profiler_service.store.mirror_sync import MirrorSync, RefreshStats, mirrored_store
@@ -51,7 +51,7 @@ class FleetSync:
         self.last: RefreshStats | None = None
         self.last_success_s: float | None = None
         self.first_done = threading.Event()
-        self._loop = BackgroundLoop("fleet-sync", self._run, join_s=30)
+        self._loop = BackgroundLoop("fleet-sync", self._round, join_s=30)
 
     def once(self) -> RefreshStats | None:
         stats = self.sync.refresh(force=True)
@@ -104,13 +104,13 @@ class FleetSync:
     def stop(self, timeout_s: float | None = None) -> None:
         self._loop.stop(timeout_s)
 
-    def _run(self, stopping: threading.Event) -> None:
-        while not stopping.is_set():
-            try:
-                self.once()
-            except Exception:  # a bug must not end the loop
-                log.exception("fleet sync failed")
-            stopping.wait(self.interval_s)
+    @property
+    def loops(self) -> tuple[BackgroundLoop, ...]:
+        return (self._loop,)
+
+    def _round(self) -> float:
+        self.once()
+        return self.interval_s
 
 
 @dataclass
@@ -138,6 +138,9 @@ class HubService:
     def targets(self) -> list[Target]:
         """The hub captures nothing itself."""
         return []
+
+    def loop_health(self) -> list[LoopHealth]:
+        return self.lifecycle.loop_health()
 
     def start(self) -> None:
         """The registry share, then the fleet sync (build_hub starts nothing)."""
@@ -168,7 +171,7 @@ def build_hub(settings: HubSettings) -> HubService:
     collector = FleetCollector(settings.report, store.index, registry, alert_log, fleet_sync)
     tokens_file = settings.fleet.tokens_file
     tenants = TenantTokens(tokens_file) if tokens_file else None
-    metrics = FleetMetrics(collector)
+    metrics = FleetMetrics(collector, loops=lifecycle.loop_health)
     peers = RegistryShare(mirror, registry, replica_name())
     return HubService(
         settings, store, registry, router, fleet_sync, metrics, lifecycle, tenants, peers

@@ -25,7 +25,7 @@ source and outcome): they carry no tenant's namespace, job, snapshot or alert la
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import Protocol
 
@@ -39,8 +39,10 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.samples import Exemplar
 
 from profiler_service.config import ReportSettings
+from profiler_service.exporters.loop_collector import LoopCollector
 from profiler_service.hub.registry import SidecarRegistry
 from profiler_service.hub.views import FleetView, FleetViewCache
+from profiler_service.lifecycle import LoopHealth
 from profiler_service.store.index import SnapshotIndex
 from profiler_service.store.mirror_sync import RefreshStats
 from profiler_service.tenancy import EVERYWHERE, Reach
@@ -180,10 +182,16 @@ def _pairs(findings: str) -> list[tuple[str, str]]:
 
 
 class FleetMetrics:
-    def __init__(self, collector: FleetCollector, registry: CollectorRegistry | None = None):
+    def __init__(
+        self,
+        collector: FleetCollector,
+        registry: CollectorRegistry | None = None,
+        loops: Callable[[], list[LoopHealth]] = list,
+    ):
         self.collector = collector
         self.registry = registry or CollectorRegistry()
         self.registry.register(collector)
+        self.registry.register(LoopCollector(loops))
 
     def render(self, accept: str | None, reach: Reach = EVERYWHERE) -> tuple[bytes, str]:
         """The exposition; a tenant's holds only its namespaces' series (and the hub's own)."""

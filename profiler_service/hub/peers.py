@@ -21,7 +21,6 @@ import logging
 import os
 import posixpath
 import socket
-import threading
 import time
 from collections.abc import Callable
 
@@ -69,7 +68,13 @@ class RegistryShare:
         self._published_s = -float("inf")
         self._failing = False
         # A sidecar joining or leaving wakes the loop at once; stop() sets it too.
-        self._loop = BackgroundLoop("hub-peers", self._run, wakes=[registry.changed], join_s=10)
+        self._loop = BackgroundLoop(
+            "hub-peers",
+            self._round,
+            wake=registry.changed,
+            wait_first=self.interval_s,  # start() read the others once already
+            join_s=10,
+        )
 
     def once(self) -> None:
         try:
@@ -148,13 +153,15 @@ class RegistryShare:
         self.once()  # know the fleet before the first request
         self._loop.start()
 
-    def _run(self, stopping: threading.Event) -> None:
-        while not stopping.is_set():
-            # A sidecar joining or leaving is shared at once; the rest every interval.
-            self.registry.changed.wait(self.interval_s)
-            if stopping.is_set():
-                break
-            self.once()
+    @property
+    def loops(self) -> tuple[BackgroundLoop, ...]:
+        return (self._loop,)
+
+    def _round(self) -> float:
+        """A sidecar joining or leaving is shared at once (it wakes the loop); the rest every
+        interval."""
+        self.once()
+        return self.interval_s
 
     def stop(self, timeout_s: float | None = None) -> None:
         """Stop sharing; the file stays for the others until its records age out."""

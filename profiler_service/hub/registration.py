@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
-import threading
 from typing import TYPE_CHECKING
 
 import httpx
@@ -75,7 +74,7 @@ class HubRegistration:
         self.beats_total = 0
         self.failures_total = 0
         self._failing: set[str] = set()
-        self._loop = BackgroundLoop("hub-heartbeat", self._run)
+        self._loop = BackgroundLoop("hub-heartbeat", self._round)
         self._client = httpx.Client(timeout=min(10.0, settings.hub_heartbeat_s))
 
     def _headers(self) -> dict[str, str]:
@@ -133,10 +132,13 @@ class HubRegistration:
     def start(self) -> None:
         self._loop.start()
 
-    def _run(self, stopping: threading.Event) -> None:
-        while not stopping.is_set():
-            self.beat()
-            stopping.wait(self.settings.hub_heartbeat_s)
+    @property
+    def loops(self) -> tuple[BackgroundLoop, ...]:
+        return (self._loop,)
+
+    def _round(self) -> float:
+        self.beat()
+        return self.settings.hub_heartbeat_s
 
     def stop(self, timeout_s: float | None = None) -> None:
         """Stop beating and deregister (best effort: the TTL covers what this misses)."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -17,17 +16,33 @@ log = logging.getLogger(__name__)
 
 
 class Sampler:
-    def __init__(self, ring: SampleRing, sources: Sequence[Source], interval_s: float = 1.0):
+    def __init__(
+        self,
+        ring: SampleRing,
+        sources: Sequence[Source],
+        interval_s: float = 1.0,
+        clock: Callable[[], float] = time.time,
+    ):
         self.ring = ring
         self.sources = list(sources)
         self.interval_s = interval_s
+        self.clock = clock  # the samples' time (epoch seconds)
         self.listeners: list[Callable[[Sample], None]] = []
-        self._loop = BackgroundLoop("lookback", self._run)
+        self._loop = BackgroundLoop("lookback", self.round)
+        self._next_at: float | None = None  # time.monotonic() of the next round
         self._failing: set[str] = set()  # sources whose failure was logged already
         self._source_of: dict[str, str] = {}  # reading -> the source's name
 
+    @property
+    def loops(self) -> tuple[BackgroundLoop, ...]:
+        return (self._loop,)
+
     def sample(self) -> Sample:
-        """One reading of every source, appended to the ring and handed to the listeners."""
+        """One reading of every source, appended to the ring and handed to the listeners.
+
+        A source that fails is left out of the sample (logged once while it fails); a listener
+        that fails does not keep the others from theirs, and its error is raised after them,
+        for the loop's guard to count."""
         values: dict[str, float] = {}
         for source in self.sources:
             key = type(source).__name__
@@ -41,13 +56,16 @@ class Sampler:
             self._failing.discard(key)
             values.update(read)
             self._source_of.update((k, source.name) for k in read)
-        sample = Sample(time=time.time(), values=values)
+        sample = Sample(time=self.clock(), values=values)
         self.ring.append(sample)
+        failed: Exception | None = None
         for listener in self.listeners:
             try:
                 listener(sample)
-            except Exception:
-                log.exception("look-back listener %r failed", listener)
+            except Exception as exc:
+                failed = failed or exc
+        if failed is not None:
+            raise failed
         return sample
 
     def start(self) -> None:
@@ -56,13 +74,12 @@ class Sampler:
     def stop(self, timeout_s: float | None = None) -> None:
         self._loop.stop(timeout_s)
 
-    def _run(self, stopping: threading.Event) -> None:
-        next_at = time.monotonic()
-        while not stopping.is_set():
-            self.sample()
-            next_at += self.interval_s
-            stopping.wait(max(0.0, next_at - time.monotonic()))
-            next_at = max(next_at, time.monotonic() - self.interval_s)  # no burst after a stall
+    def round(self) -> float:
+        """One sample; the wait until the next is due (no burst of samples after a stall)."""
+        now = time.monotonic()
+        self._next_at = max((self._next_at or now) + self.interval_s, now)
+        self.sample()
+        return max(0.0, self._next_at - time.monotonic())
 
     def source_of(self, key: str) -> str:
         """The name of the source a reading came from (agent, proc, nvml)."""

@@ -130,11 +130,12 @@ class MirrorSync:
         self.uploads_total = 0
         self.upload_failures_total = 0
         self._wake = threading.Event()
+        self._retry_s = 0.0  # the upload loop's wait after a refused pass
         self._list_wake = threading.Event()
         self._loops = (
-            BackgroundLoop("store-mirror", self._run, wakes=[self._wake], join_s=15),
+            BackgroundLoop("store-mirror", self._upload_round, wake=self._wake, join_s=15),
             BackgroundLoop(
-                "store-mirror-list", self._run_refresh, wakes=[self._list_wake], join_s=15
+                "store-mirror-list", self._refresh_round, wake=self._list_wake, join_s=15
             ),
         )
         self._refresh_lock = threading.Lock()
@@ -256,23 +257,25 @@ class MirrorSync:
             return
         self._wake.set()
 
-    def _run(self, stopping: threading.Event) -> None:
-        delay = 0.0
-        while not stopping.is_set():
-            self._wake.wait(delay or None)
-            self._wake.clear()
-            if stopping.is_set():
-                break
-            if (
-                self.read_back_manifest()
-                and self.sync_pending()
-                and self.write_manifest()
-                and self.copy_baselines()
-            ):
-                delay = 0.0
-            else:
-                delay = min(max(2 * delay, 1.0), self.retry_max_s)
-                log.info("next upload attempt to %s in %g s", self.mirror.url, delay)
+    @property
+    def loops(self) -> tuple[BackgroundLoop, ...]:
+        return self._loops
+
+    def _upload_round(self) -> float | None:
+        """One pass over the queue, the manifest and the baselines; None (until woken) when
+        the bucket took it all, else the next attempt's wait, doubling up to `retry_max_s`."""
+        self._wake.clear()
+        if (
+            self.read_back_manifest()
+            and self.sync_pending()
+            and self.write_manifest()
+            and self.copy_baselines()
+        ):
+            self._retry_s = 0.0
+            return None
+        self._retry_s = min(max(2 * self._retry_s, 1.0), self.retry_max_s)
+        log.info("next upload attempt to %s in %g s", self.mirror.url, self._retry_s)
+        return self._retry_s
 
     def sync_pending(self) -> bool:
         """One pass over the queue; False when the bucket refused (the rest waits)."""
@@ -422,16 +425,11 @@ class MirrorSync:
         if time.monotonic() - self._last_refresh >= self.refresh_interval_s:
             self._list_wake.set()
 
-    def _run_refresh(self, stopping: threading.Event) -> None:
-        while not stopping.is_set():
-            self._list_wake.wait()
+    def _refresh_round(self) -> None:
+        """A listing when a reader or the interval asks for one (they set the wake)."""
+        if self._list_wake.is_set():
             self._list_wake.clear()
-            if stopping.is_set():
-                break
-            try:
-                self.refresh()
-            except Exception:  # a bug must not end the loop
-                log.exception("refreshing from %s failed", self.mirror.url)
+            self.refresh()
 
     def refresh(self, *, force: bool = False) -> RefreshStats | None:
         """Index what other sidecars wrote; drop remote entries gone from the bucket.

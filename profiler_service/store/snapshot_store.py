@@ -23,10 +23,12 @@ reads what it does not hold through a `RemoteReader`, outside its lock (events.p
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
 import shutil
+import sqlite3
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -206,12 +208,18 @@ class SnapshotStore:
             # The job's profiler server may run as another user on the shared volume.
             capture_dir.chmod(0o777)
             self._write(self.staging_dir / snapshot.id, snapshot, STAGING)
-        except OSError as exc:
-            shutil.rmtree(self.staging_dir / snapshot.id, ignore_errors=True)
+        except (OSError, sqlite3.Error) as exc:  # a full disk fails the index as well
+            self.discard_staging(snapshot.id)
             raise StoreNotWritable(
                 f"the snapshot store {self.root} is not writable: {exc}"
             ) from exc
         return capture_dir
+
+    def discard_staging(self, snapshot_id: str) -> None:
+        """Forget a snapshot that never started: its staging directory and index row."""
+        shutil.rmtree(self.staging_dir / snapshot_id, ignore_errors=True)
+        with contextlib.suppress(sqlite3.Error):
+            self.index.remove(snapshot_id)
 
     def update(self, snapshot: Snapshot) -> None:
         self._write(self.staging_dir / snapshot.id, snapshot, STAGING)

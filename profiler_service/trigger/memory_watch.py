@@ -20,6 +20,7 @@ import logging
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from enum import StrEnum
 
 from profiler_service.analysis.fit import fit_line
@@ -65,10 +66,13 @@ class MemoryWatch:
         controller: CaptureController,
         ring: SampleRing,
         source_of=lambda key: "",
+        clock: Callable[[], float] = time.monotonic,
     ):
         """Captures through `controller`, of `memory_watch_target` or its first target, for
-        `memory_watch_duration_s` or the default duration: the controller's bounds hold."""
+        `memory_watch_duration_s` or the default duration: the controller's bounds hold.
+        `clock` times the cooldown."""
         self.settings = settings
+        self.clock = clock
         self.controller = controller
         self.ring = ring
         self.source_of = source_of
@@ -76,7 +80,7 @@ class MemoryWatch:
         self.target = settings.memory_watch_target or (first.name if first else None)
         self.outcomes: Counter[tuple[str, WatchOutcome]] = Counter()  # (reason, outcome)
         self.last: MemoryReading | None = None  # the most pressing reading, for /metrics
-        self._cooldown_until = 0.0
+        self._cooldown_until = -float("inf")
         self._lock = threading.Lock()
 
     def __call__(self, sample: Sample) -> None:
@@ -136,7 +140,7 @@ class MemoryWatch:
 
     def _capture(self, reading: MemoryReading) -> None:
         with self._lock:
-            if time.monotonic() < self._cooldown_until:
+            if self.clock() < self._cooldown_until:
                 return
             s = self.settings
             duration = s.memory_watch_duration_s or self.controller.bounds.duration_default_s
@@ -157,7 +161,7 @@ class MemoryWatch:
                 log.info("memory watch did not capture %s: %s", self.target, result.error)
             else:
                 snapshot = result.snapshot
-                self._cooldown_until = time.monotonic() + s.memory_watch_cooldown_s
+                self._cooldown_until = self.clock() + s.memory_watch_cooldown_s
                 log.warning(
                     "memory watch: %s at %s of capacity, %s s to full; capturing %s as %s",
                     reading.device,

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import logging
 import random
-import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 
 from profiler_service.capture.controller import (
     CaptureController,
@@ -36,12 +36,19 @@ class CaptureScheduler:
         settings: ScheduleSettings,
         controller: CaptureController,
         rng: random.Random | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ):
         self.settings = settings
+        self.clock = clock
         self.controller = controller
         self.rng = rng or random.Random()
         self.outcomes: Counter[tuple[str, str]] = Counter()  # (target, started|skipped|failed)
-        self._loop = BackgroundLoop("capture-scheduler", self._run)
+        self._due: list[float] | None = None  # per schedule, on `clock`; set by the first round
+        self._loop = BackgroundLoop("capture-scheduler", self.round)
+
+    @property
+    def loops(self) -> tuple[BackgroundLoop, ...]:
+        return (self._loop,)
 
     def start(self) -> None:
         """Its thread runs only when a schedule is configured."""
@@ -74,12 +81,18 @@ class CaptureScheduler:
         self.outcomes[(schedule.target, outcome)] += 1
         return outcome
 
-    def _run(self, stopping: threading.Event) -> None:
-        now = time.monotonic()
-        due = [now + self.next_delay_s(s) for s in self.settings.schedules]
-        while not stopping.is_set():
-            i = min(range(len(due)), key=due.__getitem__)
-            if stopping.wait(max(0.0, due[i] - time.monotonic())):
-                return
-            self.fire(self.settings.schedules[i])
-            due[i] = time.monotonic() + self.next_delay_s(self.settings.schedules[i])
+    def round(self) -> float:
+        """Fire the schedule that is due, if one is; the seconds until the next is due.
+
+        The next time is set before the capture is asked for: a capture that raises (the
+        loop's guard counts it) is not retried at once but at its next interval.
+        """
+        now = self.clock()
+        if self._due is None:
+            self._due = [now + self.next_delay_s(s) for s in self.settings.schedules]
+        i = min(range(len(self._due)), key=self._due.__getitem__)
+        if self._due[i] <= now:
+            schedule = self.settings.schedules[i]
+            self._due[i] = now + self.next_delay_s(schedule)
+            self.fire(schedule)
+        return max(0.0, min(self._due) - self.clock())

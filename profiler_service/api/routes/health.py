@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
-from profiler_service.api.deps import ReaderDep, TargetsDep
+from profiler_service.api.deps import LoopsDep, ReaderDep, TargetsDep
 from profiler_service.api.schemas import HealthPublic
 from profiler_service.capture.capturer import CaptureFailed
 from profiler_service.capture.discovery import resolve_workers
@@ -16,19 +16,25 @@ from profiler_service.targets import Target, TargetKind
 router = APIRouter(tags=["health"])
 
 
-@router.get("/healthz", response_model=HealthPublic)
-def read_health() -> HealthPublic:
-    """The process answers."""
-    return HealthPublic(status="ok")
+@router.get("/healthz", response_model=HealthPublic, responses={503: {"model": HealthPublic}})
+def read_health(loops: LoopsDep):
+    """The process answers and every background loop it started still has its thread.
+
+    503 with `checks` naming a loop whose thread ended without being stopped: only a restart
+    brings it back.
+    """
+    checks = {f"loop:{h.name}": h.problem() or "ok" for h in loops if h.died}
+    return _answer(checks, good="ok", bad="unhealthy")
 
 
 @router.get("/readyz", response_model=HealthPublic, responses={503: {"model": HealthPublic}})
-def read_readiness(targets: TargetsDep, store: ReaderDep):
-    """Ready when the store is writable and every target's profiler port accepts connections.
+def read_readiness(targets: TargetsDep, store: ReaderDep, loops: LoopsDep):
+    """Ready when the store is writable, every target's profiler port accepts connections and
+    no background loop keeps failing (`FAILING_AFTER_ROUNDS` rounds in a row).
 
     503 with `checks` naming what is not ready.
     """
-    checks: dict[str, str] = {}
+    checks: dict[str, str] = {f"loop:{h.name}": h.problem() or "ok" for h in loops}
     try:
         store.check_writable()
         checks["store"] = "ok"
@@ -36,9 +42,13 @@ def read_readiness(targets: TargetsDep, store: ReaderDep):
         checks["store"] = exc.detail
     for target in targets:
         checks[f"target:{target.name}"] = _target_check(target)
-    ready = all(v == "ok" for v in checks.values())
-    body = HealthPublic(status="ready" if ready else "unready", checks=checks)
-    return JSONResponse(body.model_dump(), status_code=200 if ready else 503)
+    return _answer(checks, good="ready", bad="unready")
+
+
+def _answer(checks: dict[str, str], *, good: str, bad: str) -> JSONResponse:
+    fine = all(v == "ok" for v in checks.values())
+    body = HealthPublic(status=good if fine else bad, checks=checks)
+    return JSONResponse(body.model_dump(), status_code=200 if fine else 503)
 
 
 def _target_check(target: Target) -> str:
