@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from helpers import Job, ServiceProcess, free_port, start_job, start_service
+from helpers import RECORDS_MEMORY, Job, ServiceProcess, free_port, start_job, start_service
 
 from profiler_service.capture.capturer import Capturer
 from profiler_service.config import Settings
@@ -44,8 +44,10 @@ SESSION_JOBS: dict[str, Job] = {}
 RESUME_SETTLE_S = 1.0
 
 
-def _session_job(name: str, workload: str) -> Iterator[Job]:
-    job = start_job("--workload", workload, "--profiler-port", str(free_port()), *SESSION)
+def _session_job(
+    name: str, workload: str, env: dict[str, str] | None = None
+) -> Iterator[Job]:
+    job = start_job("--workload", workload, "--profiler-port", str(free_port()), *SESSION, env=env)
     SESSION_JOBS[name] = job
     yield job
     SESSION_JOBS.pop(name, None)
@@ -59,7 +61,8 @@ def input_bound_job() -> Iterator[Job]:
 
 @pytest.fixture(scope="session")
 def compute_bound_job() -> Iterator[Job]:
-    yield from _session_job("compute_bound_job", "compute-bound")
+    # Its memory is read by tests (test_memory_growth): it records allocator events on any CPU.
+    yield from _session_job("compute_bound_job", "compute-bound", RECORDS_MEMORY)
 
 
 def _needs(item: pytest.Item | None, name: str) -> bool:

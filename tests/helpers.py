@@ -22,6 +22,13 @@ import httpx
 from profiler_service.demo import run as demo_run
 
 QUIET_TF = {"TF_CPP_MIN_LOG_LEVEL": "1", "PYTHONUNBUFFERED": "1"}
+# What a job sets, as a user would, to record allocator events on any CPU: TF's default CPU
+# allocator records none where oneDNN is off (CPUs without AVX-512; scripts/test-without-onednn)
+# and for some jobs even where it is on (analysis/memory_events.py). The tests of the memory
+# analysis give it to their jobs; the rest of the suite does not depend on it.
+RECORDS_MEMORY = {"TF_CPU_ALLOCATOR_USE_BFC": "true"}
+# What the same job gets with no events at all, whatever this machine's CPU.
+RECORDS_NO_MEMORY = {"TF_CPU_ALLOCATOR_USE_BFC": "false", "TF_ENABLE_ONEDNN_OPTS": "0"}
 # A small real capture someone recorded (tests/fixtures/gpu-captures/README.md): it analyses to a
 # ready snapshot in well under a second, for tests about what happens around the analysis.
 RECORDED_CAPTURE = (
@@ -146,9 +153,9 @@ def wait_ready(proc: subprocess.Popen, timeout_s: float = 180) -> Job:
         raise
 
 
-def start_job(*args: str) -> Job:
+def start_job(*args: str, env: dict[str, str] | None = None) -> Job:
     """A real TF job (profiler_service.demo.job); returns once it is training."""
-    return wait_ready(launch_job(*args))
+    return wait_ready(launch_job(*args, env=env))
 
 
 @dataclass

@@ -146,7 +146,7 @@ class MemoryGrowth(BaseModel):
     bytes_per_step: float | None = None
     bytes_per_s: float
     r2: float  # how steady: 1.0 is a straight line
-    rising_share: float  # share of consecutive low points that rose
+    rising_share: float  # share of low points above the one (or two) before: memory.py
     first_half_bytes_per_s: float
     second_half_bytes_per_s: float
     growth_bytes: int  # over the capture, by the fitted line
@@ -208,6 +208,20 @@ class AllocatorMemory(BaseModel):
     # What each op allocates per marked step, the most first; read from the capture's memory
     # events where the steps rise and fall (step_allocations.py).
     allocations_by_op: list[OpAllocations] = Field(default_factory=list)
+
+
+class MemoryUnrecorded(BaseModel):
+    """Hosts whose capture holds no allocator event: why, what turns them on, what that costs
+    (memory_events.py). The memory findings are silent there for want of data, not by verdict."""
+
+    hosts: list[str]
+    why: str
+    remedy: str
+    cost: str
+
+    @property
+    def sentence(self) -> str:
+        return f"{self.why} {self.remedy} {self.cost}"
 
 
 class ProcessMemory(BaseModel):
@@ -396,6 +410,7 @@ class Summary(BaseModel):
     top_ops: list[TopOp] = Field(default_factory=list)
     op_category_share: dict[str, float] = Field(default_factory=dict)
     memory: list[AllocatorMemory] = Field(default_factory=list)
+    memory_unrecorded: MemoryUnrecorded | None = None  # hosts with no allocator event
     kernels: Kernels = Field(default_factory=Kernels)
     per_host: list[HostSummary] = Field(default_factory=list)
     process_memory: ProcessMemory | None = None  # when the look-back sampler read the job

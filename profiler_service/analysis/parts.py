@@ -20,6 +20,7 @@ from profiler_service.analysis.models import (
     HostSummary,
     InputPipeline,
     Kernels,
+    MemoryUnrecorded,
     Summary,
     TfFunctions,
 )
@@ -38,6 +39,7 @@ class Parts:
     op_stats: OpStats | None = None
     kernels: Kernels = field(default_factory=Kernels)
     memory: list[AllocatorMemory] = field(default_factory=list)  # every host's, in order
+    memory_unrecorded: MemoryUnrecorded | None = None  # hosts without allocator events
     # Each host's iterator stats from its events (path -> stats), in the hosts' order.
     iterator_stats: list[dict[str, dict[str, Any]]] = field(default_factory=list)
     tf_functions: TfFunctions | None = None
@@ -73,6 +75,7 @@ def assemble(parts: Parts) -> Summary:
         top_ops=op_stats.top_ops if op_stats else [],
         op_category_share=op_stats.op_category_share if op_stats else {},
         memory=parts.memory,
+        memory_unrecorded=parts.memory_unrecorded,
         kernels=parts.kernels,
         per_host=parts.per_host,
         xprof_flags=overview.xprof_flags,

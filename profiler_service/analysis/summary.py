@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from google.protobuf.message import DecodeError
 from pydantic import BaseModel, Field
 
+from profiler_service.analysis import memory_events
 from profiler_service.analysis.gpu_activity import has_gpu_planes, read_gpu_activity
 from profiler_service.analysis.host_events import HostEvents, read_host_events
 from profiler_service.analysis.host_readers import add_allocations, costliest_tf_functions
@@ -95,6 +96,10 @@ def summarise_run(run_dir: Path) -> Summary:
     for tool, read in _OPTIONAL_TOOLS.items():
         if tool in fetched:
             _optional(parts, tool, fetched[tool].result(), read)
+    unrecorded = [c.host for c, p in zip(captures, memory_profiles, strict=True) if p is None]
+    if unrecorded:
+        on_gpu = events.gpu is not None
+        parts.memory_unrecorded = memory_events.unrecorded(unrecorded, on_gpu=on_gpu)
     for capture, profile in zip(captures, memory_profiles, strict=True):
         if profile is None:
             continue

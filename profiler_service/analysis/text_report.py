@@ -37,6 +37,14 @@ def format_summary(summary: Summary) -> list[str]:
             f"GPUs: {describe_devices(summary)}; idle {idle:g}% of the capture"
             + (f" (meanwhile the host: {meanwhile})" if meanwhile else "")
         )
+    missing = summary.memory_unrecorded
+    if missing is not None:
+        lines += textwrap.wrap(
+            f"memory: no allocator events ({', '.join(missing.hosts)}). {missing.why} "
+            f"{missing.remedy}",
+            100,
+            subsequent_indent="  ",
+        )
     return lines
 
 

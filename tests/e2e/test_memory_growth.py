@@ -9,7 +9,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from helpers import free_port, start_job
+from helpers import RECORDS_MEMORY, RECORDS_NO_MEMORY, free_port, run_cli, start_job
 
 from profiler_service.analysis.fit import fit_line
 
@@ -40,6 +40,7 @@ def leaking_job(tmp_path_factory):
         str(free_port()),
         "--seconds",
         "300",
+        env=RECORDS_MEMORY,
     )
     job.stats = stats
     yield job
@@ -94,6 +95,7 @@ def test_a_large_steady_footprint_with_a_sawtooth_is_not_growth(service_factory)
         str(free_port()),
         "--seconds",
         "120",
+        env=RECORDS_MEMORY,
     )
     try:
         service = service_factory([job.address])
@@ -125,4 +127,35 @@ def test_the_demo_jobs_have_no_memory_growth(job, request, service_factory):
         # Silent by decision, not for want of data: its low points wander but do not climb.
         [memory] = body["summary"]["memory"]
         assert memory["growth"]["points"] >= 10
-    # (The input-bound job's host allocator records no memory events in TF 2.21 here.)
+        assert body["summary"]["memory_unrecorded"] is None
+
+
+def test_a_job_whose_allocator_records_nothing_is_told_why_and_what_to_set(service_factory):
+    """The same compute-bound job as the session's, with the allocator of a CPU without AVX-512
+    and nothing set: silent for want of data, and the snapshot, report and CLI say so."""
+    job = start_job(
+        *("--workload", "compute-bound", "--profiler-port", str(free_port()), "--seconds", "120"),
+        env=RECORDS_NO_MEMORY,
+    )
+    try:
+        service = service_factory([job.address])
+        with service.client() as client:
+            body = client.post("/profile", params={"duration": "2s", "wait": "true"}).json()
+            report = client.get(f"/profiles/{body['id']}/report").text
+            cli = run_cli("analyze", str(service.store / "plugins" / "profile" / body["id"]))
+    finally:
+        job.stop()
+    assert body["status"] == "ready", body.get("error")
+    summary = body["summary"]
+    assert summary["memory"] == [] and summary["step_time"]["count"] > 0
+    missing = summary["memory_unrecorded"]
+    assert missing["hosts"] == summary["hosts"]
+    assert "recorded no memory events" in missing["why"]
+    assert "TF_CPU_ALLOCATOR_USE_BFC=true" in missing["remedy"]
+    assert "before TensorFlow is imported" in missing["remedy"]
+    assert "BFC allocator" in missing["cost"]
+    assert not {"memory_growth", "step_temporaries"} & {f["rule"] for f in body["findings"]}
+    assert 'id="memory-unrecorded"' in report and "TF_CPU_ALLOCATOR_USE_BFC=true" in report
+    assert cli.returncode == 0, cli.stderr
+    assert "memory: no allocator events" in cli.stdout
+    assert "TF_CPU_ALLOCATOR_USE_BFC=true" in cli.stdout

@@ -15,7 +15,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from helpers import free_port, launch_job, memory_cgroup, wait_for_status
+from helpers import RECORDS_MEMORY, free_port, launch_job, memory_cgroup, wait_for_status
 
 WATCH = {
     "PROFILER_MEMORY_WATCH_WINDOW_S": "6",
@@ -72,6 +72,7 @@ def test_the_sidecar_watch_captures_a_leaking_job_before_it_dies(service_factory
         str(port := free_port()),
         "--seconds",
         "240",
+        env=RECORDS_MEMORY,
     )
     ready = json.loads(next(line for line in proc.stdout if line.startswith("READY "))[6:])
     limit = ready["oom_at_bytes"]
@@ -115,7 +116,7 @@ def test_the_agent_watch_captures_its_own_job_before_it_dies(tmp_path):
         str(store),
         "--seconds",
         "240",
-        env=WATCH,
+        env={**WATCH, **RECORDS_MEMORY},
     )
     ready = json.loads(next(line for line in proc.stdout if line.startswith("READY "))[6:])
     try:
@@ -150,6 +151,7 @@ def test_a_real_memory_limit_kills_the_job_after_the_watch_captured_it(service_f
             *("--workload", "memory", "--leak-kb-per-step", "512", "--seconds", "240"),
             *("--profiler-port", str(port := free_port()), "--stats-file", str(stats)),
             cgroup=cgroup,
+            env=RECORDS_MEMORY,
         )
         try:
             ready = json.loads(next(line for line in proc.stdout if line.startswith("READY "))[6:])

@@ -7,12 +7,17 @@ The jobs are the demo's (`profiler_service.demo.tf_pathologies`); each trains a 
 from __future__ import annotations
 
 import pytest
-from helpers import free_port, start_job
+from helpers import RECORDS_MEMORY, free_port, start_job
 
 
-def capture(job_args: tuple[str, ...], service_factory, duration: str = "2s") -> dict:
+def capture(
+    job_args: tuple[str, ...],
+    service_factory,
+    duration: str = "2s",
+    env: dict[str, str] | None = None,
+) -> dict:
     """Start a demo job, capture it through the sidecar, stop it; the snapshot's JSON."""
-    job = start_job(*job_args, "--profiler-port", str(free_port()), "--seconds", "120")
+    job = start_job(*job_args, "--profiler-port", str(free_port()), "--seconds", "120", env=env)
     try:
         service = service_factory([job.address])
         with service.client() as client:
@@ -191,7 +196,10 @@ def memory_read(body: dict) -> list[dict]:
 
 def test_step_temporaries_are_named_by_op(service_factory):
     body = capture(
-        ("--workload", "temporaries", "--temporaries-mb", "64"), service_factory, duration="3s"
+        ("--workload", "temporaries", "--temporaries-mb", "64"),
+        service_factory,
+        duration="3s",
+        env=RECORDS_MEMORY,
     )
     found = findings(body)
     assert "step_temporaries" in found, (body["findings"], memory_read(body))
@@ -216,13 +224,7 @@ def test_step_temporaries_are_named_by_op(service_factory):
 
 
 def test_a_job_without_large_temporaries_has_no_step_temporaries(service_factory):
-    body = capture(
-        (
-            "--workload",
-            "compute-bound",
-        ),
-        service_factory,
-    )
+    body = capture(("--workload", "compute-bound"), service_factory, env=RECORDS_MEMORY)
     assert "step_temporaries" not in findings(body), body["findings"]
     # Silent by decision: its memory was read, its steps swing less than the threshold.
     assert body["summary"]["memory"], "the compute-bound job records memory events"
