@@ -4,13 +4,16 @@
     agent.start(port=8080, env_gate="PROFILER_ENABLE")   # does nothing unless PROFILER_ENABLE=1
 
 Captures use TensorFlow's profiler in this process; analysis runs in a separate, lower-priority
-process, so the training step never waits for XProf.
+process, so the training step never waits for XProf. Started before TensorFlow is imported, it
+also turns on the CPU allocator's memory events (`TF_CPU_ALLOCATOR_USE_BFC=true`), which
+TensorFlow records by default only on some CPUs (analysis/memory_events.py).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -19,6 +22,7 @@ from typing import Any
 
 import uvicorn
 
+from profiler_service.analysis.memory_events import RECORDING_VARIABLE
 from profiler_service.api import create_app
 from profiler_service.capture.in_process import InProcessCapturer
 from profiler_service.config import Settings
@@ -36,6 +40,7 @@ class Agent:
     server: uvicorn.Server
     thread: threading.Thread
     capturer: InProcessCapturer
+    memory_events: str = ""  # what start() did about them: see record_memory_events
 
     @property
     def port(self) -> int:
@@ -60,15 +65,21 @@ def start(
     store: str | Path = "./profiles",
     target_name: str = "local",
     env_gate: str | None = None,
+    memory_events: bool = True,
     **settings: Any,
 ) -> Agent | None:
     """Serve the API from this process; returns None when `env_gate` names an unset variable.
 
-    Other settings (token, bounds, retention) come from `PROFILER_*` variables or keyword arguments.
+    `memory_events`: turn on the CPU allocator's memory events when TensorFlow is not imported
+    yet (`record_memory_events`). Other settings (token, bounds, retention) come from
+    `PROFILER_*` variables or keyword arguments.
     """
     if env_gate is not None and os.environ.get(env_gate, "").strip().lower() not in _TRUTHY:
         log.info("profiler agent not started: %s is not set to 1", env_gate)
         return None
+    recording = (
+        record_memory_events() if memory_events else "left as they are (memory_events=False)"
+    )
     config = Settings(
         host=host,
         port=port,
@@ -92,6 +103,27 @@ def start(
             service.stop()
             raise RuntimeError(f"profiler agent could not listen on {host}:{port}")
         time.sleep(0.02)
-    agent = Agent(service, server, thread, capturer)
+    agent = Agent(service, server, thread, capturer, recording)
     log.info("profiler agent serving on %s (store %s)", agent.url, service.store.root)
     return agent
+
+
+def record_memory_events() -> str:
+    """Set `TF_CPU_ALLOCATOR_USE_BFC=true` for this process if TensorFlow is not imported yet
+    and the job did not choose its CPU allocator; say what was done, and warn when it is too
+    late. oneDNN's allocator (`TF_ENABLE_ONEDNN_OPTS=1`) is no substitute: it records none for
+    some jobs (a small MLP, a Python-decoding input pipeline)."""
+    if os.environ.get(RECORDING_VARIABLE) is not None:
+        return f"left as the job set them ({RECORDING_VARIABLE}={os.environ[RECORDING_VARIABLE]})"
+    if "tensorflow" in sys.modules:
+        log.warning(
+            "TensorFlow was imported before the profiler agent started: its CPU allocator may "
+            "record no memory events (then snapshots say so). Start the agent before importing "
+            "TensorFlow, or set %s=true in the job's environment.",
+            RECORDING_VARIABLE,
+        )
+        return "too late: TensorFlow was imported first"
+    os.environ[RECORDING_VARIABLE] = "true"
+    log.info("profiler agent: %s=true, so the CPU allocator records memory events",
+             RECORDING_VARIABLE)  # fmt: skip
+    return f"turned on ({RECORDING_VARIABLE}=true)"

@@ -206,8 +206,14 @@ class Lifecycle:
         self._started: list[Component] = []
 
     def loop_health(self) -> list[LoopHealth]:
-        """The loops of the parts started, in start order."""
-        return [loop.health for part in self._started for loop in getattr(part, "loops", ())]
+        """The loops running (or dead) of the parts started, in start order: a part may leave
+        its loop unstarted (the scheduler without schedules)."""
+        return [
+            loop.health
+            for part in self._started
+            for loop in getattr(part, "loops", ())
+            if loop.health.running or loop.health.died
+        ]
 
     def closing(self, close: Callable[[], None]) -> None:
         """Call `close` at stop, in its place in the reverse order, started or not: what is

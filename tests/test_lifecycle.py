@@ -123,6 +123,7 @@ def test_a_loop_whose_rounds_raise_keeps_running_on_its_thread(monkeypatch):
     assert not loop.running and not loop.health.died
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
 def test_a_loop_thread_ended_by_a_base_exception_is_reported_dead():
     def round() -> None:
         raise SystemExit(3)  # a BaseException: the guard lets it end the thread
@@ -133,16 +134,25 @@ def test_a_loop_thread_ended_by_a_base_exception_is_reported_dead():
     assert loop.health.died and "ended without being stopped" in loop.health.problem()
 
 
-def test_the_lifecycle_reports_the_loops_of_the_parts_it_started():
+def test_the_lifecycle_reports_the_running_loops_of_the_parts_it_started():
     class Looping(Part):
-        def __init__(self, name: str, log: list[str]):
+        def __init__(self, name: str, log: list[str], runs: bool = True):
             super().__init__(name, log)
+            self.runs = runs
             self.loops = (BackgroundLoop(f"{name}-loop", lambda: None),)
 
+        def start(self) -> None:
+            if self.runs:  # a scheduler without schedules leaves its loop unstarted
+                self.loops[0].start()
+
+        def stop(self, timeout_s: float | None = None) -> None:
+            self.loops[0].stop(timeout_s)
+
     lifecycle = Lifecycle()
-    first, second = Looping("a", []), Part("b", [])
-    lifecycle.start([first, second])
+    lifecycle.start([Looping("a", []), Part("b", []), Looping("c", [], runs=False)])
     assert [h.name for h in lifecycle.loop_health()] == ["a-loop"]
+    lifecycle.stop()
+    assert lifecycle.loop_health() == []
 
 
 def own_threads() -> set[str]:

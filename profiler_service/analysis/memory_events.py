@@ -17,11 +17,10 @@ from profiler_service.analysis.models import MemoryUnrecorded
 RECORDING_VARIABLE = "TF_CPU_ALLOCATOR_USE_BFC"
 # Measured by bench/bench_allocator_events.py on a 2-core Xeon (oneDNN off, as without AVX-512):
 # the BFC allocator's step time against the default allocator's, over Keras MLPs of widths
-# 64-1024, and its peak resident memory against the default's.
+# 64-1024, and its peak resident memory against the default's (docs/findings.md).
 MEASURED_COST = (
-    "Measured on a 2-core Xeon with oneDNN off, the BFC allocator ran Keras MLP steps at "
-    "0.83-0.90x the default allocator's time (no slower) and kept its freed memory for reuse "
-    "rather than returning it."
+    "Measured on Keras MLPs with oneDNN off, the BFC allocator's steps took 0.91-1.02x the "
+    "default allocator's time, its peak resident memory no higher."
 )
 
 

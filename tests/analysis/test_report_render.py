@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from profiler_service.analysis import memory_events
 from profiler_service.analysis.models import (
     AllocatorMemory,
     Finding,
@@ -25,6 +26,7 @@ from profiler_service.analysis.models import (
     TopOp,
     Utilisation,
 )
+from profiler_service.analysis.text_report import format_summary
 from profiler_service.config import ReportSettings
 from profiler_service.exporters import charts
 from profiler_service.exporters.charts import format_bytes
@@ -211,6 +213,22 @@ def test_report_shows_memory_with_the_bytes_filter(settings):
     assert "peak 8.0 GiB of 10.0 GiB (80%)" in html
     assert "fragmentation 40%" in html
     assert 'class="chart memory-chart"' in html
+
+
+def test_a_capture_without_memory_events_says_why_in_the_report_and_the_cli(settings):
+    missing = memory_events.unrecorded(["worker-0"], on_gpu=False)
+    bare = summary().model_copy(update={"memory": [], "memory_unrecorded": missing})
+    html = render_report(snapshot(summary=bare), settings)
+    card = html[html.index('id="memory-unrecorded"') :]
+    assert "No memory events</b> from worker-0" in card
+    assert "TF_CPU_ALLOCATOR_USE_BFC=true" in card and "before TensorFlow is imported" in card
+    assert "AVX-512" in card and "0.91-1.02x" in card
+    assert "XProf found no allocator activity" not in html  # the reason replaces the shrug
+    cli = "\n".join(format_summary(bare))
+    assert "memory: no allocator events (worker-0)." in cli
+    assert "TF_CPU_ALLOCATOR_USE_BFC=true" in cli
+    on_gpu = memory_events.unrecorded(["host"], on_gpu=True)
+    assert "GPU" in on_gpu.why and "tracer level" in on_gpu.why
 
 
 def test_failed_report_shows_the_error_and_no_analysis(settings):

@@ -43,7 +43,84 @@ def test_agent_stays_off_unless_its_environment_gate_is_set(tmp_path, monkeypatc
     try:
         assert httpx.get(f"{embedded.url}/healthz").json()["status"] == "ok"
         ready = httpx.get(f"{embedded.url}/readyz").json()
-        assert ready == {"status": "ready", "checks": {"store": "ok", "target:local": "ok"}}
+        assert ready["status"] == "ready"
+        assert ready["checks"] == {"store": "ok", "target:local": "ok", "loop:lookback": "ok"}
     finally:
         embedded.stop()
     assert not embedded.thread.is_alive()
+
+
+# A fresh process: the agent started before TensorFlow is imported turns the CPU allocator's
+# memory events on; started after it, it cannot, and says so. Either way the job's own choice
+# (TF_CPU_ALLOCATOR_USE_BFC in its environment) is left alone.
+AGENT_FIRST = """
+import json, os, sys
+import threading
+import httpx
+from profiler_service import agent
+embedded = agent.start(port=0, store=sys.argv[1])
+from profiler_service.demo.job import build_model, compute_bound_dataset
+from profiler_service.steps import ProfilerStepCallback
+model = build_model(64)
+data = compute_bound_dataset(512)
+stop = threading.Event()
+def train():
+    while not stop.is_set():
+        model.fit(data, steps_per_epoch=20, epochs=1, verbose=0, callbacks=[ProfilerStepCallback()])
+trainer = threading.Thread(target=train, daemon=True)
+trainer.start()
+body = httpx.post(f"{embedded.url}/profile", params={"duration": "1s", "wait": "true"},
+                  timeout=120).json()
+stop.set()
+trainer.join()
+embedded.stop()
+print(json.dumps({"said": embedded.memory_events,
+                  "variable": os.environ.get("TF_CPU_ALLOCATOR_USE_BFC"),
+                  "status": body["status"], "summary": body.get("summary")}))
+"""
+
+
+def run_agent(script: str, store, env: dict[str, str]) -> dict:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    clean = {k: v for k, v in os.environ.items() if k != "TF_CPU_ALLOCATOR_USE_BFC"}
+    out = subprocess.run(
+        [sys.executable, "-c", script, str(store)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**clean, "TF_CPP_MIN_LOG_LEVEL": "2", **env},
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return {**json.loads(out.stdout.strip().splitlines()[-1]), "stderr": out.stderr}
+
+
+def test_the_agent_started_before_tensorflow_turns_memory_events_on(tmp_path):
+    # oneDNN off: the CPU allocator of a CPU without AVX-512, which records nothing by itself.
+    got = run_agent(AGENT_FIRST, tmp_path / "store", {"TF_ENABLE_ONEDNN_OPTS": "0"})
+    assert got["said"] == "turned on (TF_CPU_ALLOCATOR_USE_BFC=true)"
+    assert got["variable"] == "true" and got["status"] == "ready"
+    assert got["summary"]["memory"] and got["summary"]["memory_unrecorded"] is None
+
+
+def test_the_agent_started_after_tensorflow_says_it_is_too_late(tmp_path):
+    late = AGENT_FIRST.replace("import httpx\n", "import httpx\nimport tensorflow\n", 1)
+    got = run_agent(late, tmp_path / "store", {"TF_ENABLE_ONEDNN_OPTS": "0"})
+    assert got["said"] == "too late: TensorFlow was imported first"
+    assert got["variable"] is None and got["status"] == "ready"
+    assert "Start the agent before importing TensorFlow" in got["stderr"]
+    missing = got["summary"]["memory_unrecorded"]
+    assert missing and "TF_CPU_ALLOCATOR_USE_BFC=true" in missing["remedy"]
+
+
+def test_the_agent_leaves_the_jobs_own_choice(tmp_path):
+    got = run_agent(
+        AGENT_FIRST,
+        tmp_path / "store",
+        {"TF_ENABLE_ONEDNN_OPTS": "0", "TF_CPU_ALLOCATOR_USE_BFC": "false"},
+    )
+    assert got["said"] == "left as the job set them (TF_CPU_ALLOCATOR_USE_BFC=false)"
+    assert got["summary"]["memory_unrecorded"] is not None

@@ -186,11 +186,14 @@ def test_readyz_names_a_loop_that_keeps_failing_and_clears_when_it_recovers(make
         return 60.0
 
     class Part:
-        loops = (BackgroundLoop("test-part-loop", round),)
+        # Its thread waits an hour before its first round: the test runs the rounds itself.
+        loops = (BackgroundLoop("test-part-loop", round, wait_first=3600),)
 
-        def start(self) -> None: ...
+        def start(self) -> None:
+            self.loops[0].start()
 
-        def stop(self, timeout_s: float | None = None) -> None: ...
+        def stop(self, timeout_s: float | None = None) -> None:
+            self.loops[0].stop(timeout_s)
 
     part = Part()
     service.lifecycle.start([part])
