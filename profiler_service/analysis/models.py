@@ -438,6 +438,16 @@ class Severity(StrEnum):
         return {"critical": 0, "warning": 1, "info": 2}[self.value]
 
 
+class Impact(BaseModel):
+    """What a finding costs and what its fix would save, by its rule's model (impact.py)."""
+
+    step_ms_now: float | None = None  # the step time the capture measured
+    step_ms_after: float | None = None  # predicted once the finding is fixed
+    saving_share: float = 0.0  # of step time, the prediction's point (0: nothing measurable)
+    saving_range: tuple[float, float] = (0.0, 0.0)  # the least and the most the fix saves
+    basis: str = ""  # what the fix removes and what remains
+
+
 class Finding(BaseModel):
     rule: str = ""  # stamped by the registry (rules/registry.py), under the name it registered
     severity: Severity
@@ -445,5 +455,6 @@ class Finding(BaseModel):
     evidence: dict[str, Any] = Field(default_factory=dict)
     recommendation: str = ""
     docs: str | None = None
-    # Share of step time this finding explains (0-1), for ordering within a severity.
+    # Share of step time this finding explains (0-1): what is at stake, not all of it saved.
     impact_share: float = 0.0
+    impact: Impact | None = None  # set by the registry from the rule's model (impact.py)

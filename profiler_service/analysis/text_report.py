@@ -84,12 +84,27 @@ def format_findings(findings: list[Finding], width: int = 100) -> list[str]:
     if not findings:
         return ["no findings: nothing crossed a rule's threshold"]
     lines = []
-    for f in findings:
+    for i, f in enumerate(findings):
         lines.append(f"{_MARK[f.severity.value]} {f.rule:<22} {f.title}")
+        saving = describe_saving(f)
+        if saving:
+            lines.append(" " * 33 + ("fix this first: " if i == 0 else "") + saving)
         lines += textwrap.wrap(
             f.recommendation, width, initial_indent=" " * 33, subsequent_indent=" " * 33
         )
     return lines
+
+
+def describe_saving(finding: Finding) -> str:
+    """`saves about 54% of step time (30-60%): 100 -> 46 ms`, or '' when nothing measurable."""
+    impact = finding.impact
+    if impact is None or impact.saving_share <= 0:
+        return ""
+    low, high = impact.saving_range
+    text = f"saves about {impact.saving_share:.0%} of step time ({low:.0%}-{high:.0%})"
+    if impact.step_ms_now and impact.step_ms_after is not None:
+        text += f": {format_ms(impact.step_ms_now)} -> {format_ms(impact.step_ms_after)} ms"
+    return text
 
 
 def format_snapshot(snapshot: Snapshot) -> str:

@@ -13,6 +13,7 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+from profiler_service.analysis import impact
 from profiler_service.analysis.models import Severity
 from profiler_service.analysis.rules import RULES
 from profiler_service.docs_reference.markdown import code, table
@@ -21,10 +22,13 @@ INTRO = """# Findings
 
 Every snapshot's summary goes through every rule below; each rule is one function in
 `profiler_service/analysis/rules/` ("defined in") that returns a finding or nothing. A finding is
-`{rule, severity, title, evidence{numbers}, recommendation, docs, impact_share}`; a snapshot's
-findings are ordered most severe first, then by `impact_share` (the share of step time at stake).
-How the rules read XProf's tools, and what CPU-only captures can and cannot show:
-[Findings](../findings.md).
+`{rule, severity, title, evidence{numbers}, recommendation, docs, impact_share, impact}`:
+`impact_share` is the share of step time at stake, `impact` what the fix would save
+(`{step_ms_now, step_ms_after, saving_share, saving_range, basis}`) by the rule's model in
+`profiler_service/analysis/impact.py` ("what its fix saves", with its factors' values). A
+snapshot's findings are ordered by `saving_share`, then most severe first; the first is the one to
+fix first, and one that saves nothing measurable ranks last. How the rules read XProf's tools, and
+what CPU-only captures can and cannot show: [Findings](../findings.md).
 
 """
 
@@ -41,13 +45,23 @@ def render() -> str:
                 fires_when(name, func, constants),
                 " / ".join(severities(func)),
                 "<br>".join(f"{code(k)} = {fmt(k, v)}" for k, v in constants.items()),
+                saves_when(name),
                 code(
                     func.__module__.removeprefix("profiler_service.analysis.").replace(".", "/")
                     + ".py"
                 ),
             )
         )
-    return INTRO + table(["rule", "fires when", "severity", "thresholds", "defined in"], rows)
+    header = ["rule", "fires when", "severity", "thresholds", "what its fix saves", "defined in"]
+    return INTRO + table(header, rows)
+
+
+def saves_when(name: str) -> str:
+    """The rule's impact model's docstring, its factors' values in place."""
+    model = impact.MODELS.get(name)
+    if model is None:
+        raise ValueError(f"rule {name!r} has no impact model: add one in analysis/impact.py")
+    return fires_when(name, model, thresholds(model))
 
 
 def fires_when(name: str, func: Callable[..., Any], constants: dict[str, Any]) -> str:

@@ -26,7 +26,7 @@ from profiler_service.analysis.models import (
     TopOp,
     Utilisation,
 )
-from profiler_service.analysis.text_report import format_summary
+from profiler_service.analysis.text_report import format_findings, format_summary
 from profiler_service.config import ReportSettings
 from profiler_service.exporters import charts
 from profiler_service.exporters.charts import format_bytes
@@ -229,6 +229,18 @@ def test_a_capture_without_memory_events_says_why_in_the_report_and_the_cli(sett
     assert "TF_CPU_ALLOCATOR_USE_BFC=true" in cli
     on_gpu = memory_events.unrecorded(["host"], on_gpu=True)
     assert "GPU" in on_gpu.why and "tracer level" in on_gpu.why
+
+
+def test_the_first_finding_is_fix_this_first_with_its_saving_in_the_report_and_the_cli(
+    settings,
+):
+    ranked = evaluate_impacts(FINDINGS, summary())
+    html = render_report(snapshot(findings=ranked), settings)
+    first = html[html.index('data-rule="input_bound"') :]
+    assert "<b>Fix this first</b>: saves about" in first[: first.index("</div>")]
+    assert html.count("Fix this first") == 1
+    cli = "\n".join(format_findings(ranked))
+    assert "fix this first: saves about" in cli and "->" in cli
 
 
 def test_failed_report_shows_the_error_and_no_analysis(settings):
@@ -439,3 +451,11 @@ def test_report_shows_tf_functions_and_what_each_op_allocates_per_step(settings)
     assert ESCAPED in functions and ">88<" in functions and ">1899.5<" in functions
     by_op = re.search(r'<table class="by-op">.*?</table>', html, re.S)[0]
     assert "concat" in by_op and "[32,1365,256]" in by_op and "44.0 MiB" in by_op
+
+
+def evaluate_impacts(findings, of: Summary) -> list:
+    """The findings with their rule's impact, ranked as the registry ranks them."""
+    from profiler_service.analysis import impact
+
+    ranked = [f.model_copy(update={"impact": impact.estimate(f, of)}) for f in findings]
+    return sorted(ranked, key=impact.rank)

@@ -13,10 +13,13 @@ import math
 
 import pytest
 
-from profiler_service.analysis import rules
+from profiler_service.analysis import impact, rules
 from profiler_service.analysis.models import (
     AllocatorMemory,
     Finding,
+    GpuActivity,
+    GpuDevice,
+    GpuKernels,
     HostSummary,
     InputBound,
     InputOp,
@@ -684,30 +687,98 @@ def test_findings_are_ordered_by_severity_then_impact():
     assert keys == sorted(keys)
 
 
-def test_ordering_ties_break_by_rule_name(monkeypatch):
-    def fixed(name: str, severity: Severity, impact: float):
+def test_findings_are_ordered_by_what_their_fix_saves_and_nothing_saved_ranks_last(monkeypatch):
+    def fixed(name: str, severity: Severity, impact: float, **evidence):
         return lambda summary: Finding(
-            rule=name, severity=severity, title=name, impact_share=impact
+            severity=severity, title=name, impact_share=impact, evidence=evidence
         )
 
     monkeypatch.setattr(
         rules.registry,
         "RULES",
         {
-            "b_info": fixed("b_info", Severity.INFO, 0.9),
-            "z_warn": fixed("z_warn", Severity.WARNING, 0.5),
-            "a_warn": fixed("a_warn", Severity.WARNING, 0.5),
-            "c_crit": fixed("c_crit", Severity.CRITICAL, 0.01),
-            "w_big": fixed("w_big", Severity.WARNING, 0.8),
+            name: _stamped(name, func)
+            for name, func in {
+                "memory_growth": fixed("memory_growth", Severity.CRITICAL, 1.0),
+                "retracing": fixed("retracing", Severity.INFO, 0.5),
+                "input_bound": fixed("input_bound", Severity.CRITICAL, 0.6, input_share_pct=60.0),
+                "short_capture": fixed("short_capture", Severity.INFO, 0.0),
+                "host_overhead": fixed("host_overhead", Severity.WARNING, 0.1),
+            }.items()
         },
     )
-    assert [f.rule for f in rules.evaluate(Summary())] == [
-        "c_crit",
-        "w_big",
-        "a_warn",
-        "z_warn",
-        "b_info",
+    found = rules.evaluate(Summary(step_time=StepTime(count=10, avg_ms=100.0)))
+    assert [f.rule for f in found] == [
+        "input_bound",  # 0.54 of the step
+        "retracing",  # 0.475, an info finding before a critical one that saves nothing
+        "host_overhead",  # 0.07
+        "memory_growth",  # 0: critical, but no step time saved
+        "short_capture",  # 0, info
     ]
+    assert [f.impact.saving_share for f in found] == [0.54, 0.475, 0.07, 0.0, 0.0]
+
+
+def _stamped(name: str, func):
+    def stamped(summary):
+        finding = func(summary)
+        finding.rule = name
+        return finding
+
+    return stamped
+
+
+def test_every_rule_has_an_impact_model():
+    assert set(rules.registry.RULES) == set(impact.MODELS)
+
+
+def test_the_input_wait_model_hides_most_of_the_wait_and_python_less():
+    summary = Summary(step_time=StepTime(count=20, avg_ms=80.0))
+    wait = Finding(
+        rule="input_bound",
+        severity=Severity.CRITICAL,
+        title="",
+        evidence={"input_share_pct": 90.0, "python_in_pipeline": False},
+    )
+    got = impact.estimate(wait, summary)
+    assert got.saving_share == pytest.approx(0.9 * 0.9)
+    assert got.step_ms_after == pytest.approx(80 * (1 - 0.81))
+    assert got.saving_range == (pytest.approx(0.45), pytest.approx(0.9))
+    assert "input wait (90% of the step)" in got.basis
+    wait.evidence["python_in_pipeline"] = True
+    python = impact.estimate(wait, summary)
+    assert python.saving_share == pytest.approx(0.9 * 0.9 * 0.85)
+    assert "GIL" in python.basis
+    assert python.saving_range[0] <= python.saving_share <= python.saving_range[1]
+
+
+def test_the_tracing_model_keeps_one_trace():
+    summary = Summary(step_time=StepTime(count=20, avg_ms=40.0))
+    found = Finding(rule="retracing", severity=Severity.WARNING, title="", impact_share=0.5)
+    got = impact.estimate(found, summary)
+    assert got.saving_share == pytest.approx(0.475) and got.step_ms_after == pytest.approx(21.0)
+    assert got.saving_range == (pytest.approx(0.4), pytest.approx(0.5))
+
+
+def test_the_device_wait_model_gives_the_gpus_busy_share_after_the_fix():
+    busy = GpuDevice(
+        device="/device:GPU:0",
+        busy_pct=50.0,
+        idle_pct=50.0,
+        kernels=GpuKernels(count=100, median_us=50, short_share=0.1),
+    )
+    summary = gpu(step_time=steps(count=10), gpu=GpuActivity(devices=[busy]))
+    found = Finding(rule="device_idle", severity=Severity.CRITICAL, title="", impact_share=0.5)
+    got = impact.estimate(found, summary)
+    assert got.saving_share == pytest.approx(0.35)  # 70 % of the idle half
+    assert "busy 50% now, would be busy 77%" in got.basis  # 0.5 / 0.65
+
+
+def test_a_memory_finding_saves_no_step_time_and_says_so():
+    summary = Summary(step_time=StepTime(count=20, avg_ms=40.0))
+    found = Finding(rule="memory_growth", severity=Severity.CRITICAL, title="", impact_share=1.0)
+    got = impact.estimate(found, summary)
+    assert got.saving_share == 0.0 and got.step_ms_after == 40.0
+    assert got.basis.startswith("Saves nothing measurable in step time")
 
 
 def test_a_rule_that_raises_is_logged_and_skipped(monkeypatch, caplog):

@@ -10,6 +10,7 @@ import functools
 import logging
 from collections.abc import Callable
 
+from profiler_service.analysis import impact
 from profiler_service.analysis.models import Finding, Summary
 
 log = logging.getLogger(__name__)
@@ -40,17 +41,20 @@ def rule(name: str) -> Callable[[Rule], Rule]:
 
 
 def evaluate(summary: Summary) -> list[Finding]:
-    """Every rule's finding, most severe and most costly first; a broken rule is logged, skipped."""
+    """Every rule's finding with its impact, what its fix saves first (the first is "fix this
+    first"), then the most severe; a broken rule (or model) is logged and skipped."""
     findings = []
     for name, func in RULES.items():
         try:
             finding = func(summary)
+            if finding is not None:
+                finding.impact = impact.estimate(finding, summary)
         except Exception:
             log.exception("rule %s failed", name)
             continue
         if finding is not None:
             findings.append(finding)
-    return sorted(findings, key=lambda f: (f.severity.rank, -f.impact_share, f.rule))
+    return sorted(findings, key=impact.rank)
 
 
 def share(part_ms: float | None, whole_ms: float | None) -> float:
