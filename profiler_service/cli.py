@@ -216,7 +216,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
         return 2
     ratio = comparison.ratio(metric)
     verdict = "REGRESSION" if regressed else "ok"
-    print(f"{verdict}: {metric.value} is {ratio:.1%} of the baseline (limit {1 + threshold:.0%})")
+    line = f"{verdict}: {metric.value} is {ratio:.1%} of the baseline (limit {1 + threshold:.0%})"
+    change = comparison.step_change
+    if metric is GateMetric.STEP_TIME and change and change.change_interval_95:
+        lo, hi = change.change_interval_95
+        line += f"; 95% interval of the change {lo:+.1%} to {hi:+.1%}, decided on its low end"
+    print(line)
     return 1 if regressed else 0
 
 

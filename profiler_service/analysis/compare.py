@@ -10,6 +10,7 @@ from enum import StrEnum
 from pydantic import BaseModel, Field
 
 from profiler_service.analysis.models import StepBreakdown
+from profiler_service.analysis.verification import StepChange, step_change
 from profiler_service.models import Snapshot
 
 # A top op counts as "grown" when its self time per step grows by more than this share...
@@ -61,6 +62,8 @@ class Comparison(BaseModel):
     ops_grown: list[OpChange] = Field(default_factory=list)
     findings_new: list[str] = Field(default_factory=list)
     findings_resolved: list[str] = Field(default_factory=list)
+    # The step time's change with its 95 % interval from both captures' steps (verification.py).
+    step_change: StepChange | None = None
     notes: list[str] = Field(default_factory=list)
 
     def ratio(self, metric: GateMetric) -> float | None:
@@ -68,7 +71,15 @@ class Comparison(BaseModel):
         return change.ratio if change else None
 
     def is_regression(self, metric: GateMetric, max_regression: float) -> bool | None:
-        """True when `metric` grew past `max_regression` (0.10 = 110 % of base); None if unknown."""
+        """True when `metric` grew past `max_regression` (0.10 = 110 % of base); None if unknown.
+
+        Step time is decided with its interval: a regression only when the whole 95 % interval
+        of the change lies above `max_regression`, so two captures of an unchanged job, whose
+        means differ by noise, do not fail a gate. Without an interval (a capture of one step),
+        and for the other metrics, the bare ratio decides."""
+        change = self.step_change
+        if metric is GateMetric.STEP_TIME and change and change.change_interval_95:
+            return change.change_interval_95[0] > max_regression
         ratio = self.ratio(metric)
         return None if ratio is None else ratio > 1 + max_regression
 
@@ -99,6 +110,9 @@ def compare(base: Snapshot, head: Snapshot) -> Comparison:
         h = getattr(head.summary.step_time.breakdown_avg, field)
         if b or h:
             result.step_breakdown_ms[field] = Change(base=b, head=h)
+    result.step_change = step_change(base.summary, head.summary, seed=base.id + head.id)
+    if result.step_change.note:
+        result.notes.append(result.step_change.note)
     _compare_ops(base, head, result)
     base_rules = {f.rule for f in base.findings}
     head_rules = {f.rule for f in head.findings}

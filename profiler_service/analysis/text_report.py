@@ -7,6 +7,7 @@ from collections import Counter
 
 from profiler_service.analysis.compare import Comparison, GateMetric
 from profiler_service.analysis.models import Finding, HostActivity, Summary
+from profiler_service.analysis.verification import headline
 from profiler_service.models import Snapshot
 
 _MARK = {"critical": "CRITICAL", "warning": "WARNING ", "info": "INFO    "}
@@ -109,6 +110,8 @@ def describe_saving(finding: Finding) -> str:
 
 def format_snapshot(snapshot: Snapshot) -> str:
     lines = [f"snapshot {snapshot.id}: {snapshot.status}"]
+    if snapshot.verified_against:
+        lines.append("  " + headline(snapshot.verified_against, snapshot.verification))
     if snapshot.error:
         lines.append(f"  error: {snapshot.error.code}: {snapshot.error.detail}")
     if snapshot.summary:

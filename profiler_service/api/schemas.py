@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from profiler_service.analysis.models import Severity
+from profiler_service.analysis.verification import StepChange, Verification
 from profiler_service.config import ReportSettings
 from profiler_service.exporters.links import SnapshotLinks, snapshot_links
 from profiler_service.models import Snapshot, SnapshotHead
@@ -37,9 +38,14 @@ class FindingBrief(BaseModel):
 
 
 class _Listed(SnapshotHead):
-    """What a list item reads from a stored snapshot.json: the head and the findings' titles."""
+    """What a list item reads from a stored snapshot.json: the head, the findings' titles and
+    what became of the job's earlier findings (a few hundred bytes)."""
 
     findings: list[FindingBrief] = Field(default_factory=list)
+    previous_id: str | None = None
+    verified_against: str | None = None
+    verification: list[Verification] = Field(default_factory=list)
+    step_change: StepChange | None = None
 
 
 class SnapshotListItem(_Listed):

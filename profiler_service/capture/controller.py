@@ -22,6 +22,7 @@ from pathlib import Path
 
 from profiler_service.analysis.analyzer import XprofAnalyzer
 from profiler_service.analysis.models import ProcessMemory
+from profiler_service.analysis.verification import step_change, verify
 from profiler_service.capture.capturer import Captured, CaptureFailed, CaptureJob, Capturer
 from profiler_service.capture.discovery import resolve_workers
 from profiler_service.capture.remote import connect_error
@@ -91,7 +92,7 @@ def _unexpected(exc: Exception) -> InternalError:
 @dataclass
 class _Active:
     snapshot: Snapshot
-    started_monotonic: float
+    started_s: float  # the controller's clock
     done: threading.Event
 
 
@@ -106,16 +107,19 @@ class CaptureController:
         *,
         lead_up: Callable[[Snapshot], PendingLeadUp | None] | None = None,
         on_finished: Sequence[Callable[[Snapshot], None]] = (),
+        clock: Callable[[], float] = time.monotonic,
     ):
         """`lead_up` records the minutes before a capture once its trace is done
         (lookback/lead_up.py), completed beside the analysis; `on_finished` get every finished
-        snapshot, ready or failed (metrics, annotations)."""
+        snapshot, ready or failed (metrics, annotations); `clock` (seconds) times the captures
+        in flight, for a busy answer's Retry-After."""
         self.capture, self.bounds = capture, bounds
         self.store = store
         self.capturers = capturers
         self.analyzer = analyzer
         self.lead_up = lead_up
         self.on_finished = tuple(on_finished)
+        self._clock = clock
         self._lock = threading.Lock()
         self._active: dict[str, _Active] = {}  # by target name
         self._done: dict[str, threading.Event] = {}  # by snapshot id, while in flight
@@ -208,7 +212,7 @@ class CaptureController:
             except Exception as exc:
                 log.exception("capture of %s not started", target.name)
                 return StartResult(StartOutcome.REJECTED, error=_unexpected(exc))
-            active = _Active(snapshot, time.monotonic(), threading.Event())
+            active = _Active(snapshot, self._clock(), threading.Event())
             self._active[target.name] = active
             self._done[snapshot.id] = active.done
         try:
@@ -270,7 +274,7 @@ class CaptureController:
             return [a.snapshot.model_copy(deep=True) for a in self._active.values()]
 
     def _retry_after_s(self, active: _Active) -> int:
-        elapsed = time.monotonic() - active.started_monotonic
+        elapsed = self._clock() - active.started_s
         remaining = active.snapshot.capture.duration_ms / 1000 - elapsed + _ANALYSIS_ESTIMATE_S
         return max(1, math.ceil(remaining))
 
@@ -304,6 +308,7 @@ class CaptureController:
                     "captured (PROFILER_CAPTURE_MAX_WORKERS)"
                 )
             self._complete_lead_up(snapshot, pending)
+            self._verify(snapshot)
             self.store.publish(snapshot)
             log.info("snapshot %s ready (%s)", snapshot.id, snapshot.target)
         except PipelineFailure as exc:  # CaptureFailed, AnalysisFailed (whose files are kept)
@@ -324,6 +329,29 @@ class CaptureController:
                 self._done.pop(snapshot.id, None)
             self._notify(snapshot)
             active.done.set()
+
+    def _verify(self, snapshot: Snapshot) -> None:
+        """Name the job's previous snapshot, and check the findings of its last one that raised
+        any against this one (analysis/verification.py). A store that cannot be read leaves
+        the snapshot unverified, never failed."""
+        try:
+            history = self.store.job_history(snapshot)
+            if not history:
+                return
+            snapshot.previous_id = history[0]
+            for earlier_id in history:
+                earlier = self.store.get(earlier_id)
+                if earlier.findings:
+                    break
+            else:
+                return
+        except Exception:
+            log.exception("could not read the history of %s's job", snapshot.id)
+            return
+        change = step_change(earlier.summary, snapshot.summary, seed=earlier.id + snapshot.id)
+        snapshot.verified_against = earlier.id
+        snapshot.step_change = change
+        snapshot.verification = verify(earlier.findings, snapshot.findings, change)
 
     def _begin_lead_up(self, snapshot: Snapshot) -> PendingLeadUp | None:
         """The ring's part now (the analysis reads the job's memory from it); Prometheus's part

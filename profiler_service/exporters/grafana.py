@@ -24,12 +24,16 @@ import queue
 import re
 import threading
 import time
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 from urllib.parse import parse_qs, quote, urlsplit
 
 import httpx
 
+from profiler_service.analysis import impact
+from profiler_service.analysis.text_report import describe_saving
+from profiler_service.analysis.verification import headline
 from profiler_service.config import GrafanaSettings
 from profiler_service.lifecycle import BackgroundLoop
 from profiler_service.models import Snapshot, SnapshotStatus, utcnow
@@ -41,7 +45,6 @@ log = logging.getLogger(__name__)
 QUEUE_SIZE = 1000  # annotations waiting to be posted; beyond it they are dropped and counted
 BACKOFF_FIRST_S = 0.5  # pause after the first failed attempt, doubled after each next one
 BACKOFF_MAX_S = 10.0
-_SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
 _DASHBOARD_PATH = re.compile(r"/d/(?P<uid>[^/?#]+)")
 _RESULTS = ("sent", "failed", "retried", "dropped")
 
@@ -77,11 +80,7 @@ def annotation_for(snapshot: Snapshot, public_url: str | None) -> dict[str, Any]
     """The body of `POST /api/annotations` for one finished snapshot."""
     base = (public_url or "").rstrip("/")
     report = f"{base}/profiles/{quote(snapshot.id)}/report"
-    top = min(
-        snapshot.findings,
-        key=lambda f: _SEVERITY_RANK.get(str(f.severity), 3),
-        default=None,
-    )
+    top = min(snapshot.findings, key=impact.rank, default=None)  # "fix this first"
     tags = ["profiler-service", f"target:{snapshot.target}", f"status:{snapshot.status}"]
     if snapshot.trigger.labels.get("alertname"):
         tags.append(f"alert:{snapshot.trigger.labels['alertname']}")
@@ -89,6 +88,11 @@ def annotation_for(snapshot: Snapshot, public_url: str | None) -> dict[str, Any]
         tags.append(f"finding:{top.rule}")
     if snapshot.status is SnapshotStatus.READY:
         what = top.title if top is not None else "no findings"
+        saving = describe_saving(top) if top is not None else ""
+        if saving:
+            what += f"; fix this first, it {saving}"
+        if snapshot.verified_against:
+            what += ". " + headline(snapshot.verified_against, snapshot.verification)
     else:
         error = snapshot.error
         what = f"capture failed: {error.code}: {error.detail}" if error else "capture failed"
@@ -122,7 +126,10 @@ class GrafanaAnnotator:
         timeout_s: float = 5.0,
         backoff_s: float = BACKOFF_FIRST_S,
         queue_size: int = QUEUE_SIZE,
+        wait: Callable[[float], bool] | None = None,
     ):
+        """`wait(seconds)` is the pause before a retry, True when cut short by `stop()`: by
+        default a wait on the stop event (a test passes its own, to see the pauses asked)."""
         self.endpoint = url.rstrip("/") + "/api/annotations"
         self.public_url = public_url
         self.attempts = attempts
@@ -132,6 +139,7 @@ class GrafanaAnnotator:
         self._counts = dict.fromkeys(_RESULTS, 0)
         self._lock = threading.Lock()
         self._closing = threading.Event()  # stop(): post what is queued, without retry waits
+        self._wait = wait or self._closing.wait
         self._loop = BackgroundLoop("grafana-annotations", self._round)
 
     @property
@@ -199,7 +207,7 @@ class GrafanaAnnotator:
         for attempt in range(1, self.attempts + 1):
             if attempt > 1:
                 self._count("retried")
-                if self._closing.wait(pause_s):
+                if self._wait(pause_s):
                     break
                 pause_s = min(pause_s * 2, BACKOFF_MAX_S)
             try:

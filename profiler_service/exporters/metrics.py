@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 from prometheus_client.exposition import choose_encoder
 
 from profiler_service.capture.controller import CaptureController
@@ -73,6 +73,20 @@ class CaptureMetrics:
             buckets=ANALYSIS_BUCKETS_S,
             registry=registry,
         )
+        self.fixes = Counter(
+            "profiler_fix_verified",
+            "Findings of a job's earlier snapshot checked against its next one, by rule and "
+            "status (resolved, persists, regressed, new); exemplars carry the snapshot_id.",
+            ["target", "rule", "status"],
+            registry=registry,
+        )
+        self.fix_saving = Gauge(
+            "profiler_fix_saving_ratio",
+            "The last resolved finding of each rule: the share of step time its fix saved "
+            "(measured) against what the finding predicted (predicted).",
+            ["target", "rule", "kind"],
+            registry=registry,
+        )
         # Series start at 0, so increase() sees a target's first capture.
         for target in targets:
             for trigger in TriggerKind:
@@ -90,6 +104,16 @@ class CaptureMetrics:
         if outcome == "failed":
             code = snapshot.error.code if snapshot.error else "unknown"
             self.errors.labels(snapshot.target, code).inc()
+        for checked in snapshot.verification:
+            self.fixes.labels(snapshot.target, checked.rule, checked.status.value).inc(
+                exemplar=exemplar
+            )
+            if checked.measured_saving_share is not None:
+                saving = self.fix_saving.labels(snapshot.target, checked.rule, "measured")
+                saving.set(checked.measured_saving_share)
+            if checked.status == "resolved" and checked.predicted_saving_share is not None:
+                saving = self.fix_saving.labels(snapshot.target, checked.rule, "predicted")
+                saving.set(checked.predicted_saving_share)
         started, traced, finished = (
             snapshot.capture_started_at,
             snapshot.capture_finished_at,

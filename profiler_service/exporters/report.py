@@ -9,6 +9,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from profiler_service.analysis.compare import Comparison
 from profiler_service.analysis.text_report import describe_saving, format_ms
+from profiler_service.analysis.verification import headline
 from profiler_service.config import ReportSettings
 from profiler_service.exporters import charts
 from profiler_service.exporters.links import snapshot_links
@@ -26,6 +27,7 @@ def _environment() -> Environment:
     env.filters["bytes"] = charts.format_bytes
     env.filters["ms"] = format_ms
     env.globals["describe_saving"] = describe_saving
+    env.globals["verification_headline"] = headline
     return env
 
 

@@ -290,6 +290,16 @@ class SnapshotStore:
             raise SnapshotNotFound(f"no snapshot with id {snapshot_id!r}")
         return snapshot
 
+    def job_history(self, snapshot: Snapshot, limit: int = 20) -> list[str]:
+        """The ready snapshots of `snapshot`'s job taken before it, newest first."""
+        return self.index.job_history(
+            snapshot.namespace,
+            snapshot.workload,
+            snapshot.target,
+            snapshot.created_at.isoformat(),
+            limit,
+        )
+
     def list(self, query: SnapshotQuery) -> tuple[list[Snapshot], int]:
         """From the index at once; what is listed from elsewhere is refreshed in the background."""
         if self._remote is not None:

@@ -9,7 +9,7 @@ import math
 
 import pytest
 from alert_samples import alertmanager, am_alert, body
-from fakes import HeldCapturer
+from fakes import FakeClock, HeldCapturer
 from fastapi.testclient import TestClient
 
 from profiler_service import cli, durations
@@ -42,9 +42,14 @@ UNUSED = "127.0.0.1:9"  # the stand-in capturer never dials it
 
 
 @pytest.fixture
-def controller(tmp_path, held: HeldCapturer):
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def controller(tmp_path, held: HeldCapturer, clock: FakeClock):
     """A controller built alone, from its own settings groups: a store, the held capturer, an
-    analyzer never reached."""
+    analyzer never reached, and a clock the test moves."""
     store = SnapshotStore(tmp_path / "store")
     store.open()
     controller = CaptureController(
@@ -53,6 +58,7 @@ def controller(tmp_path, held: HeldCapturer):
         store,
         {TargetKind.GRPC: held},
         XprofAnalyzer(timeout_s=5),
+        clock=clock,
     )
     yield controller
     held.release()
@@ -74,6 +80,26 @@ def test_started_busy_and_rejected(controller, held):
     stored = controller.store.get(first.snapshot.id)
     assert stored.status is SnapshotStatus.FAILED and stored.error.code == "target_unreachable"
     assert len(held.started) == 1
+
+
+def test_retry_after_counts_down_what_is_left_of_the_running_capture(controller, clock):
+    """Busy says when to try again: the rest of the running trace and about 5 s of analysis,
+    rounded up, at least 1 s (an overdue capture is about to end)."""
+    controller.try_start(CaptureRequest(duration_s=4, target="trainer"))
+
+    def retry_after() -> int:
+        busy = controller.try_start(CaptureRequest(duration_s=1, target="trainer"))
+        assert busy.outcome is StartOutcome.BUSY
+        assert f"retry in about {busy.error.headers['Retry-After']} s" in busy.error.detail
+        return int(busy.error.headers["Retry-After"])
+
+    assert retry_after() == 9  # 4 s of trace + 5 s of analysis
+    clock.advance(1.5)
+    assert retry_after() == 8  # 7.5 s left, rounded up
+    clock.advance(6.9)
+    assert retry_after() == 1  # 0.6 s left
+    clock.advance(60)
+    assert retry_after() == 1  # overdue: never 0 or less
 
 
 @pytest.mark.parametrize("duration_s", [10.001, 60, 0.05, math.inf, math.nan])

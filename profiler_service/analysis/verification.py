@@ -1,0 +1,164 @@
+"""Did the fix work: a job's new snapshot against its last one that raised findings.
+
+Each finding of either snapshot gets a status (`resolved`: it no longer fires; `persists`;
+`regressed`: it still fires with more of the step at stake, or the step got slower; `new`), the
+job's step time before and after, and the change with its 95 % interval from the per-step samples
+of both captures (a bootstrap of the ratio of the means: each capture's steps resampled with
+replacement). A resolved finding's measured saving stands beside its predicted one
+(`finding.impact`), so a prediction can be checked and a fix proven.
+
+A capture with fewer than `MIN_STEPS` steps has no interval, and says so.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+from enum import StrEnum
+
+from pydantic import BaseModel
+
+from profiler_service.analysis.models import Finding, Summary
+
+MIN_STEPS = 2  # per capture, for an interval
+BOOTSTRAP_RESAMPLES = 1000
+# A finding that still fires is `regressed` when the share of step time at stake grew by this
+# much (absolute) or more.
+REGRESSED_SHARE = 0.05
+
+
+class FixStatus(StrEnum):
+    RESOLVED = "resolved"
+    PERSISTS = "persists"
+    REGRESSED = "regressed"
+    NEW = "new"
+
+
+class StepChange(BaseModel):
+    """The job's step time between two captures: `change_share` = after / before - 1."""
+
+    step_ms_before: float | None = None
+    step_ms_after: float | None = None
+    change_share: float | None = None
+    change_interval_95: tuple[float, float] | None = None  # None: too few steps, see `note`
+    note: str | None = None
+
+    @property
+    def slower(self) -> bool:
+        """Slower beyond the noise: the whole interval above 0."""
+        return self.change_interval_95 is not None and self.change_interval_95[0] > 0
+
+    @property
+    def faster(self) -> bool:
+        return self.change_interval_95 is not None and self.change_interval_95[1] < 0
+
+
+class Verification(BaseModel):
+    rule: str
+    status: FixStatus
+    step_ms_before: float | None = None
+    step_ms_after: float | None = None
+    change_share: float | None = None
+    change_interval_95: tuple[float, float] | None = None
+    predicted_saving_share: float | None = None  # the earlier finding's impact
+    measured_saving_share: float | None = None  # 1 - after / before, for a resolved finding
+
+
+def step_samples(summary: Summary | None) -> list[float]:
+    """Per-training-step times of a capture (its samples scaled to its average per step)."""
+    if summary is None or summary.step_time.avg_ms is None:
+        return []
+    samples = [s.step_time_ms for s in summary.step_time.steps if s.step_time_ms > 0]
+    if not samples:
+        return []
+    scale = summary.step_time.avg_ms / statistics.fmean(samples)
+    return [x * scale for x in samples]
+
+
+def step_change(before: Summary | None, after: Summary | None, seed: str = "") -> StepChange:
+    """The step time's change and its bootstrapped 95 % interval (percentile method)."""
+    a, b = step_samples(before), step_samples(after)
+    now = StepChange(
+        step_ms_before=before.step_time.avg_ms if before else None,
+        step_ms_after=after.step_time.avg_ms if after else None,
+    )
+    if not now.step_ms_before or now.step_ms_after is None:
+        now.note = "no step time in one of the captures: no change measured"
+        return now
+    now.change_share = round(now.step_ms_after / now.step_ms_before - 1, 4)
+    if len(a) < MIN_STEPS or len(b) < MIN_STEPS:
+        now.note = (
+            f"{min(len(a), len(b))} step(s) in one capture: no interval (at least {MIN_STEPS} "
+            "steps each); capture for longer to prove the change"
+        )
+        return now
+    rng = random.Random(seed)  # the same two snapshots, the same interval
+    ratios = sorted(
+        statistics.fmean(rng.choices(b, k=len(b))) / statistics.fmean(rng.choices(a, k=len(a)))
+        - 1
+        for _ in range(BOOTSTRAP_RESAMPLES)
+    )
+    lo = ratios[int(0.025 * (BOOTSTRAP_RESAMPLES - 1))]
+    hi = ratios[round(0.975 * (BOOTSTRAP_RESAMPLES - 1))]
+    now.change_interval_95 = (round(lo, 4), round(hi, 4))
+    return now
+
+
+def verify(
+    before: list[Finding],
+    after: list[Finding],
+    change: StepChange,
+) -> list[Verification]:
+    """Each rule of either snapshot with what became of it, resolved first, then by rule."""
+    earlier = {f.rule: f for f in before}
+    later = {f.rule: f for f in after}
+    measured = None if change.change_share is None else round(-change.change_share, 4)
+    found = []
+    for rule in sorted(earlier.keys() | later.keys()):
+        old, new = earlier.get(rule), later.get(rule)
+        if new is None:
+            status = FixStatus.RESOLVED
+        elif old is None:
+            status = FixStatus.NEW
+        elif new.impact_share >= old.impact_share + REGRESSED_SHARE or change.slower:
+            status = FixStatus.REGRESSED
+        else:
+            status = FixStatus.PERSISTS
+        predicted = old.impact.saving_share if old is not None and old.impact else None
+        found.append(
+            Verification(
+                rule=rule,
+                status=status,
+                step_ms_before=change.step_ms_before,
+                step_ms_after=change.step_ms_after,
+                change_share=change.change_share,
+                change_interval_95=change.change_interval_95,
+                predicted_saving_share=predicted,
+                measured_saving_share=measured if status is FixStatus.RESOLVED else None,
+            )
+        )
+    order = list(FixStatus)
+    return sorted(found, key=lambda v: (order.index(v.status), v.rule))
+
+
+def headline(since: str, verification: list[Verification]) -> str:
+    """`Since 20261205-…: input_bound resolved, step 76 -> 3 ms (-96 %, predicted -95 %)`."""
+    if not verification:
+        return ""
+    first = verification[0]
+    parts = []
+    for v in verification:
+        text = f"{v.rule} {v.status}"
+        if v.status is FixStatus.RESOLVED and v.predicted_saving_share is not None:
+            text += f" (predicted -{v.predicted_saving_share:.0%})"
+        parts.append(text)
+    step = ""
+    if first.step_ms_before is not None and first.step_ms_after is not None:
+        step = f"; step {first.step_ms_before:.3g} -> {first.step_ms_after:.3g} ms"
+        if first.change_share is not None:
+            step += f" ({first.change_share:+.0%}"
+            if first.change_interval_95 is not None:
+                lo, hi = first.change_interval_95
+                step += f", 95% interval {lo:+.0%} to {hi:+.0%}"
+            step += ")"
+    return f"Since {since}: " + ", ".join(parts) + step

@@ -1,0 +1,181 @@
+"""Verification: a job's new snapshot against its last one that raised findings. Hand-made
+summaries with per-step samples whose answer is known; the job's history read from a real store."""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from profiler_service.analysis import impact
+from profiler_service.analysis.models import (
+    Finding,
+    Severity,
+    StepBreakdown,
+    StepSample,
+    StepTime,
+    Summary,
+)
+from profiler_service.analysis.text_report import format_snapshot
+from profiler_service.analysis.verification import (
+    FixStatus,
+    headline,
+    step_change,
+    verify,
+)
+from profiler_service.models import CaptureOptions, Snapshot, SnapshotStatus, Trigger
+from profiler_service.store.snapshot_store import SnapshotStore
+
+T0 = datetime(2026, 12, 5, 12, 0, tzinfo=UTC)
+
+
+def captured(times_ms: list[float]) -> Summary:
+    steps = [
+        StepSample(name=str(i), step_time_ms=t, breakdown=StepBreakdown())
+        for i, t in enumerate(times_ms)
+    ]
+    avg = sum(times_ms) / len(times_ms)
+    return Summary(step_time=StepTime(count=len(times_ms), avg_ms=avg, steps=steps))
+
+
+def noisy(mean_ms: float, n: int, seed: int, spread: float = 0.05) -> list[float]:
+    rng = random.Random(seed)
+    return [mean_ms * (1 + rng.uniform(-spread, spread)) for _ in range(n)]
+
+
+def test_the_same_job_twice_has_an_interval_around_no_change():
+    change = step_change(captured(noisy(20, 100, 1)), captured(noisy(20, 100, 2)), seed="a")
+    lo, hi = change.change_interval_95
+    assert lo < 0 < hi and hi - lo < 0.03
+    assert not change.slower and not change.faster
+
+
+def test_a_job_ten_percent_slower_is_slower_beyond_the_noise():
+    change = step_change(captured(noisy(20, 100, 1)), captured(noisy(22, 100, 2)), seed="b")
+    assert change.change_share == pytest.approx(0.10, abs=0.01)
+    assert change.slower and 0.08 < change.change_interval_95[0] < 0.10
+    assert step_change(captured(noisy(20, 100, 1)), captured(noisy(22, 100, 2)), seed="b") == (
+        change
+    )  # the same snapshots, the same interval
+
+
+def test_a_one_step_capture_has_no_interval_and_says_so():
+    change = step_change(captured([20.0]), captured(noisy(10, 50, 2)))
+    assert change.change_share == pytest.approx(-0.5, abs=0.01)
+    assert change.change_interval_95 is None and "no interval" in change.note
+
+
+def finding(rule: str, share: float, **evidence) -> Finding:
+    found = Finding(
+        rule=rule, severity=Severity.WARNING, title=rule, impact_share=share, evidence=evidence
+    )
+    found.impact = impact.estimate(found, captured([100.0] * 10))
+    return found
+
+
+def test_each_rule_is_resolved_persists_regressed_or_new():
+    before = [
+        finding("input_bound", 0.9, input_share_pct=90.0),
+        finding("retracing", 0.10),
+        finding("host_overhead", 0.20),
+    ]
+    after = [finding("retracing", 0.20), finding("host_overhead", 0.21), finding("straggler", 0.1)]
+    change = step_change(captured(noisy(100, 60, 1)), captured(noisy(20, 60, 2)))
+    checked = {v.rule: v for v in verify(before, after, change)}
+    assert {r: v.status for r, v in checked.items()} == {
+        "input_bound": FixStatus.RESOLVED,
+        "retracing": FixStatus.REGRESSED,  # 10 % -> 20 % of the step at stake
+        "host_overhead": FixStatus.PERSISTS,
+        "straggler": FixStatus.NEW,
+    }
+    resolved = checked["input_bound"]
+    assert resolved.predicted_saving_share == pytest.approx(0.81)
+    assert resolved.measured_saving_share == pytest.approx(0.8, abs=0.02)
+    assert checked["host_overhead"].measured_saving_share is None
+    assert next(iter(checked)) == "input_bound"  # resolved first
+
+
+def test_a_slower_step_makes_a_persisting_finding_regressed():
+    before, after = [finding("host_overhead", 0.2)], [finding("host_overhead", 0.2)]
+    change = step_change(captured(noisy(20, 80, 1)), captured(noisy(25, 80, 2)))
+    [checked] = verify(before, after, change)
+    assert checked.status is FixStatus.REGRESSED
+
+
+def test_the_headline_names_each_status_the_step_change_and_the_prediction():
+    change = step_change(captured(noisy(76, 60, 1)), captured(noisy(3, 60, 2)))
+    checked = verify([finding("input_bound", 0.96, input_share_pct=96.0)], [], change)
+    text = headline("20261205-120000-trainer-aaa", checked)
+    assert text.startswith("Since 20261205-120000-trainer-aaa: input_bound resolved")
+    assert "(predicted -86%)" in text and "step 75.9 -> 3.02 ms (-96%, 95% interval" in text
+
+
+def snapshot(i: int, summary: Summary, findings: list[Finding], **fields) -> Snapshot:
+    return Snapshot(
+        id=f"2026120{i}-120000-trainer-{i:06x}",
+        target="trainer",
+        trigger=Trigger(),
+        capture=CaptureOptions(
+            duration_ms=2000, host_tracer_level=2, python_tracer_level=0, device_tracer_level=1
+        ),
+        created_at=T0 + timedelta(minutes=i),
+        summary=summary,
+        findings=findings,
+        **fields,
+    )
+
+
+def publish(store: SnapshotStore, snap: Snapshot) -> Snapshot:
+    store.begin(snap)
+    snap.status = SnapshotStatus.ANALYZING
+    store.update(snap)
+    return store.publish(snap)
+
+
+def test_a_snapshot_names_its_jobs_previous_and_is_checked_against_its_last_with_findings(
+    make_service,
+):
+    service = make_service()
+    store, controller = service.store, service.controller
+    slow = captured(noisy(76, 40, 1))
+    publish(store, snapshot(1, slow, [finding("input_bound", 0.96, input_share_pct=96.0)]))
+    publish(store, snapshot(2, slow, []))  # the same job, nothing found (a quiet hour)
+    publish(store, snapshot(3, slow, [], namespace="other"))  # another namespace's job
+    publish(store, snapshot(4, slow, [], workload="other"))  # another workload's
+    fixed = snapshot(5, captured(noisy(3, 40, 2)), [])
+    controller._verify(fixed)
+    assert fixed.previous_id == "20261202-120000-trainer-000002"
+    assert fixed.verified_against == "20261201-120000-trainer-000001"
+    [checked] = fixed.verification
+    assert checked.status is FixStatus.RESOLVED and checked.measured_saving_share > 0.9
+    assert fixed.step_change.change_interval_95[1] < -0.9
+    printed = format_snapshot(publish(store, fixed))
+    assert "Since 20261201-120000-trainer-000001: input_bound resolved" in printed
+
+
+def test_the_first_snapshot_of_a_job_has_nothing_to_verify(make_service):
+    service = make_service()
+    first = snapshot(1, captured([10.0] * 5), [finding("retracing", 0.3)])
+    service.controller._verify(first)
+    assert first.previous_id is None and first.verification == []
+
+
+def test_the_step_time_gate_decides_on_the_interval_not_the_bare_ratio():
+    from profiler_service.analysis.compare import GateMetric, compare
+
+    def pair(base_ms: list[float], head_ms: list[float]):
+        return compare(snapshot(1, captured(base_ms), []), snapshot(2, captured(head_ms), []))
+
+    # 12 % slower on average, but the steps swing by ±40 %: not beyond a 10 % gate.
+    noisy_pair = pair(noisy(20, 30, 1, spread=0.4), noisy(22.4, 30, 2, spread=0.4))
+    assert noisy_pair.ratio(GateMetric.STEP_TIME) > 1.10
+    assert noisy_pair.step_change.change_interval_95[0] < 0.10
+    assert noisy_pair.is_regression(GateMetric.STEP_TIME, 0.10) is False
+    # 15 % slower with steady steps: the whole interval is past the gate.
+    steady = pair(noisy(20, 100, 1, spread=0.02), noisy(23, 100, 2, spread=0.02))
+    assert steady.is_regression(GateMetric.STEP_TIME, 0.10) is True
+    # One step a side: the bare ratio decides, and the comparison says why.
+    single = pair([20.0], [23.0])
+    assert single.is_regression(GateMetric.STEP_TIME, 0.10) is True
+    assert any("no interval" in note for note in single.notes)
