@@ -28,6 +28,7 @@ from profiler_service.lookback.ring import SampleRing
 from profiler_service.lookback.sampler import Sampler
 from profiler_service.lookback.sources import (
     GpuSource,
+    ProcessCpuSource,
     ProcessMemorySource,
     Source,
     StepSource,
@@ -223,6 +224,7 @@ def build_sampler(
         sources: list[Source] = [
             StepSource(),
             ProcessMemorySource(limit_bytes=capacity),
+            ProcessCpuSource(),
             TFMemorySource(tf_memory, gpu),
             GpuSource(gpu, pid=os.getpid),
         ]
@@ -230,9 +232,9 @@ def build_sampler(
         watched = WatchedProcess(lookback.watch_process) if lookback.watch_process else None
         sources = [GpuSource(gpu, pid=watched)]
         if watched is not None:
-            sources.insert(
-                0,
+            sources[:0] = [
                 ProcessMemorySource(watched, name="proc", limit_bytes=capacity),
-            )
+                ProcessCpuSource(watched, name="proc"),
+            ]
     ring = SampleRing(lookback.lookback_s, lookback.lookback_interval_s)
     return Sampler(ring, sources, lookback.lookback_interval_s)

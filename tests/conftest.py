@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -39,15 +38,15 @@ SESSION = ("--seconds", "7200")
 # The session's jobs once started, by fixture name: paused (SIGSTOP) between the tests that use
 # them, so the ~2 cores they train on go to the rest of the suite (Job.pause).
 SESSION_JOBS: dict[str, Job] = {}
-# After SIGCONT: the step that was in flight when the job was paused ends before the test
-# captures, or the job's step times would show one step as long as the pause.
-RESUME_SETTLE_S = 1.0
 
 
 def _session_job(
-    name: str, workload: str, env: dict[str, str] | None = None
+    name: str, workload: str, folder: Path, env: dict[str, str] | None = None
 ) -> Iterator[Job]:
-    job = start_job("--workload", workload, "--profiler-port", str(free_port()), *SESSION, env=env)
+    port = str(free_port())
+    job = start_job(
+        "--workload", workload, "--profiler-port", port, *SESSION, env=env, clock=folder / "clock"
+    )
     SESSION_JOBS[name] = job
     yield job
     SESSION_JOBS.pop(name, None)
@@ -55,14 +54,16 @@ def _session_job(
 
 
 @pytest.fixture(scope="session")
-def input_bound_job() -> Iterator[Job]:
-    yield from _session_job("input_bound_job", "input-bound")
+def input_bound_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Job]:
+    folder = tmp_path_factory.mktemp("input-bound-job")
+    yield from _session_job("input_bound_job", "input-bound", folder)
 
 
 @pytest.fixture(scope="session")
-def compute_bound_job() -> Iterator[Job]:
+def compute_bound_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Job]:
     # Its memory is read by tests (test_memory_growth): it records allocator events on any CPU.
-    yield from _session_job("compute_bound_job", "compute-bound", RECORDS_MEMORY)
+    folder = tmp_path_factory.mktemp("compute-bound-job")
+    yield from _session_job("compute_bound_job", "compute-bound", folder, RECORDS_MEMORY)
 
 
 def _needs(item: pytest.Item | None, name: str) -> bool:
@@ -78,9 +79,13 @@ def _needs(item: pytest.Item | None, name: str) -> bool:
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     # Before any of the item's fixtures is set up (a module fixture may capture from the job).
-    resumed = [job.resume() for name, job in SESSION_JOBS.items() if _needs(item, name)]
-    if any(resumed):
-        time.sleep(RESUME_SETTLE_S)
+    # After SIGCONT, the job finishes a step (its own clock says so) before the test captures:
+    # the one in flight when it was paused, or its step times would show one as long as the pause.
+    for name, job in SESSION_JOBS.items():
+        if _needs(item, name):
+            steps = job.steps()  # paused: none finishes before SIGCONT
+            if job.resume():
+                job.wait_for_step(after=steps)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -103,8 +108,10 @@ def service_factory(tmp_path: Path) -> Iterator:
         env: dict[str, str] | None = None,
         *extra: str,
         store: Path | None = None,
+        log_level: str = "INFO",
     ) -> ServiceProcess:
-        service = start_service(store or tmp_path / "store", targets, env, *extra)
+        store = store or tmp_path / "store"
+        service = start_service(store, targets, env, *extra, log_level=log_level)
         started.append(service)
         return service
 

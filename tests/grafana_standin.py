@@ -4,7 +4,8 @@ It follows Grafana's documented `POST /api/annotations`: a JSON body with `text`
 `time` / `timeEnd` in epoch milliseconds, `tags` (strings), and optionally `dashboardUID` and
 `panelId`; `Authorization: Bearer <service-account token>`. It answers as Grafana does:
 200 `{"message": "Annotation added", "id": N}`, 401 for a wrong token, 400 for a bad body, and
-whatever status the test scripts first (to play Grafana being down).
+whatever status the test scripts first (to play Grafana being down). `hold()` makes it take
+each request and answer nothing until `release()` (Grafana hung behind a proxy).
 """
 
 from __future__ import annotations
@@ -50,12 +51,22 @@ class GrafanaStandIn:
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
         self._lock = threading.Lock()
+        self._answering = threading.Event()
+        self._answering.set()
+
+    def hold(self) -> None:
+        """From now on, record each request and answer it only once released."""
+        self._answering.clear()
+
+    def release(self) -> None:
+        self._answering.set()
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
     def close(self) -> None:
+        self.release()
         self._server.shutdown()
         self._server.server_close()
 
@@ -71,6 +82,8 @@ class GrafanaStandIn:
             body = raw
         with self._lock:
             self.received.append(Received(method, handler.path, dict(handler.headers), body))
+        self._answering.wait(60)
+        with self._lock:
             scripted = self.script.pop(0) if self.script else None
         status, answer = self._answer(handler, method, body, scripted)
         data = json.dumps(answer).encode()

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import psutil
 
 from profiler_service.demo import run as demo_run
 
@@ -36,6 +37,28 @@ RECORDED_CAPTURE = (
     / "fixtures/gpu-captures/aoberai-chess-engine"
     / "logs__fit__20210615-181006__train__2021_06_15_18_10_10/aoberai.xplane.pb"
 )
+
+
+def wait_until(
+    predicate: Callable[[], object],
+    timeout_s: float = 60,
+    what: str = "condition",
+    why: Callable[[], str] | None = None,
+) -> object:
+    """Poll `predicate` until it returns something truthy, and return that; past `timeout_s`,
+    raise an AssertionError naming `what` (and what `why()` says, such as a process's log).
+    How a test waits for a state: never a fixed sleep, then an assert."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    value = predicate()  # once more: a slow poll may have used the time
+    if value:
+        return value
+    detail = f" {why()}" if why is not None else ""
+    raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}.{detail}")
 
 
 def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -91,10 +114,52 @@ class Job:
     proc: subprocess.Popen
     ready: dict
     paused: bool = False
+    clock: Path | None = None  # its --clock-file: a line `time_ns steps` after each train call
 
     @property
     def address(self) -> str:
-        return f"grpc://127.0.0.1:{self.ready['profiler_port']}"
+        return f"grpc://127.0.0.1:{self.profiler_port}"
+
+    @property
+    def profiler_port(self) -> int:
+        return int(self.ready["profiler_port"])
+
+    def steps(self) -> int:
+        """Steps finished so far, by the job's own clock (`start_job(clock=...)`)."""
+        assert self.clock is not None, "the job was started without a clock file"
+        try:
+            with self.clock.open("rb") as f:
+                f.seek(max(0, f.seek(0, os.SEEK_END) - 4096))
+                lines = f.read().split(b"\n")[:-1]  # the last may be half written
+        except FileNotFoundError:
+            return 0
+        return int(lines[-1].split()[1]) if lines else 0
+
+    def wait_for_step(self, after: int, timeout_s: float = 60) -> int:
+        """Wait until the job has finished more than `after` steps (it trains); the count."""
+
+        def trained() -> int:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"the job exited ({self.proc.returncode}) after {after} steps")
+            return (steps := self.steps()) > after and steps
+
+        return wait_until(trained, timeout_s, f"the job to finish a step past its {after}")
+
+    def has_a_client(self) -> bool:
+        """Whether something (a capture's client) holds a connection to the job's profiler."""
+        if self.proc.poll() is not None:
+            raise AssertionError(f"the job exited ({self.proc.returncode})")
+        process = psutil.Process(self.proc.pid)
+        connections = getattr(process, "net_connections", None) or process.connections
+        return any(
+            c.status == psutil.CONN_ESTABLISHED and c.laddr and c.laddr.port == self.profiler_port
+            for c in connections("tcp")
+        )
+
+    def wait_for_a_client(self, timeout_s: float = 60) -> None:
+        """Wait until a capture's client has connected to the job's profiler: the trace it
+        asked for is under way (a grpc:// target is dialled by nothing else)."""
+        wait_until(self.has_a_client, timeout_s, "a capture client connected to the job's profiler")
 
     def stop(self) -> None:
         self.resume()  # a stopped process does not act on SIGTERM
@@ -153,9 +218,13 @@ def wait_ready(proc: subprocess.Popen, timeout_s: float = 180) -> Job:
         raise
 
 
-def start_job(*args: str, env: dict[str, str] | None = None) -> Job:
-    """A real TF job (profiler_service.demo.job); returns once it is training."""
-    return wait_ready(launch_job(*args, env=env))
+def start_job(*args: str, env: dict[str, str] | None = None, clock: Path | None = None) -> Job:
+    """A real TF job (profiler_service.demo.job); returns once it is training. `clock`: where
+    the job (a fit workload) writes its own clock, which `Job.steps()` reads."""
+    extra = ("--clock-file", str(clock)) if clock is not None else ()
+    job = wait_ready(launch_job(*args, *extra, env=env))
+    job.clock = clock
+    return job
 
 
 @dataclass
@@ -205,15 +274,22 @@ def wait_for_http(
 
 
 def start_service(
-    store: Path, targets: list[str], env: dict[str, str] | None = None, *extra: str
+    store: Path,
+    targets: list[str],
+    env: dict[str, str] | None = None,
+    *extra: str,
+    log_level: str = "INFO",
 ) -> ServiceProcess:
-    """`profiler-service serve` as its own process on a free loopback port, ready to answer."""
+    """`profiler-service serve` as its own process on a free loopback port, ready to answer;
+    its log (at `log_level`) in `ServiceProcess.log`."""
     port = free_port()
     log = store.parent / f"service-{port}.log"
     args = [
         sys.executable,
         "-m",
         "profiler_service.cli",
+        "--log-level",
+        log_level,
         "serve",
         "--store",
         str(store),

@@ -10,12 +10,12 @@ import json
 import os
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import s3fs
 from helpers import stop_process, wait_for_http
+from helpers import wait_until as wait_until  # the bucket tests import it from here
 
 KEY = SECRET = "testing"  # moto accepts any credentials
 
@@ -68,14 +68,3 @@ class S3Server:
 
     def create_bucket(self, name: str) -> None:
         self.fs().mkdir(name)
-
-
-def wait_until(predicate, timeout_s: float = 60, what: str = "condition"):
-    """Poll `predicate` until it returns something truthy; return that."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")

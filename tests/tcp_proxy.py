@@ -79,7 +79,7 @@ class ServiceProxy:
     def _pump(self, source: socket.socket, sink: socket.socket, delay_s: float) -> None:
         try:
             while data := source.recv(65536):
-                time.sleep(delay_s)
+                time.sleep(delay_s)  # the injected slowness: the fault, not a wait
                 sink.sendall(data)
         except OSError:
             pass

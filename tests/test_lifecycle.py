@@ -247,8 +247,9 @@ def test_a_pending_lead_up_asks_prometheus_when_started_not_when_built():
         return [Series(name="steps", source="prometheus")], ["asked"]
 
     now = datetime.now(UTC)
+    before = set(threading.enumerate())
     pending = PendingLeadUp(LeadUp(start=now, end=now), ask, deadline_s=5)
-    assert not asked.wait(0.2)  # built: nothing asked, no thread
+    assert set(threading.enumerate()) - before == set() and not asked.is_set()  # built: idle
     assert pending.start() is pending and asked.wait(5)
     pending.start()  # once
     lead_up = pending.result()

@@ -6,7 +6,7 @@ import importlib.util
 from collections.abc import Callable
 from pathlib import Path
 
-from profiler_service.analysis.models import ProcessMemory
+from profiler_service.analysis.models import ProcessCpu, ProcessMemory
 from profiler_service.analysis.rules import evaluate
 from profiler_service.analysis.summary import AnalysisResult
 from profiler_service.analysis.warm_workers import WarmWorkers
@@ -56,9 +56,15 @@ class XprofAnalyzer:
             )
         return None
 
-    def analyze(self, run_dir: Path, process_memory: ProcessMemory | None = None) -> AnalysisResult:
+    def analyze(
+        self,
+        run_dir: Path,
+        process_memory: ProcessMemory | None = None,
+        process_cpu: ProcessCpu | None = None,
+    ) -> AnalysisResult:
         """XProf's tools on the worker, then the rules here, once, with what the service read
-        beside the capture (the job's memory and its limit, from the look-back sampler)."""
+        beside the capture (the job's memory and its limit, its cores, from the look-back
+        sampler)."""
         unavailable = self._unavailable()
         if unavailable is not None:
             raise AnalysisFailed(SnapshotErrorCode.ANALYSIS_UNAVAILABLE, unavailable)
@@ -67,6 +73,7 @@ class XprofAnalyzer:
         if run.ending is Ending.REPORTED and run.result is not None:
             summary = AnalysisResult.model_validate_json(run.result).summary
             summary.process_memory = process_memory
+            summary.process_cpu = process_cpu
             return AnalysisResult(summary=summary, findings=evaluate(summary))
         if run.ending is Ending.TIMED_OUT:
             raise AnalysisFailed(

@@ -23,15 +23,10 @@ from profiler_service.analysis.models import Finding, Impact, Summary
 ImpactModel = Callable[[Finding, Summary], Impact]
 MODELS: dict[str, ImpactModel] = {}
 
-# An input pipeline that runs ahead of the step (parallel map, prefetch) still hands each batch
-# over, and its work still takes CPU the step may want: the share of the wait a fix removes.
-INPUT_WAIT_REMOVED = 0.9
-# With Python in the pipeline its decoding competes with the step's own Python for the GIL
-# even once it runs ahead: this much of what a fix removes is kept.
-PYTHON_PIPELINE_REMOVED = 0.85
-# Where the pipeline's work competes with the step for the host's cores (a job already using
-# them): the least of the wait a fix removes.
-INPUT_WAIT_REMOVED_MIN = 0.5
+# tf.data's AUTOTUNE runs a parallel map on at most this many calls however many cores
+# the job has (it bounds them by the cores; beyond a few dozen the pipeline's other stages
+# bound it).
+INPUT_MAX_PARALLELISM = 32
 # Tracing, compiling and recompiling in the steady state: a fixed signature keeps one trace.
 TRACING_REMOVED = 0.95
 TRACING_REMOVED_MIN = 0.8
@@ -102,24 +97,63 @@ def nothing(summary: Summary, why: str) -> Impact:
 
 @impact_of("input_bound")
 def input_wait(finding: Finding, summary: Summary) -> Impact:
-    """The step's wait for input (XProf's input share, or on a GPU the share of the capture it
-    idled in the tf.data iterator) less what a pipeline that runs ahead still costs:
-    `INPUT_WAIT_REMOVED` of the wait, times `PYTHON_PIPELINE_REMOVED` with Python in the
-    pipeline; at least `INPUT_WAIT_REMOVED_MIN` where its work competes for the cores."""
-    wait = (finding.evidence.get("input_share_pct") or 0.0) / 100
+    """The step waits W for each batch (the input share of the step; on a GPU, the share of the
+    capture it idled in the tf.data iterator) and computes C = step - W. A pipeline that does
+    not run ahead produces while the step waits, so W is its work per batch. Mapped in parallel
+    and prefetched, it produces a batch every W * p / P while the step computes: the step after
+    the fix is max(C, W * p / P), p the slowest iterator's parallelism now, P the cores the job
+    can give it (`process_cpu`: its cores less those its other threads keep busy, at most
+    `INPUT_MAX_PARALLELISM`). The least it saves: Python decoding that holds the GIL gains no
+    parallelism (P = 1), only the overlap with C."""
+    now = summary.step_time.avg_ms
+    wait_share = min(max((finding.evidence.get("input_share_pct") or 0.0) / 100, 0.0), 1.0)
+    if not now or wait_share <= 0:
+        return nothing(summary, "the capture holds no step time to save from")
+    wait, compute = now * wait_share, now * (1 - wait_share)
+    cores, source = _cores_for_input(summary)
+    p_now = min(_slowest_parallelism(summary), cores)
     python = bool(finding.evidence.get("python_in_pipeline"))
-    point = INPUT_WAIT_REMOVED * (PYTHON_PIPELINE_REMOVED if python else 1.0)
+    after = max(compute, wait * p_now / cores)
+    least = max(compute, wait) if python else after
+    saving, low = 1 - after / now, 1 - least / now
     where = "the GPU's idle time in the tf.data iterator" if _on_gpu(finding) else "the input wait"
-    return removed(
-        summary,
-        wait,
-        point,
-        INPUT_WAIT_REMOVED_MIN,
-        f"The fix hides {where} ({wait:.0%} of the step) behind the step; a pipeline that runs "
-        f"ahead still hands over each batch and takes CPU"
-        + (", and its Python competes with the step's for the GIL" if python else "")
-        + f": {point:.0%} of it saved.",
+    return Impact(
+        step_ms_now=now,
+        step_ms_after=round(after, 3),
+        saving_share=round(saving, 4),
+        saving_range=(round(min(low, saving), 4), round(max(saving, wait_share), 4)),
+        basis=(
+            f"The fix runs the pipeline ahead of the step: {where} ({wait:.3g} ms of "
+            f"{now:.3g}) becomes its work spread over {cores:g} parallel call(s) ({source}), "
+            f"{wait * p_now / cores:.3g} ms a batch, beside the step's own {compute:.3g} ms."
+            + (" Python decoding that holds the GIL would gain only the overlap." if python else "")
+        ),
     )
+
+
+def _slowest_parallelism(summary: Summary) -> float:
+    """The parallelism of the iterator that takes the most time (1: sequential)."""
+    iterators = summary.input_pipeline.iterators
+    if not iterators:
+        return 1.0
+    slowest = max(iterators, key=lambda i: i.self_time_ms)
+    return float(slowest.parallelism or 1)
+
+
+def _cores_for_input(summary: Summary) -> tuple[float, str]:
+    """The parallel calls a pipeline can use: the job's cores less those its threads keep busy
+    besides the one the sequential pipeline uses, at least 1, at most
+    `INPUT_MAX_PARALLELISM`."""
+    cpu = summary.process_cpu
+    if cpu is None:
+        return 1.0, "the job's cores unknown: none assumed"
+    free = cpu.cores_available
+    if cpu.cores_used is not None:
+        free = min(free, cpu.cores_available - cpu.cores_used + 1)
+    where = {"agent": "the job's cores", "proc": "the job's cores"}.get(
+        cpu.source, "this host's cores"
+    )
+    return max(1.0, min(free, INPUT_MAX_PARALLELISM)), where
 
 
 @impact_of("retracing", "xla_recompilation", "compile_time")

@@ -233,6 +233,16 @@ class ProcessMemory(BaseModel):
     source: str  # agent (the job itself) or proc (the sidecar reading the job's /proc)
 
 
+class ProcessCpu(BaseModel):
+    """The cores the job used before the capture and the cores it may use (its cgroup quota or
+    affinity), from the look-back sampler, else this service's own host: what a fix that
+    parallelises the job's work can win (analysis/impact.py)."""
+
+    cores_available: float
+    cores_used: float | None = None
+    source: str  # agent, proc (the job's /proc) or service (this process: the job's unknown)
+
+
 class Kernel(BaseModel):
     name: str
     op_name: str
@@ -414,6 +424,7 @@ class Summary(BaseModel):
     kernels: Kernels = Field(default_factory=Kernels)
     per_host: list[HostSummary] = Field(default_factory=list)
     process_memory: ProcessMemory | None = None  # when the look-back sampler read the job
+    process_cpu: ProcessCpu | None = None  # the job's cores, or this service's host's
     # XProf's own bottleneck flags (kernel launch, all others, collectives): "high"/"moderate"/...
     xprof_flags: dict[str, str] = Field(default_factory=dict)
     notes: list[str] = Field(default_factory=list)  # what could not be read, and why

@@ -102,7 +102,9 @@ def describe_saving(finding: Finding) -> str:
     if impact is None or impact.saving_share <= 0:
         return ""
     low, high = impact.saving_range
-    text = f"saves about {impact.saving_share:.0%} of step time ({low:.0%}-{high:.0%})"
+    text = f"saves about {impact.saving_share:.0%} of step time"
+    if f"{low:.0%}" != f"{high:.0%}":
+        text += f" ({low:.0%}-{high:.0%})"
     if impact.step_ms_now and impact.step_ms_after is not None:
         text += f": {format_ms(impact.step_ms_now)} -> {format_ms(impact.step_ms_after)} ms"
     return text

@@ -80,13 +80,13 @@ class ContinuousSession:
         )
         self._lock = threading.Lock()  # one RPC at a time; a capture holds it from start to end
         self._loop = BackgroundLoop(f"lookback-trace-{address}", self._keep, join_s=RPC_TIMEOUT_S)
+        self.running = False
+        self.since: float | None = None  # unix time the trace now held by the job began
+        self.error: str | None = None
 
     @property
     def loops(self) -> tuple[BackgroundLoop, ...]:
         return (self._loop,)
-        self.running = False
-        self.since: float | None = None  # unix time the trace now held by the job began
-        self.error: str | None = None
 
     def _call(self, method: str, request: bytes, timeout_s: float = RPC_TIMEOUT_S) -> bytes:
         rpc = self._channel.unary_unary(
@@ -134,6 +134,7 @@ class ContinuousSession:
                     log.info("look-back trace running on %s", self.address)
                 elif time.time() - (self.since or 0) >= self.rotate_s:
                     self.snapshot()  # dropped: only the last rotate_s are kept
+                    log.debug("look-back trace on %s rotated", self.address)
                 return max(0.1, self.rotate_s - (time.time() - (self.since or 0)))
             except grpc.RpcError as exc:
                 if self.running or self.error is None:

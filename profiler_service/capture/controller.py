@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import statistics
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -21,7 +22,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from profiler_service.analysis.analyzer import XprofAnalyzer
-from profiler_service.analysis.models import ProcessMemory
+from profiler_service.analysis.models import ProcessCpu, ProcessMemory
 from profiler_service.analysis.verification import step_change, verify
 from profiler_service.capture.capturer import Captured, CaptureFailed, CaptureJob, Capturer
 from profiler_service.capture.discovery import resolve_workers
@@ -39,6 +40,7 @@ from profiler_service.errors import (
     UnknownTarget,
 )
 from profiler_service.lookback.models import LeadUp, PendingLeadUp
+from profiler_service.lookback.sources import cpu_cores_available
 from profiler_service.models import (
     CaptureOptions,
     Snapshot,
@@ -56,6 +58,7 @@ log = logging.getLogger(__name__)
 # How long analysis usually takes after the trace, for Retry-After; a hint, not a bound.
 _ANALYSIS_ESTIMATE_S = 5.0
 CANCEL_GRACE_S = 10.0  # a trace cancelled at its deadline has this long to end and save
+CPU_SAMPLES = 10  # the job's CPU use: the median of this many samples before the capture
 
 
 @dataclass(frozen=True)
@@ -299,7 +302,9 @@ class CaptureController:
             run_dir = self.store.adopt_capture(snapshot, captured.paths)
             snapshot.status = SnapshotStatus.ANALYZING
             self.store.update(snapshot)
-            analysis = self.analyzer.analyze(run_dir, _process_memory(snapshot.lead_up))
+            analysis = self.analyzer.analyze(
+                run_dir, _process_memory(snapshot.lead_up), _process_cpu(snapshot.lead_up)
+            )
             snapshot.summary, snapshot.findings = analysis.summary, analysis.findings
             _note_missing_workers(snapshot)
             if found > len(target.workers):
@@ -439,6 +444,26 @@ def _process_memory(lead_up: LeadUp | None) -> ProcessMemory | None:
         rss_bytes=int(last["memory_in_use_bytes"][0]),
         limit_bytes=int(last["memory_capacity_bytes"][0]),
         source=last["memory_in_use_bytes"][1],
+    )
+
+
+def _process_cpu(lead_up: LeadUp | None) -> ProcessCpu:
+    """The job's cores from the lead-up (the median use of its last samples), else this
+    service's own host's: a sidecar that does not watch the job shares its node."""
+    series = {
+        s.name: s
+        for s in (lead_up.series if lead_up else [])
+        if s.source != "prometheus" and s.labels.get("device") == "host" and s.points
+    }
+    available = series.get("cpu_cores_available")
+    if available is None:
+        return ProcessCpu(cores_available=cpu_cores_available(), source="service")
+    used = series.get("cpu_cores_used")
+    recent = [v for _, v in used.points[-CPU_SAMPLES:]] if used else []
+    return ProcessCpu(
+        cores_available=available.points[-1][1],
+        cores_used=round(statistics.median(recent), 3) if recent else None,
+        source=available.source,
     )
 
 

@@ -43,12 +43,17 @@ def _python_decode(_index):
     return np.random.default_rng().random(FEATURES, dtype=np.float32)
 
 
-def input_bound_dataset(batch_size: int = 32) -> tf.data.Dataset:
-    """Per-sample Python decoding through tf.numpy_function; no parallelism, no prefetch."""
+def input_bound_dataset(batch_size: int = 32, fixed: bool = False) -> tf.data.Dataset:
+    """Per-sample Python decoding through tf.numpy_function; no parallelism, no prefetch.
+    `fixed`: its twin as the input_bound finding advises, the decoding still Python but mapped
+    in parallel (`num_parallel_calls=AUTOTUNE`) and prefetched."""
+    parallel = tf.data.AUTOTUNE if fixed else None
     ds = tf.data.Dataset.range(1 << 40).map(
-        lambda i: tf.ensure_shape(tf.numpy_function(_python_decode, [i], tf.float32), [FEATURES])
+        lambda i: tf.ensure_shape(tf.numpy_function(_python_decode, [i], tf.float32), [FEATURES]),
+        num_parallel_calls=parallel,
     )
-    return ds.map(lambda x: (x, tf.reduce_sum(x, keepdims=True))).batch(batch_size)
+    ds = ds.map(lambda x: (x, tf.reduce_sum(x, keepdims=True))).batch(batch_size)
+    return ds.prefetch(tf.data.AUTOTUNE) if fixed else ds
 
 
 def compute_bound_dataset(batch_size: int = 512) -> tf.data.Dataset:
@@ -155,17 +160,23 @@ def multi_worker_loop(seconds: float, ready: dict, extra_matmuls: int = 0) -> No
         step += 1
 
 
-def eager_loop(seconds: float, ready: dict) -> None:
-    """A custom loop of tiny ops run eagerly, one Python dispatch per op (no tf.function)."""
+def eager_loop(seconds: float, ready: dict, graph: bool = False) -> None:
+    """A custom loop of tiny ops run eagerly, one Python dispatch per op (no tf.function).
+    `graph`: its twin as the eager_execution finding advises, the step in a tf.function."""
     x = tf.random.normal((8, FEATURES))
     w = tf.Variable(tf.random.normal((FEATURES, FEATURES)))
+
+    def train_step() -> None:
+        for _ in range(20):
+            y = tf.nn.relu(tf.matmul(x, w)) + 1.0
+            w.assign_sub(0.0001 * tf.reduce_mean(y) * tf.ones_like(w))
+
+    run = tf.function(train_step) if graph else train_step
     end = time.monotonic() + seconds
     step = 0
     while time.monotonic() < end:
         with training_step(step):
-            for _ in range(20):
-                y = tf.nn.relu(tf.matmul(x, w)) + 1.0
-                w.assign_sub(0.0001 * tf.reduce_mean(y) * tf.ones_like(w))
+            run()
         if step == 0:
             print("READY " + json.dumps(ready), flush=True)
         step += 1
@@ -250,6 +261,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--store", default="./profiles", help="agent's snapshot store")
     parser.add_argument("--decode-ms", type=float, default=2.0, help="input-bound: ms per record")
     parser.add_argument(
+        "--fixed",
+        action="store_true",
+        help="input-bound, eager: the fixed twin, as the finding advises (a parallel, prefetched "
+        "pipeline; the step in a tf.function)",
+    )
+    parser.add_argument(
         "--batch-size",
         type=int,
         default=32,
@@ -315,7 +332,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.workload in ("eager", "multi-worker", "memory"):
         if args.workload == "eager":
-            eager_loop(args.seconds, ready)
+            eager_loop(args.seconds, ready, graph=args.fixed)
         elif args.workload == "memory":
             memory_loop(args.seconds, ready, args)
         else:
@@ -324,7 +341,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     n = args.steps_per_execution
     if args.workload == "input-bound":
-        dataset = input_bound_dataset(args.batch_size)
+        dataset = input_bound_dataset(args.batch_size, fixed=args.fixed)
         model = build_model(width=64, steps_per_execution=n)
     elif args.workload == "pipeline":
         dataset, model = tf_pathologies.pipeline_dataset(args.pipeline), build_model(width=64)

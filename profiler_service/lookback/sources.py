@@ -9,6 +9,8 @@
     GPU memory of the process    NVML, this pid               NVML, the job's pid: what TF's
                                                               allocator reserved, not uses
     GPU utilisation              NVML                         NVML
+    CPU cores used, available    this process's CPU time,     the job's, from /proc/PID
+                                 its cgroup quota or affinity (PROFILER_WATCH_PROCESS)
 
 Host capacity is the process's cgroup memory limit (what the OOM killer enforces in a
 container), else the host's memory. GPU capacity is the device's memory (NVML).
@@ -19,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
@@ -115,6 +118,66 @@ class ProcessMemorySource:
         if self._limit is None or self._limit[0] != pid:
             self._limit = (pid, self.limit_bytes or memory_limit_bytes(pid))
         return {"memory_in_use_bytes|host": rss, "memory_capacity_bytes|host": self._limit[1]}
+
+
+def cpu_cores_available(pid: int | str = "self") -> float:
+    """The cores a process may use: its cgroup CPU quota (v2 `cpu.max`, v1
+    `cpu.cfs_quota_us` / `cpu.cfs_period_us`), else the CPUs it may run on (its affinity)."""
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        base = path.lstrip("/")
+        try:
+            if controllers == "":
+                quota, _, period = (CGROUP_ROOT / base / "cpu.max").read_text().partition(" ")
+            elif "cpu" in controllers.split(","):
+                v1 = CGROUP_ROOT / controllers / base
+                quota = (v1 / "cpu.cfs_quota_us").read_text()
+                period = (v1 / "cpu.cfs_period_us").read_text()
+            else:
+                continue
+        except OSError:
+            continue
+        quota = quota.strip()
+        if quota.lstrip("-").isdigit() and int(quota) > 0 and period.strip().isdigit():
+            return int(quota) / int(period)
+    try:
+        process = psutil.Process(None if pid == "self" else int(pid))
+        return float(len(process.cpu_affinity()))
+    except (psutil.Error, AttributeError, ValueError):
+        return float(os.cpu_count() or 1)
+
+
+class ProcessCpuSource:
+    """The cores a process used since the last reading (its CPU time over the wall time) and
+    the cores it may use: this one (agent) or the job (sidecar). What a fix that parallelises
+    its work can win depends on both (analysis/impact.py)."""
+
+    def __init__(self, pid: Callable[[], int | None] = os.getpid, name: str = "agent"):
+        self._pid = pid
+        self.name = name
+        self._last: tuple[int, float, float] | None = None  # pid, CPU seconds, monotonic
+        self._available: tuple[int, float] | None = None
+
+    def read(self) -> dict[str, float]:
+        pid = self._pid()
+        if pid is None:
+            return {}
+        try:
+            times = psutil.Process(pid).cpu_times()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            return {}
+        now, used = time.monotonic(), times.user + times.system
+        if self._available is None or self._available[0] != pid:
+            self._available = (pid, cpu_cores_available(pid))
+        values = {"cpu_cores_available|host": self._available[1]}
+        last, self._last = self._last, (pid, used, now)
+        if last is not None and last[0] == pid and now > last[2]:
+            values["cpu_cores_used|host"] = round((used - last[1]) / (now - last[2]), 3)
+        return values
 
 
 class TFMemorySource:

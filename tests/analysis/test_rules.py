@@ -22,6 +22,7 @@ from profiler_service.analysis.models import (
     GpuKernels,
     HostSummary,
     InputBound,
+    InputIterator,
     InputOp,
     InputPipeline,
     KeptAllocation,
@@ -29,6 +30,7 @@ from profiler_service.analysis.models import (
     Kernels,
     MemoryGrowth,
     OpCategory,
+    ProcessCpu,
     ProcessMemory,
     Severity,
     StepBreakdown,
@@ -707,15 +709,18 @@ def test_findings_are_ordered_by_what_their_fix_saves_and_nothing_saved_ranks_la
             }.items()
         },
     )
-    found = rules.evaluate(Summary(step_time=StepTime(count=10, avg_ms=100.0)))
+    four_cores = ProcessCpu(cores_available=4, source="agent")
+    found = rules.evaluate(
+        Summary(step_time=StepTime(count=10, avg_ms=100.0), process_cpu=four_cores)
+    )
     assert [f.rule for f in found] == [
-        "input_bound",  # 0.54 of the step
+        "input_bound",  # 0.6: 60 ms of input over 4 cores hides behind 40 ms of compute
         "retracing",  # 0.475, an info finding before a critical one that saves nothing
         "host_overhead",  # 0.07
         "memory_growth",  # 0: critical, but no step time saved
         "short_capture",  # 0, info
     ]
-    assert [f.impact.saving_share for f in found] == [0.54, 0.475, 0.07, 0.0, 0.0]
+    assert [f.impact.saving_share for f in found] == [0.6, 0.475, 0.07, 0.0, 0.0]
 
 
 def _stamped(name: str, func):
@@ -731,24 +736,38 @@ def test_every_rule_has_an_impact_model():
     assert set(rules.registry.RULES) == set(impact.MODELS)
 
 
-def test_the_input_wait_model_hides_most_of_the_wait_and_python_less():
-    summary = Summary(step_time=StepTime(count=20, avg_ms=80.0))
+def test_the_input_wait_model_spreads_the_wait_over_the_jobs_free_cores():
+    def on(cores: float, used: float | None = None, **pipeline) -> Summary:
+        return Summary(
+            step_time=StepTime(count=20, avg_ms=80.0),
+            input_pipeline=InputPipeline(**pipeline),
+            process_cpu=ProcessCpu(cores_available=cores, cores_used=used, source="proc"),
+        )
+
     wait = Finding(
         rule="input_bound",
         severity=Severity.CRITICAL,
         title="",
         evidence={"input_share_pct": 90.0, "python_in_pipeline": False},
     )
-    got = impact.estimate(wait, summary)
-    assert got.saving_share == pytest.approx(0.9 * 0.9)
-    assert got.step_ms_after == pytest.approx(80 * (1 - 0.81))
-    assert got.saving_range == (pytest.approx(0.45), pytest.approx(0.9))
-    assert "input wait (90% of the step)" in got.basis
+    # 72 ms of input a step, 8 of compute: on 2 free cores, a batch every 36 ms.
+    got = impact.estimate(wait, on(2, used=0.2))
+    assert got.step_ms_after == pytest.approx(36.0)
+    assert got.saving_share == pytest.approx(0.55)
+    assert got.saving_range == (pytest.approx(0.55), pytest.approx(0.9))
+    assert "2 parallel call(s) (the job's cores)" in got.basis
+    # On 8 cores the input hides behind the step but for 9 ms a batch.
+    assert impact.estimate(wait, on(8)).step_ms_after == pytest.approx(9.0)
+    # A job already using its cores leaves the pipeline one: only the overlap.
+    assert impact.estimate(wait, on(2, used=2.0)).step_ms_after == pytest.approx(72.0)
+    # Its slowest map parallel on both cores already: prefetch alone, the overlap.
+    parallel = [InputIterator(path="Iterator::Root::ParallelMapV2", self_time_ms=5, parallelism=2)]
+    assert impact.estimate(wait, on(2, iterators=parallel)).step_ms_after == pytest.approx(72.0)
+    # Python decoding under the GIL may gain only the overlap: the range says so.
     wait.evidence["python_in_pipeline"] = True
-    python = impact.estimate(wait, summary)
-    assert python.saving_share == pytest.approx(0.9 * 0.9 * 0.85)
-    assert "GIL" in python.basis
-    assert python.saving_range[0] <= python.saving_share <= python.saving_range[1]
+    python = impact.estimate(wait, on(2))
+    assert python.saving_share == pytest.approx(0.55)
+    assert python.saving_range[0] == pytest.approx(0.1) and "GIL" in python.basis
 
 
 def test_the_tracing_model_keeps_one_trace():

@@ -11,6 +11,7 @@ import pytest
 from profiler_service.analysis import impact
 from profiler_service.analysis.models import (
     Finding,
+    ProcessCpu,
     Severity,
     StepBreakdown,
     StepSample,
@@ -70,7 +71,10 @@ def finding(rule: str, share: float, **evidence) -> Finding:
     found = Finding(
         rule=rule, severity=Severity.WARNING, title=rule, impact_share=share, evidence=evidence
     )
-    found.impact = impact.estimate(found, captured([100.0] * 10))
+    eight_cores = captured([100.0] * 10).model_copy(
+        update={"process_cpu": ProcessCpu(cores_available=8, source="agent")}
+    )
+    found.impact = impact.estimate(found, eight_cores)
     return found
 
 
@@ -90,7 +94,7 @@ def test_each_rule_is_resolved_persists_regressed_or_new():
         "straggler": FixStatus.NEW,
     }
     resolved = checked["input_bound"]
-    assert resolved.predicted_saving_share == pytest.approx(0.81)
+    assert resolved.predicted_saving_share == pytest.approx(0.8875)  # 90 ms over 8 cores
     assert resolved.measured_saving_share == pytest.approx(0.8, abs=0.02)
     assert checked["host_overhead"].measured_saving_share is None
     assert next(iter(checked)) == "input_bound"  # resolved first
@@ -108,7 +112,7 @@ def test_the_headline_names_each_status_the_step_change_and_the_prediction():
     checked = verify([finding("input_bound", 0.96, input_share_pct=96.0)], [], change)
     text = headline("20261205-120000-trainer-aaa", checked)
     assert text.startswith("Since 20261205-120000-trainer-aaa: input_bound resolved")
-    assert "(predicted -86%)" in text and "step 75.9 -> 3.02 ms (-96%, 95% interval" in text
+    assert "(predicted -88%)" in text and "step 75.9 -> 3.02 ms (-96%, 95% interval" in text
 
 
 def snapshot(i: int, summary: Summary, findings: list[Finding], **fields) -> Snapshot:

@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -123,22 +122,47 @@ def test_a_worker_started_while_the_pool_closes_is_not_kept(pool, monkeypatch):
 
 
 def test_a_worker_warmed_from_a_thread_that_ended_lives_on_and_dies_with_the_service():
-    """Linux's parent-death signal follows the thread that started a child, not the process."""
+    """Linux's parent-death signal follows the thread that started a child, not the process.
+
+    The thread ends once the worker has asked for that signal (it lowers its priority next);
+    once the thread is gone from /proc, any such signal was sent: the worker then answering a
+    job shows it did not get one, with no sleep for a kill that may come."""
     script = textwrap.dedent(
         f"""
         import threading, time
+        from pathlib import Path
+        import psutil
         from profiler_service.analysis.warm_workers import WarmWorkers
+
+        def until(done, what):
+            deadline = time.monotonic() + 30
+            while not done():
+                assert time.monotonic() < deadline, what
+                time.sleep(0.01)
+
         pool = WarmWorkers(job={JOB!r})
-        thread = threading.Thread(target=pool.warm)
+
+        def warm():
+            pool.warm()
+            worker = psutil.Process(pool._idle[0].proc.pid)
+            until(lambda: worker.nice() >= 10, "the worker's die-with-parent, then its nice")
+
+        thread = threading.Thread(target=warm)
         thread.start(); thread.join()
-        print(pool._idle[0].proc.pid, flush=True)
-        time.sleep(600)
+        until(lambda: not Path(f"/proc/self/task/{{thread.native_id}}").exists(), "its exit")
+        worker = pool._idle[0].proc.pid
+        answer = pool.run(Path("/nonexistent/alive"), 60, None)
+        print(worker, answer.pid, answer.result, flush=True)
+        time.sleep(600)  # the service lives on until the test kills it: not a wait
         """
     )
     service = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     try:
-        worker = psutil.Process(int(service.stdout.readline()))
-        time.sleep(1.0)
+        line = service.stdout.readline()
+        assert line, "the service's script failed (its stderr is above)"
+        worker_pid, ran_on, result = line.split()
+        worker = psutil.Process(int(worker_pid))
+        assert (int(ran_on), result) == (worker.pid, "alive")  # the warmed worker, alive
         assert worker.is_running() and worker.status() != "zombie"
         assert worker.nice() >= 10  # below the training job and the service
     finally:

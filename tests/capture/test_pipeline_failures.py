@@ -156,9 +156,9 @@ def test_run_worker_says_how_a_real_child_ended(tmp_path, monkeypatch, how, endi
                 os.kill(os.getpid(), signal.SIGKILL)
             elif how == "grow":
                 held = b"x" * (256 * 2**20)
-                time.sleep(30)
+                time.sleep(30)  # holding it: the fault, not a wait
             else:
-                time.sleep(30)
+                time.sleep(30)  # hung: the fault, not a wait
             """
         )
     )

@@ -15,8 +15,7 @@ from __future__ import annotations
 import json
 import subprocess
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -24,7 +23,7 @@ import httpx
 import pytest
 from alertmanager_server import ALERTMANAGER_YML, DEPLOY, binary, start_alertmanager, templated
 from grafana_standin import GrafanaStandIn
-from helpers import free_port, stop_process, wait_for_http, wait_for_status
+from helpers import free_port, stop_process, wait_for_http, wait_for_status, wait_until
 
 RULES = DEPLOY / "prometheus" / "profiler-alerts.rules.yml"
 PROMETHEUS_YML = DEPLOY / "prometheus" / "prometheus.yml"
@@ -102,16 +101,6 @@ class _Processes(list[subprocess.Popen]):
         return proc
 
 
-def wait_until(what: str, check: Callable[[], object], timeout_s: float, why=lambda: "") -> object:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        result = check()
-        if result:
-            return result
-        time.sleep(0.25)
-    raise AssertionError(f"{what}: not within {timeout_s} s. {why()}")
-
-
 def test_a_prometheus_alert_captures_the_job_once_per_cooldown(
     tmp_path, input_bound_job, service_factory, processes
 ):
@@ -184,26 +173,35 @@ def run_alert_loop(tmp_path, job, service_factory, processes, grafana, exporter)
     client = service.client()
     outcomes = lambda: client.get("/webhooks/alerts").json()["data"]  # noqa: E731
 
+    def alert_state() -> str | None:
+        alerts = httpx.get(f"{prom_url}/api/v1/alerts", timeout=5).json()["data"]["alerts"]
+        return next(
+            (a["state"] for a in alerts if a["labels"]["alertname"] == "TrainingGpuUnderused"),
+            None,
+        )
+
     # Healthy for a few scrapes: nothing fires.
     wait_until(
-        "Prometheus scraping the stand-in exporter",
         lambda: httpx.get(
             f"{prom_url}/api/v1/query", params={"query": "DCGM_FI_PROF_GR_ENGINE_ACTIVE"}
         ).json()["data"]["result"],
         15,
+        "Prometheus scraping the stand-in exporter",
     )
     assert outcomes() == []
 
-    # The condition: the pod's GPU idles. The rule fires after its `for` (15 s).
+    # The condition: the pod's GPU idles. The rule fires after its `for` (15 s): pending until
+    # then, and nothing reaches the service meanwhile (a rule without `for` is never pending).
     exporter.value = 0.1
-    fired_at = time.monotonic()
+    wait_until(lambda: alert_state() == "pending", 30, "the alert pending in Prometheus", logs)
+    assert outcomes() == []
     captured = wait_until(
-        "a captured alert",
         lambda: [o for o in outcomes() if o["outcome"] == "captured"],
         60,
+        "a captured alert",
         logs,
     )[0]
-    assert time.monotonic() - fired_at >= 14  # the rule's `for` held it back
+    assert alert_state() == "firing"
     assert captured["source"] == "alertmanager" and captured["target"] == "trainer"
 
     snapshot = client.get(f"/profiles/{captured['snapshot_id']}").json()
@@ -226,9 +224,9 @@ def run_alert_loop(tmp_path, job, service_factory, processes, grafana, exporter)
 
     # Alertmanager sends the still-firing alert again (repeat_interval): within the cooldown.
     again = wait_until(
-        "a deduplicated repeat",
         lambda: [o for o in outcomes() if o["outcome"] == "deduplicated"],
         30,
+        "a deduplicated repeat",
         logs,
     )[0]
     assert again["fingerprint"] == captured["fingerprint"]
@@ -238,7 +236,7 @@ def run_alert_loop(tmp_path, job, service_factory, processes, grafana, exporter)
     ready = wait_for_status(client, captured["snapshot_id"], {"ready", "failed"}, 180)
     assert ready["status"] == "ready", ready.get("error")
     assert ready["files"] and ready["summary"]
-    annotation = wait_until("a Grafana annotation", grafana.annotations, 20, logs)[0]
+    annotation = wait_until(grafana.annotations, 20, "a Grafana annotation", logs)[0]
     assert "target:trainer" in annotation["tags"]
     assert "alert:TrainingGpuUnderused" in annotation["tags"]
     assert f"/profiles/{captured['snapshot_id']}/report" in annotation["text"]
@@ -247,9 +245,9 @@ def run_alert_loop(tmp_path, job, service_factory, processes, grafana, exporter)
     # The GPU recovers: the resolved alert is recorded, not captured.
     exporter.value = 0.95
     wait_until(
-        "a resolved alert",
         lambda: [o for o in outcomes() if o["outcome"] == "resolved"],
         40,
+        "a resolved alert",
         logs,
     )
     listed = client.get("/profiles", params={"trigger": "webhook"}).json()
@@ -263,4 +261,4 @@ def run_alert_loop(tmp_path, job, service_factory, processes, grafana, exporter)
         ).json()["data"]["result"]
         return result and float(result[0]["value"][1]) == 1.0
 
-    wait_until("profiler_webhook_alerts_total in Prometheus", scraped, 15, logs)
+    wait_until(scraped, 15, "profiler_webhook_alerts_total in Prometheus", logs)

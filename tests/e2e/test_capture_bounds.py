@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -43,7 +42,7 @@ def test_kill_9_mid_capture_leaves_an_interrupted_snapshot_after_restart(
         assert earlier["status"] == "ready"
         victim = client.post("/profile", params={"duration": "10s"}).json()
         wait_for_status(client, victim["id"], {"capturing"})
-        time.sleep(1.0)
+        input_bound_job.wait_for_a_client()  # the capture client is tracing the job
     os.kill(service.proc.pid, signal.SIGKILL)
     service.proc.wait()
 
@@ -74,7 +73,7 @@ def test_a_second_capture_of_a_job_already_being_profiled_says_so(
     with first.client() as a, second.client() as b:
         long = a.post("/profile", params={"duration": "8s"}).json()
         wait_for_status(a, long["id"], {"capturing"})
-        time.sleep(2.5)  # the capture client has connected and the job's profiler is busy
+        input_bound_job.wait_for_a_client()  # the first capture's: the job's profiler is busy
         clash = b.post("/profile", params={"duration": "1s", "wait": "true"}).json()
         assert clash["status"] == "failed"
         assert clash["error"]["code"] == "profiler_busy", clash["error"]

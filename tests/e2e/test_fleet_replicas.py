@@ -31,7 +31,7 @@ HUB_TOKEN = "replicas-hub-token"
 WEBHOOK_TOKEN = "am-webhook-token"
 PODS = [("ml-a", "trainer-a-0"), ("ml-b", "trainer-b-0"), ("ml-c", "trainer-c-0")]
 BEFORE, AFTER = 6, 6  # alerts fired before and after the kill
-REPLY_DELAY_S = 3.0
+REPLY_DELAY_S = 3.0  # sidecar a answers this late (the fault: replica 0 is killed meanwhile)
 
 
 def test_a_replica_killed_mid_burst_loses_no_alert_and_captures_none_twice(

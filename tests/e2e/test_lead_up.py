@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import statistics
-import time
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -62,7 +61,14 @@ def test_an_alerts_snapshot_shows_the_step_time_jump_that_led_up_to_it(
     )
     try:
         slow_down_at = job.ready["slow_down_at"]
-        time.sleep(max(0.0, slow_down_at + 8 - time.time()))
+        # The alert comes once Prometheus has scraped the job 8 s past the slow-down (by the
+        # scrape's own time): both sources of the lead-up then hold the slower steps.
+        prom.wait_for(
+            'timestamp(up{job="local"})',
+            lambda scraped_at: scraped_at >= slow_down_at + 8,
+            timeout_s=SLOW_DOWN_AFTER_S + 60,
+            what="a scrape of the job 8 s after its slow-down",
+        )
         prom.wait_for('up{job="local"}', lambda v: v == 1, what="agent scraped")
         starts_at = datetime.now(UTC) - timedelta(seconds=3)
         alert = {

@@ -3,10 +3,8 @@ the trace every PROFILER_LOOKBACK_TRACE_S, and a capture begins before its trigg
 
 from __future__ import annotations
 
-import time
-
 import pytest
-from helpers import free_port, start_job
+from helpers import free_port, start_job, wait_until
 
 LOOKBACK_S = 4
 
@@ -24,8 +22,18 @@ def capture(service, duration: str = "1s") -> dict:
 
 
 def test_a_capture_begins_before_its_trigger_and_holds_the_job_meanwhile(job, service_factory):
-    service = service_factory([job.address], {"PROFILER_LOOKBACK_TRACE_S": str(LOOKBACK_S)})
-    time.sleep(LOOKBACK_S + 1)  # at least one rotation has dropped a trace
+    service = service_factory(
+        [job.address], {"PROFILER_LOOKBACK_TRACE_S": str(LOOKBACK_S)}, log_level="DEBUG"
+    )
+    # Two rotations logged: the session began 2 * LOOKBACK_S ago or more, so a capture keeping
+    # the trace since the session began, not since the last rotation, would break the bound.
+    rotated = f"look-back trace on {job.address.removeprefix('grpc://')} rotated"
+    wait_until(
+        lambda: service.log.read_text().count(rotated) >= 2,
+        60,
+        "two rotations of the look-back trace",
+        lambda: service.log.read_text()[-3000:],
+    )
     body = capture(service)
     assert body["status"] == "ready", body.get("error")
     lookback_s = body["capture"]["lookback_ms"] / 1000

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from profiler_service.analysis import impact
-from profiler_service.analysis.models import Finding, Severity, StepTime, Summary
+from profiler_service.analysis.models import Finding, ProcessCpu, Severity, StepTime, Summary
 from profiler_service.exporters.grafana import annotation_for
 from profiler_service.models import CaptureOptions, Snapshot, SnapshotStatus
 
 
 def test_the_annotation_names_the_fix_that_saves_most_first():
-    summary = Summary(step_time=StepTime(count=20, avg_ms=100.0))
+    summary = Summary(
+        step_time=StepTime(count=20, avg_ms=100.0),
+        process_cpu=ProcessCpu(cores_available=2, source="agent"),
+    )
     findings = [
         Finding(rule="memory_growth", severity=Severity.CRITICAL, title="Memory grows"),
         Finding(
@@ -32,8 +35,8 @@ def test_the_annotation_names_the_fix_that_saves_most_first():
         findings=findings,
     )
     body = annotation_for(snapshot, "https://profiler.example")
-    assert "finding:input_bound" in body["tags"]  # a warning that saves 54 % before a critical
+    assert "finding:input_bound" in body["tags"]  # a warning that saves 60 % before a critical
     assert (
-        "Input-bound: 60% waiting; fix this first, it saves about 54% of step time (30%-60%): "
-        "100.0 -> 46.0 ms" in body["text"]
+        "Input-bound: 60% waiting; fix this first, it saves about 60% of step time: "
+        "100.0 -> 40.0 ms" in body["text"]
     )

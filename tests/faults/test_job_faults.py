@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 
 import pytest
 from fault_helpers import assert_nothing_half_written, fingerprint
@@ -15,8 +14,10 @@ from helpers import free_port, start_job, wait_for_status
 
 
 @pytest.fixture
-def own_job():
-    job = start_job("--workload", "input-bound", "--profiler-port", str(free_port()))
+def own_job(tmp_path):
+    job = start_job(
+        "--workload", "input-bound", "--profiler-port", str(free_port()), clock=tmp_path / "clock"
+    )
     yield job
     if job.proc.poll() is None:
         os.kill(job.proc.pid, signal.SIGCONT)
@@ -32,7 +33,7 @@ def test_job_killed_mid_capture_fails_the_snapshot_with_the_reason(own_job, serv
 
         victim = client.post("/profile", params={"duration": "10s"}).json()
         wait_for_status(client, victim["id"], {"capturing"})
-        time.sleep(2.0)  # the job's profiler is tracing
+        own_job.wait_for_a_client()  # the job's profiler is tracing
         own_job.proc.kill()
         own_job.proc.wait()
 
@@ -57,11 +58,12 @@ def test_job_frozen_mid_capture_is_stopped_at_the_deadline_and_the_job_lives_on(
 
         victim = client.post("/profile", params={"duration": "2s"}).json()
         wait_for_status(client, victim["id"], {"capturing"})
-        time.sleep(1.5)
+        own_job.wait_for_a_client()  # the job's profiler is tracing: freeze it mid-trace
         os.kill(own_job.proc.pid, signal.SIGSTOP)
         try:
             body = wait_for_status(client, victim["id"], {"ready", "failed"}, timeout_s=60)
         finally:
+            frozen_at = own_job.steps()  # no step since SIGSTOP (long before the deadline)
             os.kill(own_job.proc.pid, signal.SIGCONT)
         assert body["status"] == "failed"
         assert body["error"]["code"] == "capture_timeout", body["error"]
@@ -70,7 +72,7 @@ def test_job_frozen_mid_capture_is_stopped_at_the_deadline_and_the_job_lives_on(
         assert_nothing_half_written(client, service.store, [earlier["id"]])
 
         # Resumed, the job trains on and can be profiled again.
-        time.sleep(1.0)
+        own_job.wait_for_step(after=frozen_at)
         assert own_job.proc.poll() is None
         after = client.post("/profile", params={"duration": "500ms", "wait": "true"}).json()
         assert after["status"] == "ready", after.get("error")
@@ -87,7 +89,8 @@ def test_every_worker_dying_mid_capture_is_target_lost_naming_them(service_facto
         with service.client() as client:
             victim = client.post("/profile", params={"duration": "10s"}).json()
             wait_for_status(client, victim["id"], {"capturing"})
-            time.sleep(2.0)
+            for job in jobs:
+                job.wait_for_a_client()  # each worker's profiler is tracing
             for job in jobs:
                 job.proc.kill()
                 job.proc.wait()

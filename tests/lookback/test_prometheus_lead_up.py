@@ -80,13 +80,16 @@ def world(module_prometheus: Callable[[dict[str, str]], Prometheus]) -> Iterator
         prom.wait_for(train, lambda v: v == RAMP[0], what="first value scraped")
         ramp_start = round(time.time(), 3)
         for value in RAMP[1:]:
-            time.sleep(0.5)
+            time.sleep(0.5)  # the climb being served, a scrape or so per value: not a wait
             depth.labels(kind="train").set(value)
         prom.wait_for(train, lambda v: v == RAMP[-1], what="last value scraped")
         # The window's end is an evaluation time (start + k steps of 1 s) at or after the moment
-        # Prometheus had the last value; wait until it is past so no point lies in the future.
+        # Prometheus had the last value; wait until Prometheus has scraped past it, so no point
+        # lies in the future.
         ramp_end = ramp_start + math.ceil(time.time() - ramp_start)
-        time.sleep(max(0.0, ramp_end - time.time()) + 0.05)
+        prom.wait_for(
+            f"timestamp({train})", lambda t: t > ramp_end, what="a scrape past the window's end"
+        )
         yield LeadUpWorld(prom, f"127.0.0.1:{port}", ramp_start, ramp_end)
     finally:  # Prometheus stops after the module's last test (module_prometheus)
         server.shutdown()

@@ -172,7 +172,7 @@ def test_memory_limit_is_the_cgroup_limit_else_the_hosts_memory(tmp_path, monkey
 
 def test_the_watched_process_is_found_by_its_command_line_and_followed():
     marker = f"profiler-watch-test-{os.getpid()}"
-    code = f"import time; time.sleep(60)  # {marker}"
+    code = f"import time; time.sleep(60)  # {marker}"  # a process to find: its sleep is no wait
     proc = subprocess.Popen([sys.executable, "-c", code])
     try:
         watched = WatchedProcess(marker)

@@ -121,7 +121,7 @@ class _Forward(BaseHTTPRequestHandler):
     def _forward(self) -> None:
         body = self._body()
         record = self.owner._begin(self.command, self.path)
-        time.sleep(self.owner.delay_s)
+        time.sleep(self.owner.delay_s)  # the slow bucket: the fault, not a wait
         headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
         headers["Content-Length"] = str(len(body))
         try:

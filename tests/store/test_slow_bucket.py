@@ -35,6 +35,8 @@ from profiler_service.store.index import SnapshotQuery
 from profiler_service.store.mirror_sync import MirrorSync
 from profiler_service.targets import TargetKind
 
+# The faults injected, not waits: the tests wait for states (the proxy's log, the mirror's
+# counters), and the times measured are printed, never asserted.
 DELAY_S = 2.0  # every bucket call, each way through the proxy
 OUTAGE_S = 60.0  # how long the sidecar's bucket stays away
 MAX_OUTAGE_CAPTURES = 20  # captures made meanwhile, at most (about one each OUTAGE_S / 12)
@@ -255,7 +257,7 @@ def test_a_sidecar_keeps_capturing_through_a_bucket_outage_and_each_snapshot_lan
                 made.append(sidecar.capture())  # and more while it is away, every few seconds
                 listed = sidecar.client.get("/profiles", params={"limit": 100}).json()
                 assert [s["id"] for s in listed["data"]] == [s["id"] for s in reversed(made)]
-                time.sleep(OUTAGE_S / 12)
+                time.sleep(OUTAGE_S / 12)  # the captures spread over the outage: not a wait
             assert sidecar.mirror.pending_count() == len(made)
             failures = sidecar.mirror.upload_failures_total
             assert failures > len(made)  # each copy was tried, failed and tried again
