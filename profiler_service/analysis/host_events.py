@@ -26,6 +26,14 @@ GRAPH_BUILDING = "tf.function-graph_building"
 KERNEL_EXECUTE = "EagerKernelExecute"
 # An asynchronous op's start on an executor thread: where Keras's `jit_compile` step compiles.
 ASYNC_OP_START = "ExecutorState::ProcessAsync::Start"
+# An op run eagerly from Python: its entry points (the fast path, the slow path, conversions),
+# the op itself (`EagerLocalExecute: MatMul`, a tf.function's call too: `__inference_...`) and
+# its kernel's run, what a graph would keep of it.
+EAGER_ENTRIES = frozenset(
+    {"TFE_Py_FastPathExecute_C", "EagerExecute", "convert_to_tensor", "tf.constant"}
+)
+EAGER_OP_PREFIX = "EagerLocalExecute: "
+EAGER_KERNEL_RUNS = frozenset({"KernelAndDeviceFunc::Run", "KernelAndDeviceOp::Run"})
 ALLOCATION, DEALLOCATION = "MemoryAllocation", "MemoryDeallocation"
 MEMORY_EVENTS = (ALLOCATION, DEALLOCATION)
 # The memory events' stats that kept_memory.py and step_allocations.py read.
@@ -56,6 +64,9 @@ class HostEvents:
     # thread, `_XlaCompile`, or an asynchronous op on an executor thread (Keras's train step).
     compiled_ops: list[Span] = field(default_factory=list)
     steps: list[Span] = field(default_factory=list)  # events with a `step_num`
+    eager_entries: list[Span] = field(default_factory=list)  # EAGER_ENTRIES
+    eager_ops: list[Span] = field(default_factory=list)  # `EagerLocalExecute: <op>`
+    eager_kernels: list[Span] = field(default_factory=list)  # EAGER_KERNEL_RUNS
     # Iterator path ([indices] removed) -> the stats of its first event.
     iterators: dict[str, dict[str, Any]] = field(default_factory=dict)
     memory: list[Span] = field(default_factory=list)  # one allocator's, when asked for
@@ -96,6 +107,12 @@ def _kind(name: str) -> str | None:
         return "compiled_ops"
     if name.startswith("Iterator::"):
         return "iterators"
+    if name in EAGER_ENTRIES:
+        return "eager_entries"
+    if name.startswith(EAGER_OP_PREFIX):
+        return "eager_ops"
+    if name in EAGER_KERNEL_RUNS:
+        return "eager_kernels"
     if name in MEMORY_EVENTS:
         return "memory"
     return None

@@ -27,6 +27,9 @@ MODELS: dict[str, ImpactModel] = {}
 # the job has (it bounds them by the cores; beyond a few dozen the pipeline's other stages
 # bound it).
 INPUT_MAX_PARALLELISM = 32
+# The cores assumed where the capture was analysed away from the job (`analyze`): the fewest a
+# training host has.
+INPUT_CORES_ASSUMED = 2.0
 # Tracing, compiling and recompiling in the steady state: a fixed signature keeps one trace.
 TRACING_REMOVED = 0.95
 TRACING_REMOVED_MIN = 0.8
@@ -101,10 +104,11 @@ def input_wait(finding: Finding, summary: Summary) -> Impact:
     capture it idled in the tf.data iterator) and computes C = step - W. A pipeline that does
     not run ahead produces while the step waits, so W is its work per batch. Mapped in parallel
     and prefetched, it produces a batch every W * p / P while the step computes: the step after
-    the fix is max(C, W * p / P), p the slowest iterator's parallelism now, P the cores the job
-    can give it (`process_cpu`: its cores less those its other threads keep busy, at most
-    `INPUT_MAX_PARALLELISM`). The least it saves: Python decoding that holds the GIL gains no
-    parallelism (P = 1), only the overlap with C."""
+    the fix is max(C, W * p / P, (W + C) / P), p the slowest iterator's parallelism now, P the
+    cores the job can give it (`process_cpu`: its cores less those its other threads keep busy,
+    at most `INPUT_MAX_PARALLELISM`): the last term because a pipeline decoding on the CPU takes
+    the cores the step would use. The least it saves: Python decoding that holds the GIL gains
+    no parallelism (P = 1), only the overlap with C."""
     now = summary.step_time.avg_ms
     wait_share = min(max((finding.evidence.get("input_share_pct") or 0.0) / 100, 0.0), 1.0)
     if not now or wait_share <= 0:
@@ -113,7 +117,9 @@ def input_wait(finding: Finding, summary: Summary) -> Impact:
     cores, source = _cores_for_input(summary)
     p_now = min(_slowest_parallelism(summary), cores)
     python = bool(finding.evidence.get("python_in_pipeline"))
-    after = max(compute, wait * p_now / cores)
+    # No faster than the step's whole work spread over the cores: a pipeline that decodes on
+    # the CPU takes the cores the step would use.
+    after = max(compute, wait * p_now / cores, now / cores)
     least = max(compute, wait) if python else after
     saving, low = 1 - after / now, 1 - least / now
     where = "the GPU's idle time in the tf.data iterator" if _on_gpu(finding) else "the input wait"
@@ -143,10 +149,10 @@ def _slowest_parallelism(summary: Summary) -> float:
 def _cores_for_input(summary: Summary) -> tuple[float, str]:
     """The parallel calls a pipeline can use: the job's cores less those its threads keep busy
     besides the one the sequential pipeline uses, at least 1, at most
-    `INPUT_MAX_PARALLELISM`."""
+    `INPUT_MAX_PARALLELISM`; `INPUT_CORES_ASSUMED` where they are unknown."""
     cpu = summary.process_cpu
-    if cpu is None:
-        return 1.0, "the job's cores unknown: none assumed"
+    if cpu is None:  # `analyze` of a capture taken elsewhere
+        return INPUT_CORES_ASSUMED, f"the job's cores unknown: {INPUT_CORES_ASSUMED:g} assumed"
     free = cpu.cores_available
     if cpu.cores_used is not None:
         free = min(free, cpu.cores_available - cpu.cores_used + 1)
@@ -171,7 +177,39 @@ def tracing(finding: Finding, summary: Summary) -> Impact:
     )
 
 
-@impact_of("host_overhead", "between_steps", "eager_execution")
+@impact_of("eager_execution")
+def eager_dispatch(finding: Finding, summary: Summary) -> Impact:
+    """Read from the capture's own events (`summary.eager`): a tf.function keeps the eager ops'
+    kernels and drops their dispatch. A step that calls no tf.function is eager throughout: the
+    graph keeps only the kernels, and the Python around them goes too; the least it saves keeps
+    that Python. Where XProf gave only the eager share of op time (GPUs), as `host_python`."""
+    eager, now = summary.eager, summary.step_time.avg_ms
+    if eager is None or not now or not eager.step_ms:
+        return host_python(finding, summary)
+    scale = now / eager.step_ms  # the marked steps' own time against XProf's per step
+    dispatch, kernels = eager.dispatch_ms_per_step * scale, eager.kernel_ms_per_step * scale
+    kept_python = now - dispatch
+    least = now - dispatch + kernels
+    after = kernels if not eager.in_tf_function else least
+    return Impact(
+        step_ms_now=now,
+        step_ms_after=round(after, 3),
+        saving_share=round(1 - after / now, 4),
+        saving_range=(round(1 - least / now, 4), round(1 - kernels / now, 4)),
+        basis=(
+            f"The fix runs the {eager.ops_per_step:g} eager ops of each step as one graph: "
+            f"their dispatch ({dispatch:.3g} ms a step) goes, their kernels ({kernels:.3g} ms) "
+            "stay"
+            + (
+                f", and the Python between them ({kept_python:.3g} ms) is traced away too."
+                if not eager.in_tf_function
+                else "; the step's tf.function calls and the Python around them stay."
+            )
+        ),
+    )
+
+
+@impact_of("host_overhead", "between_steps")
 def host_python(finding: Finding, summary: Summary) -> Impact:
     """The share of step time in Python and eager dispatch on the host (`impact_share`: 'All
     Others' time, the loop between markers, eager ops): a graph keeps the step's call and the

@@ -383,6 +383,22 @@ class TfFunctionCalls(BaseModel):
     compiles_per_step: float | None = None
 
 
+class EagerDispatch(BaseModel):
+    """Ops run eagerly inside the marked steps, per step, from the capture's own events
+    (eager_dispatch.py): XProf reports the eager share only on GPUs."""
+
+    steps: int
+    step_ms: float  # the marked steps' time, per step
+    ops_per_step: float
+    dispatch_ms_per_step: float  # in the ops' Python entries and dispatch, kernels included
+    kernel_ms_per_step: float  # in their kernels' runs: what a graph keeps
+    in_tf_function: bool = False  # the steps also call tf.functions: eager ops around them
+
+    @property
+    def dispatch_share(self) -> float:
+        return self.dispatch_ms_per_step / self.step_ms if self.step_ms else 0.0
+
+
 class TfFunctions(BaseModel):
     """The tf.function calls and XLA compilations of the capture's busiest host."""
 
@@ -430,6 +446,7 @@ class Summary(BaseModel):
     notes: list[str] = Field(default_factory=list)  # what could not be read, and why
     gpu: GpuActivity | None = None  # what each GPU and its host did (None without a GPU)
     tf_functions: TfFunctions | None = None  # from the capture's own events (tf_functions.py)
+    eager: EagerDispatch | None = None  # ops run eagerly in the steps (eager_dispatch.py)
 
     @property
     def device_idle_pct(self) -> float | None:

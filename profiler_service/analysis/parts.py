@@ -16,6 +16,7 @@ from typing import Any
 from profiler_service.analysis.input_pipeline import add_iterator_stats
 from profiler_service.analysis.models import (
     AllocatorMemory,
+    EagerDispatch,
     GpuActivity,
     HostSummary,
     InputPipeline,
@@ -43,6 +44,7 @@ class Parts:
     # Each host's iterator stats from its events (path -> stats), in the hosts' order.
     iterator_stats: list[dict[str, dict[str, Any]]] = field(default_factory=list)
     tf_functions: TfFunctions | None = None
+    eager: EagerDispatch | None = None  # the first host's eager ops in its steps
     gpu: GpuActivity | None = None
     per_host: list[HostSummary] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what could not be read, in reading order
@@ -82,4 +84,5 @@ def assemble(parts: Parts) -> Summary:
         notes=[*overview.notes, *parts.notes],
         gpu=parts.gpu,
         tf_functions=parts.tf_functions,
+        eager=parts.eager,
     )

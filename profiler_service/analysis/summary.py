@@ -17,6 +17,7 @@ from google.protobuf.message import DecodeError
 from pydantic import BaseModel, Field
 
 from profiler_service.analysis import memory_events
+from profiler_service.analysis.eager_dispatch import read_eager_dispatch
 from profiler_service.analysis.gpu_activity import has_gpu_planes, read_gpu_activity
 from profiler_service.analysis.host_events import HostEvents, read_host_events
 from profiler_service.analysis.host_readers import add_allocations, costliest_tf_functions
@@ -112,6 +113,8 @@ def summarise_run(run_dir: Path) -> Summary:
         parts.memory.extend(allocators)
     parts.iterator_stats = [e.iterators for e in events.by_host.values()]
     parts.tf_functions = costliest_tf_functions(events.by_host)
+    if first is not None:
+        parts.eager = read_eager_dispatch(first)
     if len(captures) > 1:
         parts.per_host = [_host_summary(c, events.by_host.get(c.host)) for c in captures]
     return assemble(parts)

@@ -94,8 +94,7 @@ def step_change(before: Summary | None, after: Summary | None, seed: str = "") -
         return now
     rng = random.Random(seed)  # the same two snapshots, the same interval
     ratios = sorted(
-        statistics.fmean(rng.choices(b, k=len(b))) / statistics.fmean(rng.choices(a, k=len(a)))
-        - 1
+        statistics.fmean(rng.choices(b, k=len(b))) / statistics.fmean(rng.choices(a, k=len(a))) - 1
         for _ in range(BOOTSTRAP_RESAMPLES)
     )
     lo = ratios[int(0.025 * (BOOTSTRAP_RESAMPLES - 1))]

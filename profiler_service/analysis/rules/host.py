@@ -17,6 +17,8 @@ BETWEEN_STEPS_WARNING_SHARE = 0.20
 # Steps this short pay a call's fixed Python per step: steps_per_execution amortises it.
 SHORT_STEP_MS = 50.0
 EAGER_WARNING_PCT = 10.0
+# Ops a step runs eagerly, read from the capture's own events, before their dispatch counts.
+EAGER_MIN_OPS_PER_STEP = 10
 COMPILE_WARNING_SHARE = 0.10
 MIN_STEPS = 3
 
@@ -99,15 +101,37 @@ def between_steps(summary: Summary) -> Finding | None:
 @rule("eager_execution")
 def eager_execution(summary: Summary) -> Finding | None:
     """At least `EAGER_WARNING_PCT` % of host op time runs eagerly (XProf reports it on GPU
-    captures).
+    captures), or, read from the capture's own events, at least `EAGER_MIN_OPS_PER_STEP` ops a
+    step run eagerly and their dispatch takes at least `EAGER_WARNING_PCT` % of the step.
     """
     pct = summary.utilisation.host_eager_pct or 0.0
-    if pct < EAGER_WARNING_PCT or summary.step_time.count == 0:
+    eager = summary.eager
+    from_events = (
+        eager is not None
+        and eager.ops_per_step >= EAGER_MIN_OPS_PER_STEP
+        and 100 * eager.dispatch_share >= EAGER_WARNING_PCT
+    )
+    if (pct < EAGER_WARNING_PCT and not from_events) or summary.step_time.count == 0:
         return None
+    evidence = {"host_eager_pct": pct, "device_eager_pct": summary.utilisation.device_eager_pct}
+    title = f"{pct:g}% of host op time runs eagerly, one Python call per op"
+    if from_events and pct < EAGER_WARNING_PCT:
+        pct = round(100 * eager.dispatch_share, 1)
+        title = (
+            f"{eager.ops_per_step:g} ops a step run eagerly, one Python call each: {pct:g}% of "
+            "the step is their dispatch"
+        )
+        evidence = {
+            "eager_ops_per_step": eager.ops_per_step,
+            "dispatch_ms_per_step": eager.dispatch_ms_per_step,
+            "kernel_ms_per_step": eager.kernel_ms_per_step,
+            "dispatch_share": round(eager.dispatch_share, 4),
+            "steps_call_tf_functions": eager.in_tf_function,
+        }
     return Finding(
         severity=Severity.WARNING,
-        title=f"{pct:g}% of host op time runs eagerly, one Python call per op",
-        evidence={"host_eager_pct": pct, "device_eager_pct": summary.utilisation.device_eager_pct},
+        title=title,
+        evidence=evidence,
         recommendation="Wrap the training step in `@tf.function` (Keras does this unless "
         "`run_eagerly=True`), so TensorFlow runs it as one graph instead of "
         "dispatching every small op from Python.",

@@ -1,0 +1,82 @@
+"""Ops run eagerly inside the steps, read from hand-made host events whose answer is known, and
+the eager_execution finding and its impact on a CPU, where XProf reports no eager share."""
+
+from __future__ import annotations
+
+import pytest
+
+from profiler_service.analysis import impact
+from profiler_service.analysis.eager_dispatch import read_eager_dispatch
+from profiler_service.analysis.host_events import HostEvents, Span
+from profiler_service.analysis.models import EagerDispatch, StepTime, Summary
+from profiler_service.analysis.rules import RULES
+
+MS = 10**9  # ps
+
+
+def eager_steps(steps: int, ops: int, function: bool = False) -> HostEvents:
+    """Steps of 10 ms: `ops` eager ops of 0.3 ms dispatch each (0.1 ms of it the kernel), and
+    with `function` one tf.function call of 4 ms whose own entry and kernel must not count."""
+    found = HostEvents()
+    for i in range(steps):
+        start = i * 10 * MS
+        found.steps.append(Span(0, start, start + 10 * MS, "train"))
+        t = start
+        for _ in range(ops):
+            found.eager_entries.append(Span(0, t, t + MS * 3 // 10, "TFE_Py_FastPathExecute_C"))
+            found.eager_ops.append(
+                Span(0, t + MS // 10, t + MS * 3 // 10, "EagerLocalExecute: MatMul")
+            )
+            found.eager_kernels.append(
+                Span(0, t + MS // 5, t + MS * 3 // 10, "KernelAndDeviceFunc::Run")
+            )
+            t += MS // 2
+        if function:
+            found.eager_entries.append(Span(0, t, t + 4 * MS, "EagerExecute"))
+            found.eager_ops.append(Span(0, t, t + 4 * MS, "EagerLocalExecute: __inference_f_12"))
+            found.eager_kernels.append(Span(0, t, t + 4 * MS, "KernelAndDeviceFunc::Run"))
+    return found
+
+
+def test_eager_ops_in_steps_are_counted_with_their_dispatch_and_kernels():
+    eager = read_eager_dispatch(eager_steps(20, ops=12))
+    assert (eager.ops_per_step, eager.step_ms) == (12, 10.0)
+    assert eager.dispatch_ms_per_step == pytest.approx(3.6)
+    assert eager.kernel_ms_per_step == pytest.approx(1.2)
+    assert not eager.in_tf_function and eager.dispatch_share == pytest.approx(0.36)
+
+
+def test_a_tf_function_call_in_the_step_is_no_eager_op():
+    eager = read_eager_dispatch(eager_steps(20, ops=2, function=True))
+    assert eager.ops_per_step == 2 and eager.in_tf_function
+    assert eager.dispatch_ms_per_step == pytest.approx(0.6)  # the function's 4 ms left out
+    assert read_eager_dispatch(eager_steps(20, ops=0, function=True)) is None
+
+
+def summary_of(eager: EagerDispatch) -> Summary:
+    return Summary(step_time=StepTime(count=eager.steps, avg_ms=eager.step_ms), eager=eager)
+
+
+def test_an_eager_loop_on_a_cpu_is_named_and_its_fix_keeps_only_the_kernels():
+    summary = summary_of(read_eager_dispatch(eager_steps(20, ops=12)))
+    finding = RULES["eager_execution"](summary)
+    assert finding is not None and finding.evidence["eager_ops_per_step"] == 12
+    got = impact.estimate(finding, summary)
+    assert got.step_ms_after == pytest.approx(1.2)  # a graph keeps the kernels
+    assert got.saving_range == (pytest.approx(0.24), pytest.approx(0.88))
+    assert "traced away" in got.basis
+
+
+def test_eager_ops_around_a_tf_function_save_their_dispatch_only():
+    eager = EagerDispatch(
+        steps=20, step_ms=10.0, ops_per_step=30, dispatch_ms_per_step=3.0,
+        kernel_ms_per_step=1.0, in_tf_function=True,
+    )  # fmt: skip
+    summary = summary_of(eager)
+    got = impact.estimate(RULES["eager_execution"](summary), summary)
+    assert got.step_ms_after == pytest.approx(8.0) and got.saving_share == pytest.approx(0.2)
+
+
+def test_a_few_eager_ops_a_step_are_no_finding():
+    summary = summary_of(read_eager_dispatch(eager_steps(20, ops=2, function=True)))
+    assert RULES["eager_execution"](summary) is None  # Keras's fit: its call and a conversion
