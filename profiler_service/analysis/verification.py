@@ -61,7 +61,18 @@ class Verification(BaseModel):
     change_share: float | None = None
     change_interval_95: tuple[float, float] | None = None
     predicted_saving_share: float | None = None  # the earlier finding's impact
-    measured_saving_share: float | None = None  # 1 - after / before, for a resolved finding
+    predicted_saving_range: tuple[float, float] | None = None
+    # 1 - after / before, for a finding the earlier snapshot raised: what its fix (or whatever
+    # changed) saved, beside what was predicted
+    measured_saving_share: float | None = None
+
+    @property
+    def as_predicted(self) -> bool | None:
+        """Whether the measured saving fell in the predicted range (None: nothing to check)."""
+        if self.predicted_saving_range is None or self.measured_saving_share is None:
+            return None
+        lo, hi = self.predicted_saving_range
+        return lo <= self.measured_saving_share <= hi
 
 
 def step_samples(summary: Summary | None) -> list[float]:
@@ -123,7 +134,7 @@ def verify(
             status = FixStatus.REGRESSED
         else:
             status = FixStatus.PERSISTS
-        predicted = old.impact.saving_share if old is not None and old.impact else None
+        predicted = old.impact if old is not None else None
         found.append(
             Verification(
                 rule=rule,
@@ -132,8 +143,9 @@ def verify(
                 step_ms_after=change.step_ms_after,
                 change_share=change.change_share,
                 change_interval_95=change.change_interval_95,
-                predicted_saving_share=predicted,
-                measured_saving_share=measured if status is FixStatus.RESOLVED else None,
+                predicted_saving_share=predicted.saving_share if predicted else None,
+                predicted_saving_range=predicted.saving_range if predicted else None,
+                measured_saving_share=measured if old is not None else None,
             )
         )
     order = list(FixStatus)
