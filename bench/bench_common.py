@@ -23,12 +23,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_job(port: int, workload: str, seconds: float = 1200) -> subprocess.Popen:
-    """`profiler_service.demo.job` with its profiler server on `port`; returns once it trains."""
+def start_job(port: int, workload: str, seconds: float = 1200, *args: str) -> subprocess.Popen:
+    """`profiler_service.demo.job` with its profiler server on `port` (and `args`); returns once
+    it trains."""
     job = subprocess.Popen(
         [
             *(sys.executable, "-m", "profiler_service.demo.job", "--workload", workload),
-            *("--profiler-port", str(port), "--seconds", str(seconds)),
+            *("--profiler-port", str(port), "--seconds", str(seconds), *args),
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,

@@ -89,7 +89,9 @@ class FailingAnalyzer:
     def warm(self) -> None:
         pass
 
-    def analyze(self, run_dir: Path, process_memory: object = None) -> None:
+    def analyze(
+        self, run_dir: Path, process_memory: object = None, process_cpu: object = None
+    ) -> None:
         raise self.failure
 
 
@@ -103,9 +105,11 @@ class NotedAnalyzer:
     def __getattr__(self, name: str) -> object:  # warm, close: the analyzer's own
         return getattr(self.analyzer, name)
 
-    def analyze(self, run_dir: Path, process_memory: object = None) -> object:
+    def analyze(
+        self, run_dir: Path, process_memory: object = None, process_cpu: object = None
+    ) -> object:
         self.events.append("analysis started")
-        return self.analyzer.analyze(run_dir, process_memory)
+        return self.analyzer.analyze(run_dir, process_memory, process_cpu)
 
 
 class WritesBytes:

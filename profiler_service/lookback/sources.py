@@ -44,15 +44,19 @@ class Source(Protocol):
     def read(self) -> dict[str, float]: ...
 
 
-def memory_limit_bytes(pid: int | str = "self") -> int:
-    """The process's cgroup memory limit (v2 `memory.max`, v1 `memory.limit_in_bytes`), else
-    the host's memory: the figure an out-of-memory kill is measured against."""
+def _cgroups(pid: int | str) -> list[tuple[str, str]]:
+    """(controllers, path) of each cgroup the process is in; controllers "" is cgroup v2."""
     try:
         lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
     except OSError:
-        lines = []
-    for line in lines:
-        _, controllers, path = line.split(":", 2)
+        return []
+    return [tuple(line.split(":", 2)[1:]) for line in lines if line.count(":") >= 2]
+
+
+def memory_limit_bytes(pid: int | str = "self") -> int:
+    """The process's cgroup memory limit (v2 `memory.max`, v1 `memory.limit_in_bytes`), else
+    the host's memory: the figure an out-of-memory kill is measured against."""
+    for controllers, path in _cgroups(pid):
         if controllers == "":
             candidates = [CGROUP_ROOT / path.lstrip("/") / "memory.max"]
         elif "memory" in controllers.split(","):
@@ -123,12 +127,7 @@ class ProcessMemorySource:
 def cpu_cores_available(pid: int | str = "self") -> float:
     """The cores a process may use: its cgroup CPU quota (v2 `cpu.max`, v1
     `cpu.cfs_quota_us` / `cpu.cfs_period_us`), else the CPUs it may run on (its affinity)."""
-    try:
-        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
-    except OSError:
-        lines = []
-    for line in lines:
-        _, controllers, path = line.split(":", 2)
+    for controllers, path in _cgroups(pid):
         base = path.lstrip("/")
         try:
             if controllers == "":

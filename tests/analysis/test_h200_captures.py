@@ -111,3 +111,18 @@ def test_op_by_op_dispatch_is_kernel_launch_bound(analysed):
     assert launch.evidence["kernels_per_step"] == pytest.approx(400, rel=0.05)
     assert launch.evidence["short_kernel_share"] > 0.9
     assert "mixed_precision" not in found
+
+
+def test_the_idle_gpus_impact_says_what_the_fix_fills_and_the_busy_share_after(analysed):
+    """On the GPU fixtures the impact is computed and shown: the idle time a fix fills, and the
+    GPU's busy share after it, from its own plane."""
+    idle = findings(analysed["input_starved"])["device_idle"]
+    impact = idle.impact
+    assert 0 < impact.saving_range[0] <= impact.saving_share <= impact.saving_range[1] <= 1
+    assert impact.step_ms_after < impact.step_ms_now
+    busy = 100 - analysed["input_starved"].summary.gpu.idle_pct
+    assert f"busy {busy / 100:.0%} now, would be busy" in impact.basis
+    # "Fix this first": the host's Python the GPU waits behind, or the idle GPU, the same time
+    # read twice; never a finding that saves nothing.
+    first = analysed["input_starved"].findings[0]
+    assert first.rule in {"device_idle", "host_overhead"} and first.impact.saving_share > 0.5
