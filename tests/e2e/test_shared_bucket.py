@@ -88,7 +88,9 @@ def test_two_sidecars_write_one_bucket_and_a_third_reads_both(
             30,
             "the first listing of the bucket",
         )
-        assert [s["id"] for s in listing["data"]] == sorted(ids, reverse=True)
+        # Newest first by creation time: two ids of the same second do not sort by time.
+        newest_first = sorted(snapshots, key=lambda s: s["created_at"], reverse=True)
+        assert [s["id"] for s in listing["data"]] == [s["id"] for s in newest_first]
         for snapshot in snapshots:
             body = client.get(f"/profiles/{snapshot['id']}").json()
             assert body["status"] == "ready"
