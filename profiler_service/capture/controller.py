@@ -343,13 +343,11 @@ class CaptureController:
             history = self.store.job_history(snapshot)
             if not history:
                 return
-            snapshot.previous_id = history[0]
-            for earlier_id in history:
-                earlier = self.store.get(earlier_id)
-                if earlier.findings:
-                    break
-            else:
+            snapshot.previous_id = history[0][0]
+            earlier_id = next((i for i, found in history if found), None)
+            if earlier_id is None:
                 return
+            earlier = self.store.get(earlier_id)
         except Exception:
             log.exception("could not read the history of %s's job", snapshot.id)
             return

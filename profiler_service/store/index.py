@@ -277,17 +277,18 @@ class SnapshotIndex:
         target: str,
         before: str,
         limit: int = 20,
-    ) -> list[str]:
-        """Ids of the job's ready snapshots created before `before` (ISO), newest first: a job
-        is (namespace, workload, target), as the fleet counts it, whichever pod took them."""
+    ) -> list[tuple[str, bool]]:
+        """(id, whether it raised findings) of the job's ready snapshots created before
+        `before` (ISO), newest first: a job is (namespace, workload, target), as the fleet
+        counts it, whichever pod took them."""
         with self._lock:
             rows = self._conn.execute(
-                "SELECT id FROM snapshots WHERE status = 'ready' AND target = ? "
+                "SELECT id, rules != '' FROM snapshots WHERE status = 'ready' AND target = ? "
                 "AND coalesce(namespace, '') = ? AND coalesce(workload, '') = ? "
                 "AND created_at < ? ORDER BY created_at DESC, id DESC LIMIT ?",
                 (target, namespace or "", workload or "", before, limit),
             ).fetchall()
-        return [r[0] for r in rows]
+        return [(r[0], bool(r[1])) for r in rows]
 
     def fleet_rows(self, since: datetime) -> list[FleetRow]:
         """Every ready snapshot created since `since`, oldest first, without reading its JSON."""

@@ -290,8 +290,9 @@ class SnapshotStore:
             raise SnapshotNotFound(f"no snapshot with id {snapshot_id!r}")
         return snapshot
 
-    def job_history(self, snapshot: Snapshot, limit: int = 20) -> list[str]:
-        """The ready snapshots of `snapshot`'s job taken before it, newest first."""
+    def job_history(self, snapshot: Snapshot, limit: int = 20) -> list[tuple[str, bool]]:
+        """The ready snapshots of `snapshot`'s job taken before it, newest first, each with
+        whether it raised findings (from the index: no snapshot.json is read)."""
         return self.index.job_history(
             snapshot.namespace,
             snapshot.workload,
