@@ -67,6 +67,35 @@ def cmd_hub(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_ledger(args: argparse.Namespace) -> int:
+    """The hub's fleet ledger over a window, as a table (or its JSON)."""
+    import httpx
+
+    from profiler_service.hub.ledger import Ledger
+    from profiler_service.hub.ledger_text import format_ledger
+
+    headers = {"Authorization": f"Bearer {args.token}"} if args.token else {}
+    try:
+        response = httpx.get(
+            f"{args.hub.rstrip('/')}/fleet/ledger",
+            params={"window": args.window},
+            headers=headers,
+            timeout=args.timeout,
+        )
+    except httpx.HTTPError as exc:
+        print(f"profiler-service: the hub at {args.hub} did not answer: {exc}", file=sys.stderr)
+        return 2
+    if response.status_code != 200:
+        print(f"profiler-service: the hub answered {response.status_code}: {response.text}",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    if args.json:
+        print(response.text)
+        return 0
+    print(format_ledger(Ledger.model_validate_json(response.content), top=args.top))
+    return 0
+
+
 def cmd_capture(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
@@ -314,6 +343,17 @@ def build_parser() -> argparse.ArgumentParser:
     hub.add_argument("--store-url", help="the fleet's bucket (PROFILER_STORE_URL)")
     _add_bind(hub)
     hub.set_defaults(func=cmd_hub)
+
+    ledger = sub.add_parser(
+        "ledger", help="the fleet's GPU-hours by job and idle cause, from a hub (GET /fleet/ledger)"
+    )
+    ledger.add_argument("--hub", required=True, help="the hub, e.g. http://127.0.0.1:8080")
+    ledger.add_argument("--window", default="24h", help="how far back: 24h, 7d, 2w (default 24h)")
+    ledger.add_argument("--token", help="bearer token (a tenant's sees its namespaces only)")
+    ledger.add_argument("--top", type=int, default=20, help="jobs to print, most recoverable first")
+    ledger.add_argument("--json", action="store_true", help="print the hub's JSON as it is")
+    ledger.add_argument("--timeout", type=float, default=60, help="seconds to wait for the hub")
+    ledger.set_defaults(func=cmd_ledger)
 
     capture = sub.add_parser("capture", help="take one capture into the store and analyse it")
     _add_common(capture)

@@ -30,3 +30,27 @@ def parse_duration(text: str | None, *, default_s: float, min_s: float, max_s: f
     if not math.isfinite(seconds) or not min_s <= seconds <= max_s:
         raise InvalidDuration(f"duration {text!r} is out of range; give a duration {allowed}")
     return seconds
+
+
+_WINDOW = re.compile(r"^\s*(?P<value>\d+(?:\.\d+)?)\s*(?P<unit>s|m|h|d|w)\s*$")
+_WINDOW_UNIT_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+
+
+def parse_window(text: str, *, min_s: float, max_s: float) -> float:
+    """Seconds for a window of hours or days (`30m`, `24h`, `7d`, `2w`), or InvalidDuration."""
+    allowed = f"between {format_window(min_s)} and {format_window(max_s)} (e.g. 24h, 7d)"
+    match = _WINDOW.match(text)
+    if not match:
+        raise InvalidDuration(f"window {text!r} is not understood; give a window {allowed}")
+    seconds = float(match["value"]) * _WINDOW_UNIT_S[match["unit"]]
+    if not math.isfinite(seconds) or not min_s <= seconds <= max_s:
+        raise InvalidDuration(f"window {text!r} is out of range; give a window {allowed}")
+    return seconds
+
+
+def format_window(seconds: float) -> str:
+    """`24h`, `7d`, `90m`: the largest unit up to days that divides it."""
+    for unit in ("d", "h", "m"):
+        if seconds >= _WINDOW_UNIT_S[unit] and seconds % _WINDOW_UNIT_S[unit] == 0:
+            return f"{seconds / _WINDOW_UNIT_S[unit]:g}{unit}"
+    return f"{seconds:g}s"

@@ -80,9 +80,10 @@ class Prometheus:
         return [e for series in body["data"] for e in series["exemplars"]]
 
 
-def start_prometheus(folder: Path, targets: dict[str, str]) -> Prometheus:
+def start_prometheus(folder: Path, targets: dict[str, str], data: Path | None = None) -> Prometheus:
     """A Prometheus on a free loopback port scraping `targets` ({job_name: "127.0.0.1:PORT"})
-    every 500 ms, its config, data and log under `folder`; returns once it is ready."""
+    every 500 ms, its config, data and log under `folder`; returns once it is ready. `data`: a
+    TSDB folder already written (promtool's blocks), kept for a year."""
     port = free_port()
     home = folder / f"prometheus-{port}"  # one folder each: a test may start two
     home.mkdir(parents=True)
@@ -93,6 +94,8 @@ def start_prometheus(folder: Path, targets: dict[str, str]) -> Prometheus:
     )
     config.write_text(
         f"global:\n  scrape_interval: 500ms\n  scrape_timeout: 500ms\nscrape_configs:\n{jobs}"
+        if jobs
+        else "global:\n  scrape_interval: 500ms\n"
     )
     log = home / "prometheus.log"
     with log.open("w") as out:
@@ -100,7 +103,8 @@ def start_prometheus(folder: Path, targets: dict[str, str]) -> Prometheus:
             [
                 prometheus_binary(),
                 f"--config.file={config}",
-                f"--storage.tsdb.path={home / 'data'}",
+                f"--storage.tsdb.path={data or home / 'data'}",
+                "--storage.tsdb.retention.time=365d",
                 f"--web.listen-address=127.0.0.1:{port}",
                 "--enable-feature=exemplar-storage",
                 "--log.level=warn",
@@ -121,8 +125,8 @@ def _starter(folder: Callable[[], Path]) -> Iterator[Callable[[dict[str, str]], 
     prometheus_binary()  # fail before the test body when it is missing
     started: list[Prometheus] = []
 
-    def start(targets: dict[str, str]) -> Prometheus:
-        started.append(start_prometheus(folder(), targets))
+    def start(targets: dict[str, str], data: Path | None = None) -> Prometheus:
+        started.append(start_prometheus(folder(), targets, data))
         return started[-1]
 
     try:

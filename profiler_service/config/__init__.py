@@ -27,6 +27,7 @@ from profiler_service.config.serving import (
     AlertSettings,
     FleetSettings,
     GrafanaSettings,
+    LedgerSettings,
     RegistrationSettings,
     ReportSettings,
     ServerSettings,
@@ -46,6 +47,7 @@ __all__ = [
     "GrafanaSettings",
     "Group",
     "HubSettings",
+    "LedgerSettings",
     "LookbackSettings",
     "MemoryWatchSettings",
     "PromQuery",
@@ -126,3 +128,4 @@ class HubSettings(AppSettings):
     register, which no setting lists, so they are not checked against targets here."""
 
     fleet: FleetSettings
+    ledger: LedgerSettings

@@ -323,3 +323,103 @@ class FleetSettings(Group):
 
             load_token_file(self.tokens_file)
         return self
+
+
+def _parse_prices(value: Any) -> Any:
+    """`A100=2.9,H100=4.5,*=2` (or a JSON object) -> {"A100": 2.9, "H100": 4.5, "*": 2.0}."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("{"):
+            return json.loads(text)
+        prices = {}
+        for item in filter(None, (p.strip() for p in text.split(","))):
+            model, sep, price = item.partition("=")
+            if not sep or not model.strip():
+                raise ValueError(f"{item!r} is not MODEL=PRICE (e.g. A100=2.9,*=2)")
+            prices[model.strip()] = price.strip()
+        return prices
+    return value
+
+
+class LedgerSettings(Group):
+    """The hub's fleet ledger (hub/ledger.py): where GPU-hours are counted, what they cost."""
+
+    hub_prometheus_url: Annotated[str | None, AfterValidator(check_url)] = Field(
+        default=None,
+        description="The Prometheus holding every job's GPU utilisation (`hub_gpu_util_query`). "
+        "Unset: the ledger is built from the captures alone (shares, no hours) and says so.",
+    )
+    hub_gpu_util_query: str = Field(
+        default="DCGM_FI_DEV_GPU_UTIL",
+        pattern=r"^[a-zA-Z_:][a-zA-Z0-9_:]*(\{.*\})?$",
+        description="A series selector, one series per GPU while a pod holds it: NVIDIA's DCGM "
+        "exporter's `DCGM_FI_DEV_GPU_UTIL` (0-100), or this project's "
+        "`profiler_gpu_utilization_ratio` (0-1, set `hub_gpu_util_max=1`). Matchers narrow it, "
+        'e.g. `DCGM_FI_DEV_GPU_UTIL{namespace!=""}`.',
+    )
+    hub_gpu_util_max: float = Field(
+        default=100.0, gt=0, description="The query's value for a GPU busy all the time."
+    )
+    hub_gpu_namespace_label: str = Field(
+        default="namespace", description="The query's label naming the pod's namespace."
+    )
+    hub_gpu_pod_label: str = Field(
+        default="pod",
+        description="The query's label naming the pod holding the GPU; a pod is its sidecar's "
+        "`workload` where a snapshot or registration says so, else its name less the suffix "
+        "its controller added.",
+    )
+    hub_gpu_model_label: str = Field(
+        default="modelName",
+        description="The query's label naming the GPU model (`modelName` for DCGM, "
+        "`model_name` for this project's exporter).",
+    )
+    hub_ledger_resolution_s: float = Field(
+        default=60.0,
+        ge=1,
+        description="A GPU is counted held in each interval this long holding one of its "
+        "samples: at least the query's scrape interval, twice it where scrapes jitter.",
+    )
+    hub_ledger_bucket_s: float = Field(
+        default=3600.0,
+        ge=60,
+        description="The ledger splits every job's hours into buckets this long, each explained "
+        "by the job's nearest capture.",
+    )
+    hub_ledger_capture_horizon_s: float = Field(
+        default=86400.0,
+        gt=0,
+        description="A capture explains its job's hours up to this far from it; hours farther "
+        "from every capture are `no_capture`.",
+    )
+    hub_gpu_hour_prices: Annotated[dict[str, float], NoDecode] = Field(
+        default_factory=dict,
+        description="The price of a GPU-hour by model, `A100=2.9,H100=4.5,*=2`: a key matches a "
+        "model name containing it (case aside; the longest match wins), `*` any other. A model "
+        "no key prices has no cost in the ledger.",
+    )
+    hub_ledger_metric_window_s: float = Field(
+        default=86400.0,
+        gt=0,
+        description="`profiler_fleet_gpu_hours` covers this window, ending at its refresh.",
+    )
+    hub_ledger_refresh_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="The ledger behind the metric and the fleet page is rebuilt this often.",
+    )
+    hub_prometheus_timeout_s: float = Field(
+        default=30.0, gt=0, description="For the ledger's Prometheus queries together."
+    )
+
+    @field_validator("hub_gpu_hour_prices", mode="before")
+    @classmethod
+    def _prices(cls, value: Any) -> Any:
+        return _parse_prices(value)
+
+    @field_validator("hub_gpu_hour_prices")
+    @classmethod
+    def _non_negative(cls, value: dict[str, float]) -> dict[str, float]:
+        if any(price < 0 for price in value.values()):
+            raise ValueError("GPU-hour prices cannot be negative")
+        return value

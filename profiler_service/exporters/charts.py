@@ -363,3 +363,51 @@ def sparkline_svg(
         f'<polyline fill="none" stroke="#1565c0" stroke-width="1.5" points="{line}"/>'
         f'<circle cx="{last_x}" cy="{last_y}" r="2.5" fill="#1565c0"/></svg>'
     )
+
+
+# The ledger's idle causes, in the host lane's colours; hours no capture explains in grey.
+IDLE_CAUSE_COLOURS = {
+    "input": _HOST_COLOURS[HostActivity.INPUT],
+    "python": _HOST_COLOURS[HostActivity.PYTHON],
+    "launches": _HOST_COLOURS[HostActivity.TF_OPS],
+    "copies": _HOST_COLOURS[HostActivity.TRANSFER],
+    "nothing_traced": "#bdbdbd",
+    "no_capture": "#616161",
+}
+
+
+def idle_by_cause_svg(bars: list[tuple[str, dict[str, float]]], width: int = 900) -> Markup:
+    """One stacked bar per (label, {cause: idle GPU-hours}), scaled to the largest total."""
+    top = max((sum(causes.values()) for _, causes in bars), default=0.0)
+    if top <= 0:
+        return Markup("")
+    row, label_w = 22, 180
+    scale = (width - label_w - 90) / top
+    parts = []
+    for n, (label, causes) in enumerate(bars):
+        y, x = n * row, float(label_w)
+        parts.append(
+            f'<text x="{label_w - 6}" y="{y + 15}" text-anchor="end" font-size="12">'
+            f"{escape(label)}</text>"
+        )
+        for cause, colour in IDLE_CAUSE_COLOURS.items():
+            hours = causes.get(cause, 0.0)
+            if hours <= 0:
+                continue
+            w = hours * scale
+            parts.append(
+                f'<rect class="bar" data-cause="{cause}" x="{x:.2f}" y="{y + 2}" width="{w:.2f}" '
+                f'height="{row - 4}" fill="{colour}"><title>{escape(label)}: {escape(cause)} '
+                f"{hours:.1f} GPU-h</title></rect>"
+            )
+            x += w
+        parts.append(
+            f'<text x="{x + 6:.2f}" y="{y + 15}" font-size="12">'
+            f"{sum(causes.values()):.1f} GPU-h</text>"
+        )
+    height = row * len(bars)
+    return Markup(
+        f'<svg class="chart" id="idle-by-cause" viewBox="0 0 {width} {height}" width="100%" '
+        f'height="{height}" role="img" aria-label="idle GPU-hours by cause">{"".join(parts)}'
+        "</svg>"
+    )

@@ -16,9 +16,12 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from urllib.parse import quote
 
 from profiler_service.config import HubSettings
+from profiler_service.hub.ledger import LedgerBook
 from profiler_service.hub.metrics import FleetCollector, FleetMetrics
 from profiler_service.hub.peers import RegistryShare, replica_name
 from profiler_service.hub.registration import RECORDS_PREFIX
@@ -48,6 +51,7 @@ class FleetSync:
         self.interval_s = interval_s
         self.syncs_total = 0
         self.failures_total = 0
+        self.changes_total = 0  # syncs that indexed or dropped a snapshot
         self.last: RefreshStats | None = None
         self.last_success_s: float | None = None
         self.first_done = threading.Event()
@@ -60,6 +64,8 @@ class FleetSync:
             self.failures_total += 1
         else:
             self.last, self.last_success_s = stats, time.time()
+            if stats.indexed or stats.removed:
+                self.changes_total += 1
             log.info(
                 "fleet sync: %d snapshots listed, %d indexed, %d dropped in %.2f s "
                 "(listing %.2f s, reading %.2f s; %d from %d manifests)",
@@ -128,6 +134,7 @@ class HubService:
     lifecycle: Lifecycle = field(default_factory=Lifecycle)  # the index, the log: closed last
     tenants: TenantTokens | None = None  # tokens_file: tokens that reach some namespaces
     peers: RegistryShare | None = None  # the other replicas' registries, through the bucket
+    ledger: LedgerBook | None = None  # GPU-hours by job and cause (ledger.py)
 
     @property
     def alerts(self) -> FleetRouter:
@@ -143,8 +150,8 @@ class HubService:
         return self.lifecycle.loop_health()
 
     def start(self) -> None:
-        """The registry share, then the fleet sync (build_hub starts nothing)."""
-        self.lifecycle.start([self.peers, self.fleet_sync])
+        """The registry share, the fleet sync, the ledger (build_hub starts nothing)."""
+        self.lifecycle.start([self.peers, self.fleet_sync, self.ledger])
 
     def stop(self) -> None:
         """The fleet sync, the registry share, then the alert log and the index."""
@@ -168,11 +175,25 @@ def build_hub(settings: HubSettings) -> HubService:
     lifecycle.closing(alert_log.close)
     router = FleetRouter(settings, registry, alert_log)
     fleet_sync = FleetSync(sync, registry, settings.fleet.hub_sync_interval_s)
-    collector = FleetCollector(settings.report, store.index, registry, alert_log, fleet_sync)
+    ledger = LedgerBook(
+        store.index,
+        settings.ledger,
+        link=_report_link(settings),
+        version=lambda: fleet_sync.changes_total,
+    )
+    collector = FleetCollector(
+        settings.report, store.index, registry, alert_log, fleet_sync, ledger
+    )
     tokens_file = settings.fleet.tokens_file
     tenants = TenantTokens(tokens_file) if tokens_file else None
     metrics = FleetMetrics(collector, loops=lifecycle.loop_health)
     peers = RegistryShare(mirror, registry, replica_name())
     return HubService(
-        settings, store, registry, router, fleet_sync, metrics, lifecycle, tenants, peers
+        settings, store, registry, router, fleet_sync, metrics, lifecycle, tenants, peers, ledger
     )
+
+
+def _report_link(settings: HubSettings) -> Callable[[str], str]:
+    """A snapshot's report page on this hub (absolute under `public_url` when it is set)."""
+    base = (settings.report.public_url or "").rstrip("/")
+    return lambda snapshot_id: f"{base}/profiles/{quote(snapshot_id)}/report"

@@ -9,6 +9,8 @@
         snapshots with the finding; its OpenMetrics exemplar is the newest such snapshot_id
     profiler_fleet_latest_finding{namespace,workload,target,rule,severity,snapshot_id}
         1 for each finding of each job's latest ready snapshot (its id, for Grafana links)
+    profiler_fleet_gpu_hours{namespace,workload,state,cause}         the ledger (ledger.py)
+    profiler_fleet_gpu_cost{namespace,workload,state}                its hours at their prices
     profiler_fleet_alerts_total{source,outcome}                      webhook alerts routed
     profiler_fleet_sync_duration_seconds, profiler_fleet_sync_timestamp_seconds,
     profiler_fleet_syncs_total, profiler_fleet_sync_failures_total   the bucket's sync
@@ -40,6 +42,7 @@ from prometheus_client.samples import Exemplar
 
 from profiler_service.config import ReportSettings
 from profiler_service.exporters.loop_collector import LoopCollector
+from profiler_service.hub.ledger import LedgerBook
 from profiler_service.hub.registry import SidecarRegistry
 from profiler_service.hub.views import FleetView, FleetViewCache
 from profiler_service.lifecycle import LoopHealth
@@ -69,9 +72,10 @@ class FleetCollector:
         registry: SidecarRegistry,
         alert_log: AlertLog,
         fleet_sync: SyncState,
+        ledger: LedgerBook | None = None,
     ):
         self.settings, self.index, self.registry = settings, index, registry
-        self.alert_log, self.fleet_sync = alert_log, fleet_sync
+        self.alert_log, self.fleet_sync, self.ledger = alert_log, fleet_sync, ledger
         self.views = FleetViewCache(index, settings, lambda: fleet_sync.baseline_ids)
 
     def view(self) -> FleetView:
@@ -142,6 +146,8 @@ class FleetCollector:
             )
         yield from (step, ratio, regression, latest, findings)
 
+        yield from self._ledger()
+
         alerts = CounterMetricFamily(
             "profiler_fleet_alerts",
             "Webhook alerts the hub routed, by source and outcome (no_sidecar and "
@@ -174,6 +180,41 @@ class FleetCollector:
                 "When the last successful sync ended (Unix time).",
                 value=sync.last_success_s or 0,
             )
+
+    def _ledger(self) -> Iterator[Metric]:
+        """The ledger the hub last built for its metric window (never built here: a scrape does
+        not wait on Prometheus)."""
+        book = self.ledger
+        ledger = book.latest(book.settings.hub_ledger_metric_window_s) if book else None
+        if ledger is None:
+            return
+        hours = GaugeMetricFamily(
+            "profiler_fleet_gpu_hours",
+            "GPU-hours of each job over the ledger's metric window (hub_ledger_metric_window_s): "
+            "state held, busy, idle (by cause) and recoverable (the findings' predicted "
+            "savings). Without Prometheus (hub_prometheus_url) none.",
+            labels=["namespace", "workload", "state", "cause"],
+        )
+        cost = GaugeMetricFamily(
+            "profiler_fleet_gpu_cost",
+            "What each job's GPU-hours of the metric window cost at hub_gpu_hour_prices: state "
+            "held, idle and recoverable.",
+            labels=["namespace", "workload", "state"],
+        )
+        for job in ledger.jobs:
+            key = [job.namespace or "", job.job]
+            if job.gpu_hours is None:
+                continue
+            hours.add_metric([*key, "held", ""], job.gpu_hours)
+            hours.add_metric([*key, "busy", ""], job.busy_gpu_hours or 0.0)
+            for cause, h in sorted(job.idle_by_cause.items()):
+                hours.add_metric([*key, "idle", cause], h)
+            hours.add_metric([*key, "recoverable", ""], job.recoverable_gpu_hours or 0.0)
+            if job.cost is not None:
+                cost.add_metric([*key, "held"], job.cost)
+                cost.add_metric([*key, "idle"], job.idle_cost or 0.0)
+                cost.add_metric([*key, "recoverable"], job.recoverable_cost or 0.0)
+        yield from (hours, cost)
 
 
 def _pairs(findings: str) -> list[tuple[str, str]]:

@@ -15,8 +15,10 @@ from fastapi.responses import HTMLResponse
 from profiler_service.api.auth import Grant, Scope, requires
 from profiler_service.api.deps import CaptureReach, CaptureRequired, ReadReach, ReadRequired
 from profiler_service.api.schemas import ERROR_RESPONSES
+from profiler_service.durations import parse_window
 from profiler_service.errors import InvalidRequest
 from profiler_service.hub.fleet import HubService
+from profiler_service.hub.ledger import Ledger
 from profiler_service.hub.registry import SIDECAR_NAME_PATTERN, SidecarRecord, SidecarsPublic
 from profiler_service.hub.routing import FleetRouter
 from profiler_service.hub.views import DEFAULT_DAYS, fleet_view, render_fleet
@@ -124,6 +126,32 @@ def _without_analysis(content: bytes) -> bytes:
     return json.dumps(snapshot).encode()
 
 
+LEDGER_MAX_S = 90 * 86400
+
+
+def _ledger_of(hub: HubService, window: str) -> Ledger:
+    if hub.ledger is None:
+        raise InvalidRequest("this hub keeps no ledger")
+    settings = hub.settings.ledger
+    window_s = parse_window(window, min_s=settings.hub_ledger_bucket_s, max_s=LEDGER_MAX_S)
+    return hub.ledger.ledger(window_s)
+
+
+@router.get(
+    "/fleet/ledger", response_model=Ledger, tags=["fleet"], dependencies=[ReadRequired]
+)  # fmt: skip
+def read_fleet_ledger(
+    hub: HubDep,
+    reach: ReadReach,
+    window: Annotated[str, Query(description="how far back: 24h, 7d, 2w ...")] = "24h",
+) -> Ledger:
+    """GPU-hours of every job over the window: held, busy, idle by cause, recoverable by the
+    findings' fixes, and their cost; totals per namespace and over the fleet. Only the
+    namespaces your token reads; most recoverable first. Rebuilt at most every
+    `hub_ledger_refresh_s`."""
+    return _ledger_of(hub, window).within(reach)
+
+
 @router.get("/fleet", response_class=HTMLResponse, tags=["fleet"], dependencies=[ReadRequired])
 def read_fleet_page(
     hub: HubDep, reach: ReadReach, days: Annotated[float, Query(gt=0, le=90)] = DEFAULT_DAYS
@@ -137,4 +165,5 @@ def read_fleet_page(
     else:
         view = fleet_view(hub.store.index, hub.settings.report, days, hub.fleet_sync.baseline_ids)
     sidecars = reach.keep(hub.registry.live(), lambda s: s.namespace)
-    return render_fleet(view.within(reach), sidecars, hub.settings.report)
+    ledger = _ledger_of(hub, f"{days:g}d").within(reach) if hub.ledger else None
+    return render_fleet(view.within(reach), sidecars, hub.settings.report, ledger)

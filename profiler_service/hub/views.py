@@ -23,6 +23,7 @@ from datetime import UTC, datetime, timedelta
 from profiler_service.config import ReportSettings
 from profiler_service.exporters import charts
 from profiler_service.exporters.report import SEVERITY_COLOURS, _environment
+from profiler_service.hub.ledger import Ledger
 from profiler_service.hub.registry import SidecarRecord
 from profiler_service.store.index import FleetRow, SnapshotIndex
 from profiler_service.tenancy import Reach
@@ -155,7 +156,12 @@ def fleet_view(
     return FleetView(start, end, jobs, by_rule, len(rows), rows, findings)
 
 
-def render_fleet(view: FleetView, sidecars: list[SidecarRecord], settings: ReportSettings) -> str:
+def render_fleet(
+    view: FleetView,
+    sidecars: list[SidecarRecord],
+    settings: ReportSettings,
+    ledger: Ledger | None = None,
+) -> str:
     return (
         _environment()
         .get_template("fleet.html")
@@ -165,5 +171,10 @@ def render_fleet(view: FleetView, sidecars: list[SidecarRecord], settings: Repor
             charts=charts,
             severity_colours=SEVERITY_COLOURS,
             regression_max_share=settings.regression_max_share,
+            ledger=ledger,
+            idle_bars=[(n.namespace or "(none)", n.idle_by_cause) for n in ledger.namespaces[:15]]
+            if ledger
+            else [],
+            cause_colours=charts.IDLE_CAUSE_COLOURS,
         )
     )

@@ -10,13 +10,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from profiler_service.analysis.gpu_waste import capture_waste
 from profiler_service.models import Snapshot
 
 log = logging.getLogger(__name__)
 
 # 2: pod, namespace, findings (rule:severity), step time, bottleneck (the fleet hub);
-# 3: workload (a job is its workload, not its target's name)
-_SCHEMA_VERSION = 3
+# 3: workload (a job is its workload, not its target's name);
+# 4: gpu_waste (what the fleet ledger reads of a capture: analysis/gpu_waste.py)
+_SCHEMA_VERSION = 4
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS snapshots (
     id TEXT PRIMARY KEY,
@@ -34,7 +36,8 @@ CREATE TABLE IF NOT EXISTS snapshots (
     size_bytes INTEGER NOT NULL,
     pinned INTEGER NOT NULL,
     doc_mtime_ns INTEGER NOT NULL,
-    workload TEXT
+    workload TEXT,
+    gpu_waste TEXT  -- CaptureWaste as JSON; NULL: no GPU ran a kernel, or not analysed
 );
 -- The snapshot.json texts apart: filters and counts scan the narrow rows above only.
 CREATE TABLE IF NOT EXISTS docs (id TEXT PRIMARY KEY, doc TEXT NOT NULL);
@@ -46,6 +49,11 @@ CREATE INDEX IF NOT EXISTS snapshots_status_target ON snapshots (status, target,
 CREATE INDEX IF NOT EXISTS snapshots_namespace ON snapshots (namespace, created_at);
 CREATE INDEX IF NOT EXISTS snapshots_target ON snapshots (target, created_at);
 """
+
+
+def _gpu_waste(snapshot: Snapshot) -> str | None:
+    waste = capture_waste(snapshot.summary, snapshot.findings)
+    return waste.model_dump_json(exclude_defaults=True) if waste else None
 
 
 @dataclass(frozen=True)
@@ -73,6 +81,7 @@ class FleetRow:
     findings: str  # rule:severity ...
     pinned: bool
     workload: str | None = None
+    gpu_waste: str | None = None  # CaptureWaste JSON (analysis/gpu_waste.py)
 
 
 @dataclass(frozen=True)
@@ -170,6 +179,7 @@ class SnapshotIndex:
                 int(snapshot.pinned),
                 doc_mtime_ns,
                 snapshot.workload,
+                _gpu_waste(snapshot),
             )
             for snapshot, location, size_bytes, doc_mtime_ns in items
         ]
@@ -177,7 +187,7 @@ class SnapshotIndex:
         with self._lock:
             self._conn.execute("BEGIN")
             try:
-                marks = ",".join("?" * 16)
+                marks = ",".join("?" * 17)
                 self._conn.executemany(f"INSERT OR REPLACE INTO snapshots VALUES ({marks})", rows)
                 self._conn.executemany("INSERT OR REPLACE INTO docs VALUES (?,?)", docs)
             except BaseException:
@@ -295,21 +305,22 @@ class SnapshotIndex:
         with self._lock:
             rows = self._conn.execute(
                 "SELECT id, namespace, target, pod, created_at, step_time_ms, bottleneck, rules, "
-                "findings, pinned, workload FROM snapshots WHERE status = 'ready' "
+                "findings, pinned, workload, gpu_waste FROM snapshots WHERE status = 'ready' "
                 "AND created_at >= ? ORDER BY created_at, id",
                 (since.isoformat(),),
             ).fetchall()
-        return [FleetRow(*r[:9], bool(r[9]), r[10]) for r in rows]
+        return [FleetRow(*r[:9], bool(r[9]), *r[10:]) for r in rows]
 
     def fleet_row(self, snapshot_id: str) -> FleetRow | None:
         """One ready snapshot as `fleet_rows` reads it, whenever it was taken (a baseline)."""
         with self._lock:
             r = self._conn.execute(
                 "SELECT id, namespace, target, pod, created_at, step_time_ms, bottleneck, rules, "
-                "findings, pinned, workload FROM snapshots WHERE status = 'ready' AND id = ?",
+                "findings, pinned, workload, gpu_waste FROM snapshots WHERE status = 'ready' "
+                "AND id = ?",
                 (snapshot_id,),
             ).fetchone()
-        return FleetRow(*r[:9], bool(r[9]), r[10]) if r else None
+        return FleetRow(*r[:9], bool(r[9]), *r[10:]) if r else None
 
     def count_by_status(self) -> list[tuple[str | None, str, int]]:
         """(namespace, status, snapshots) of every snapshot indexed, wherever it is."""

@@ -104,9 +104,7 @@ def test_the_scheduler_counts_the_refusal_and_its_next_capture_runs(make_service
     assert service.store.get(started).trigger.kind == "schedule"
 
 
-def test_the_memory_watch_counts_the_refusal_and_captures_when_space_is_back(
-    make_service, store
-):
+def test_the_memory_watch_counts_the_refusal_and_captures_when_space_is_back(make_service, store):
     service = make_service(FailingCapturer(), store=store, targets=[TRAINER])
     clock = FakeClock()
     ring = SampleRing(300)

@@ -1,0 +1,99 @@
+"""What one capture says about its job's idle GPU time: why the GPUs idled, and what fixing the
+job would give back. The fleet ledger (hub/ledger.py) spreads these shares over the GPU-hours
+Prometheus counted; the index keeps them as a column so the ledger reads no snapshot.json.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from enum import StrEnum
+
+from pydantic import BaseModel, Field
+
+from profiler_service.analysis.models import Finding, HostActivity, Summary
+
+__all__ = ["CAUSE_MEANINGS", "CaptureWaste", "IdleCause", "capture_waste"]
+
+
+class IdleCause(StrEnum):
+    """Why a GPU-hour was idle, as the ledger names it."""
+
+    INPUT = "input"
+    PYTHON = "python"
+    LAUNCHES = "launches"
+    COPIES = "copies"
+    NOTHING_TRACED = "nothing_traced"
+    NO_CAPTURE = "no_capture"
+
+
+CAUSE_MEANINGS = {
+    IdleCause.INPUT: "The host waited on tf.data (the step's get-next, or tf.data's own threads "
+    "preparing later elements).",
+    IdleCause.PYTHON: "Python ran, or ops were dispatched eagerly one by one.",
+    IdleCause.LAUNCHES: "TF ops ran on the host and launched kernels: the GPU waited on launches.",
+    IdleCause.COPIES: "The host copied data to or from the GPU.",
+    IdleCause.NOTHING_TRACED: "The host's traced events show nothing: untraced Python, I/O, "
+    "or waiting (checkpoints, evaluation, a slow worker).",
+    IdleCause.NO_CAPTURE: "No capture of the job lies within `hub_ledger_capture_horizon_s` of "
+    "these hours (or none of its captures traced a GPU): nothing explains them.",
+}
+
+# The host lanes of gpu_activity.py, as the ledger's causes (tf.data's background threads are
+# the input pipeline too).
+_CAUSE_OF = {
+    HostActivity.INPUT: IdleCause.INPUT,
+    HostActivity.TF_DATA: IdleCause.INPUT,
+    HostActivity.PYTHON: IdleCause.PYTHON,
+    HostActivity.TF_OPS: IdleCause.LAUNCHES,
+    HostActivity.TRANSFER: IdleCause.COPIES,
+    HostActivity.NOTHING: IdleCause.NOTHING_TRACED,
+}
+
+
+class CaptureWaste(BaseModel):
+    """One capture's GPUs, averaged over the ones that ran kernels."""
+
+    gpus: int  # that ran a kernel
+    model: str | None = None
+    idle_share: float  # of the capture's window
+    # Shares of the idle time by cause (IdleCause values but no_capture); they sum to 1.
+    idle_by_cause: dict[str, float] = Field(default_factory=dict)
+    # The first finding with a predicted saving (findings come ranked by it): the share of step
+    # time, hence of GPU-hours, its fix gives back. Findings overlap (a host-bound GPU is an idle
+    # one), so they are never added up.
+    saving_share: float = 0.0
+    rule: str | None = None
+    severity: str | None = None
+    title: str | None = None
+
+
+def capture_waste(summary: Summary | None, findings: Sequence[Finding]) -> CaptureWaste | None:
+    """None when the capture ran no kernel on a GPU: it cannot say why a GPU idled."""
+    gpu = summary.gpu if summary else None
+    active = gpu.active if gpu else []
+    if not active:
+        return None
+    idle = sum(d.idle_pct for d in active) / len(active)
+    by_cause: dict[str, float] = {}
+    for device in active:
+        for activity, pct in device.idle_while_host_pct.items():
+            cause = _CAUSE_OF[HostActivity(activity)].value
+            by_cause[cause] = by_cause.get(cause, 0.0) + pct
+    total = sum(by_cause.values())
+    shares = (
+        {c: round(v / total, 4) for c, v in sorted(by_cause.items()) if v > 0}
+        if total > 0
+        else {IdleCause.NOTHING_TRACED.value: 1.0}
+    )
+    top = next((f for f in findings if f.impact and f.impact.saving_share > 0), None)
+    models = {d.model for d in active if d.model}
+    return CaptureWaste(
+        gpus=len(active),
+        model=models.pop() if len(models) == 1 else None,
+        idle_share=round(idle / 100, 4),
+        idle_by_cause=shares,
+        saving_share=round(min(top.impact.saving_share, 1.0), 4) if top and top.impact else 0.0,
+        rule=top.rule if top else None,
+        severity=top.severity.value if top else None,
+        title=top.title if top else None,
+    )
