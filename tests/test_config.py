@@ -253,6 +253,11 @@ NAMES = [
     "memory_watch_share", "memory_watch_horizon_s", "memory_watch_growth_min_share",
     "memory_watch_window_s", "memory_watch_cooldown_s", "memory_watch_duration_s",
     "memory_watch_capacity_bytes", "memory_watch_target", "workload", "tokens_file",
+    # the fleet ledger's (hub)
+    "hub_prometheus_url", "hub_gpu_util_query", "hub_gpu_util_max", "hub_gpu_namespace_label",
+    "hub_gpu_pod_label", "hub_gpu_model_label", "hub_ledger_resolution_s", "hub_ledger_bucket_s",
+    "hub_ledger_capture_horizon_s", "hub_gpu_hour_prices", "hub_ledger_metric_window_s",
+    "hub_ledger_refresh_s", "hub_prometheus_timeout_s",
 ]  # fmt: skip
 
 
