@@ -186,8 +186,6 @@ class FleetCollector:
         not wait on Prometheus)."""
         book = self.ledger
         ledger = book.latest(book.settings.hub_ledger_metric_window_s) if book else None
-        if ledger is None:
-            return
         hours = GaugeMetricFamily(
             "profiler_fleet_gpu_hours",
             "GPU-hours of each job over the ledger's metric window (hub_ledger_metric_window_s): "
@@ -201,7 +199,7 @@ class FleetCollector:
             "held, idle and recoverable.",
             labels=["namespace", "workload", "state"],
         )
-        for job in ledger.jobs:
+        for job in ledger.jobs if ledger else []:
             key = [job.namespace or "", job.job]
             if job.gpu_hours is None:
                 continue

@@ -83,7 +83,10 @@ def test_grafana_fleet_dashboard_has_the_fleet_panels_and_links():
     assert {
         "Live sidecars", "Jobs regressed", "Step time by job", "Step time against baseline",
         "Latest findings by job", "Findings by rule", "Alerts routed by the hub",
+        "Waste by team", "Recoverable GPU-hours and cost by team",
     } <= set(panels)  # fmt: skip
+    waste = panels["Waste by team"]["targets"][0]["expr"]
+    assert "state=\"idle\"" in waste and "by (namespace, cause)" in waste
     assert len({p["id"] for p in dashboard["panels"]}) == len(panels)
     for panel in panels.values():
         names = {n for t in panel["targets"] for n in metric_names(t["expr"])}
