@@ -1,0 +1,164 @@
+"""The fleet ledger at scale: a week of DCGM GPU utilisation for 2,000 jobs in a real Prometheus.
+
+    .venv/bin/python bench/bench_ledger.py [--jobs 2000] [--days 7] [--interval 60]
+        [--captures-per-job 3] [--rounds 3]
+
+The fleet (tests/hub/gpu_fleet.py) is written into Prometheus's TSDB by promtool; each job gets
+`--captures-per-job` captures whose GPU idle causes and savings are real GPU captures' (the
+corpus of tests/fixtures/gpu-captures, analysed here by XProf). Then, side by side in one run:
+- the baseline: the ledger's three Prometheus range queries alone (gpu_hours.query_gpu_hours);
+- the whole ledger (build_ledger: the queries, pods to jobs, buckets to captures, costs) over
+  7 days and over 24 hours;
+and the ledger's totals against the series themselves (held and busy GPU-hours, to 1 %), and
+every idle hour given to a cause.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+from bench_common import free_port, record
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "hub"))
+
+from gpu_fleet import create_blocks, make_fleet  # noqa: E402
+
+from profiler_service.analysis.gpu_waste import capture_waste  # noqa: E402
+from profiler_service.analysis.summary import analyse_run  # noqa: E402
+from profiler_service.config import LedgerSettings  # noqa: E402
+from profiler_service.hub.gpu_hours import query_gpu_hours  # noqa: E402
+from profiler_service.hub.ledger import build_ledger  # noqa: E402
+from profiler_service.store.index import FleetRow  # noqa: E402
+
+CORPUS = ROOT / "tests" / "fixtures" / "gpu-captures"
+RUNS = [
+    CORPUS / "mholmeslinder-semi-supervised-cv" / "2020_12_21_16_42_56",
+    CORPUS / "aoberai-chess-engine" / "logs__fit__20210616-112155__train__2021_06_16_11_22_03",
+    CORPUS / "jax-h200" / "input_starved_python",
+    CORPUS / "jax-h200" / "tiny_kernels",
+    CORPUS / "jax-h200" / "transfers",
+    CORPUS / "jax-h200" / "fp32_matmul",
+]
+
+
+def wastes(tmp: Path) -> list[str]:
+    out = []
+    for run in RUNS:
+        copy = tmp / run.name
+        copy.mkdir(parents=True)
+        for path in run.glob("*.xplane.pb"):
+            shutil.copy(path, copy / path.name)
+        result = analyse_run(copy)
+        waste = capture_waste(result.summary, result.findings)
+        if waste is not None:
+            out.append(waste.model_dump_json(exclude_defaults=True))
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=2000)
+    parser.add_argument("--days", type=float, default=7)
+    parser.add_argument("--interval", type=int, default=60, help="seconds between samples")
+    parser.add_argument("--captures-per-job", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="bench-ledger-"))
+    now = time.time()
+    started = time.monotonic()
+    fleet = make_fleet(args.jobs, end=now - 120, days=args.days, interval_s=args.interval,
+                       namespaces=40, seed=3)  # fmt: skip
+    made_s = time.monotonic() - started
+    started = time.monotonic()
+    data = create_blocks(fleet, tmp / "prometheus")
+    blocks_s = time.monotonic() - started
+    print(
+        f"fleet: {args.jobs} jobs, {len(fleet.series)} GPU series, {fleet.samples():,} samples "
+        f"every {args.interval} s; generated in {made_s:.0f} s, promtool {blocks_s:.0f} s"
+    )
+    port = free_port()
+    prometheus = subprocess.Popen(
+        ["prometheus", "--config.file=/dev/null", f"--storage.tsdb.path={data}",
+         "--storage.tsdb.retention.time=365d", f"--web.listen-address=127.0.0.1:{port}",
+         "--log.level=warn"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(600):
+            try:
+                if httpx.get(f"{url}/-/ready", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        rng = random.Random(5)
+        kinds = wastes(tmp / "captures")
+        rows = []
+        for n, ((namespace, job), series) in enumerate(sorted(fleet.jobs().items())):
+            first, last = int(series[0].times[0]), int(max(s.times[-1] for s in series))
+            for k in range(args.captures_per_job):
+                at = rng.uniform(first, last)
+                created = datetime.fromtimestamp(at, UTC).isoformat()
+                pod, waste = series[0].pod, rng.choice(kinds)
+                rows.append(FleetRow(f"{n}-{k}", namespace, "trainer", pod, created, 100.0,
+                                     "device", "", "", False, job, waste))  # fmt: skip
+        rows.sort(key=lambda r: r.created_at)
+        settings = LedgerSettings(hub_prometheus_url=url, hub_prometheus_timeout_s=300,
+                                  hub_gpu_hour_prices="A100=2.9,H100=4.5,*=2")  # fmt: skip
+        figures: dict[str, list[float]] = {"queries 7d": [], "ledger 7d": [], "ledger 24h": []}
+        ledger = None
+        for _ in range(args.rounds):
+            end = time.time()
+            start = int(end // 60 * 60) - int(args.days * 86400)
+            t = time.monotonic()
+            query_gpu_hours(settings, start, int(end // 60 * 60), 3600)
+            figures["queries 7d"].append(time.monotonic() - t)
+            t = time.monotonic()
+            ledger = build_ledger(rows, settings, window_s=args.days * 86400, end=end)
+            figures["ledger 7d"].append(time.monotonic() - t)
+            t = time.monotonic()
+            build_ledger(rows, settings, window_s=86400, end=end)
+            figures["ledger 24h"].append(time.monotonic() - t)
+        assert ledger is not None
+        base = statistics.median(figures["queries 7d"])
+        print(f"\n{'':<12} {'median s':>9} {'min s':>7} {'x queries':>10}")
+        for name, values in figures.items():
+            med = statistics.median(values)
+            print(f"{name:<12} {med:>9.2f} {min(values):>7.2f} {med / base:>10.2f}")
+        t = ledger.totals
+        held = sum(s.held_s(ledger.start, ledger.end, args.interval) for s in fleet.series) / 3600
+        busy = sum(s.busy_s(ledger.start, ledger.end, args.interval) for s in fleet.series) / 3600
+        causes = sum(t.idle_by_cause.values())
+        print(f"\nledger over {ledger.window}: {t.jobs} jobs, {t.gpu_hours:,.1f} GPU-hours held "
+              f"(series: {held:,.1f}, {t.gpu_hours / held - 1:+.3%}), busy {t.busy_gpu_hours:,.1f} "
+              f"(series: {busy:,.1f}, {t.busy_gpu_hours / busy - 1:+.3%}), idle "
+              f"{t.idle_gpu_hours:,.1f} of which by cause {causes:,.1f}, recoverable "
+              f"{t.recoverable_gpu_hours:,.1f}, cost {t.cost:,.0f}")  # fmt: skip
+        print("idle by cause: " + ", ".join(f"{c} {h:,.0f}" for c, h in
+                                            sorted(t.idle_by_cause.items())))  # fmt: skip
+        week = statistics.median(figures["ledger 7d"])
+        record(f"ledger, {args.jobs} jobs x {args.days:g} days", week, "< 10 s", week < 10, "s")
+        exact = abs(t.gpu_hours / held - 1) < 0.01 and abs(t.busy_gpu_hours / busy - 1) < 0.01
+        record("ledger sums against the series", abs(t.gpu_hours / held - 1) * 100, "< 1 %",
+               exact, "%")  # fmt: skip
+    finally:
+        prometheus.terminate()
+        prometheus.wait(timeout=30)
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
