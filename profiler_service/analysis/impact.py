@@ -307,7 +307,7 @@ def memory(finding: Finding, summary: Summary) -> Impact:
     return nothing(summary, "this fix is about memory (an OOM avoided, a larger batch possible)")
 
 
-@impact_of("op_dominates", "no_step_markers", "short_capture")
+@impact_of("op_dominates", "no_step_markers", "short_capture", "device_trace_missing")
 def unmeasured(finding: Finding, summary: Summary) -> Impact:
     """Where to look, or how to capture better: no saving can be predicted from the capture."""
     return nothing(summary, "it says where to look or how to capture, not what a fix removes")

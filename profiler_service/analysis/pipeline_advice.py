@@ -65,8 +65,14 @@ def sequential(iterator: InputIterator) -> bool:
     return k in PARALLEL_KINDS and iterator.parallelism == 1
 
 
+# Iterators tf.data puts around the user's pipeline, never a stage to optimise: the root, the
+# autotuning model (`Iterator::Model`, the root of older TF versions' paths) and the options'
+# threading wrappers.
+WRAPPERS = frozenset({"Root", "Model", "MaxIntraOpParallelism", "PrivateThreadPool"})
+
+
 def expensive_stage(iterators: list[InputIterator]) -> InputIterator | None:
-    stages = [i for i in iterators if kind(i) != "Root" and i.self_time_ms > 0]
+    stages = [i for i in iterators if kind(i) not in WRAPPERS and i.self_time_ms > 0]
     if not stages:
         return None
     largest = max(i.self_time_ms for i in stages)
@@ -164,7 +170,7 @@ def advise(pipeline: InputPipeline) -> PipelineAdvice:
         )
     kinds_by_depth = sorted(iterators, key=depth)
     prefetches = [i for i in kinds_by_depth if kind(i) == "Prefetch"]
-    top = next((i for i in kinds_by_depth if kind(i) != "Root"), None)
+    top = next((i for i in kinds_by_depth if kind(i) not in WRAPPERS), None)
     if not prefetches:
         advice.need(
             "prefetch",

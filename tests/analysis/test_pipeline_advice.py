@@ -170,3 +170,21 @@ def test_a_map_written_sequential_that_tf_data_parallelised_is_said_so():
     )
     p.iterators[0].datasets = "fused(ParallelMapDatasetV2:1,BatchDatasetV2:2)"
     assert "written without" not in advise(p).has[0]
+
+
+def test_tf_data_s_own_wrappers_are_never_the_stage_to_optimise():
+    """Older TF versions root the pipeline at `Iterator::Model` (tf.data's autotuning wrapper);
+    on a real RTX 2060 capture (tests/fixtures/gpu-captures, TF 2.5) it had the largest self
+    time, and the advice once said `Model` needed to be cheaper."""
+    iterators = [
+        InputIterator(path="Iterator::Model", self_time_ms=40.0),
+        InputIterator(path="Iterator::Model::MaxIntraOpParallelism", self_time_ms=39.0),
+        InputIterator(path="Iterator::Model::ParallelMapV2", self_time_ms=3.0),
+        InputIterator(path="Iterator::Model::ParallelMapV2::Zip", self_time_ms=2.5),
+    ]
+    stage = expensive_stage(iterators)
+    assert stage is not None and stage.path == "Iterator::Model::ParallelMapV2::Zip"
+    text = " ".join(advise(InputPipeline(iterators=iterators)).lacks)
+    assert "`Model`" not in text and "MaxIntraOpParallelism" not in text
+    only_wrappers = [InputIterator(path="Iterator::Model", self_time_ms=40.0)]
+    assert expensive_stage(only_wrappers) is None

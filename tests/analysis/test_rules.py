@@ -72,6 +72,7 @@ EXPECTED_RULES = {
     "straggler",
     "mixed_precision",
     "gpu_imbalance",
+    "device_trace_missing",
     "retracing",
     "xla_recompilation",
     "step_temporaries",

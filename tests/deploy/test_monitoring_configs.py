@@ -86,7 +86,7 @@ def test_grafana_fleet_dashboard_has_the_fleet_panels_and_links():
         "Waste by team", "Recoverable GPU-hours and cost by team",
     } <= set(panels)  # fmt: skip
     waste = panels["Waste by team"]["targets"][0]["expr"]
-    assert "state=\"idle\"" in waste and "by (namespace, cause)" in waste
+    assert 'state="idle"' in waste and "by (namespace, cause)" in waste
     assert len({p["id"] for p in dashboard["panels"]}) == len(panels)
     for panel in panels.values():
         names = {n for t in panel["targets"] for n in metric_names(t["expr"])}

@@ -9,7 +9,7 @@ from profiler_service.analysis.models import (
     Severity,
     Summary,
 )
-from profiler_service.analysis.rules.gpu import mixed_precision
+from profiler_service.analysis.rules.gpu import mixed_precision, trace_missing
 from profiler_service.analysis.rules.registry import rule, share
 
 DEVICE_IDLE_CRITICAL_PCT = 50.0
@@ -27,7 +27,8 @@ def _has_device(summary: Summary) -> bool:
 @rule("device_idle")
 def device_idle(summary: Summary) -> Finding | None:
     """The accelerator is idle at least `DEVICE_IDLE_WARNING_PCT` % of the time (warning),
-    `DEVICE_IDLE_CRITICAL_PCT` % (critical); silent on CPU-only captures. On a GPU, XProf
+    `DEVICE_IDLE_CRITICAL_PCT` % (critical); silent on CPU-only captures and on GPU captures
+    whose GPU trace is empty (`device_trace_missing`). On a GPU, XProf
     gives no idle share: it is read from the GPU's own plane (the GPUs that ran kernels, on
     average), with what the host did during the gaps, and advice for the largest part.
     """
@@ -35,6 +36,8 @@ def device_idle(summary: Summary) -> Finding | None:
     gpu = summary.gpu
     if not _has_device(summary) or idle is None or idle < DEVICE_IDLE_WARNING_PCT:
         return None
+    if trace_missing(summary):
+        return None  # device_trace_missing: an empty trace is not an idle GPU
     severity = Severity.CRITICAL if idle >= DEVICE_IDLE_CRITICAL_PCT else Severity.WARNING
     evidence = {
         "device_idle_pct": idle,

@@ -30,6 +30,50 @@ LAUNCH_BOUND_MAX_BUSY_PCT = 50.0
 IMBALANCE_WARNING_POINTS = 10.0
 
 
+def trace_missing(summary: Summary) -> bool:
+    """The capture has GPU planes but not one kernel or copy on any of them: the GPU tracer
+    recorded nothing, which says nothing about whether the GPUs worked."""
+    gpu = summary.gpu
+    return gpu is not None and bool(gpu.devices) and not any(d.busy_pct > 0 for d in gpu.devices)
+
+
+@rule("device_trace_missing")
+def device_trace_missing(summary: Summary) -> Finding | None:
+    """The capture names GPUs but holds no kernel and no copy on any of them. The GPU tracer
+    (CUPTI) recorded nothing: it found no CUPTI library, was refused (profiling restricted to
+    admin users, a container without the capability), runs on native Windows, or the capture
+    asked for no device trace. The device rules stay silent on such a capture: an empty trace
+    is not an idle GPU."""
+    if not trace_missing(summary):
+        return None
+    gpu = summary.gpu
+    assert gpu is not None
+    models = sorted({d.model for d in gpu.devices if d.model})
+    named = f" ({', '.join(models)})" if models else ""
+    return Finding(
+        severity=Severity.WARNING,
+        title=f"The capture holds no GPU activity: the GPU tracer recorded no kernel and no copy "
+        f"on the {len(gpu.devices)} GPU{'s' if len(gpu.devices) > 1 else ''}{named} it names",
+        evidence={
+            "gpus": [d.device for d in gpu.devices],
+            "models": models,
+            "step_count": summary.step_time.count,
+        },
+        recommendation="Nothing here says whether the GPUs worked; fix the trace and capture "
+        "again. The job's log names the cause at the capture's start: (1) `Could not load "
+        "dynamic library 'libcupti.so...'`: put CUDA's CUPTI on the library path "
+        "(`LD_LIBRARY_PATH=/usr/local/cuda/extras/CUPTI/lib64`, or the `nvidia-cuda-cupti` "
+        "wheel that `pip install tensorflow[and-cuda]` brings); (2) `CUPTI_ERROR_INSUFFICIENT_"
+        "PRIVILEGES`: the driver restricts profiling to admin users: set "
+        '`options nvidia "NVreg_RestrictProfilingToAdminUsers=0"` on the node, or give the '
+        "container the `SYS_ADMIN` capability (`securityContext.capabilities.add`); (3) native "
+        "Windows: the GPU tracer records nothing there; profile under WSL2 or Linux; (4) the "
+        "capture asked for no device trace: capture with `device_tracer_level=1` (the "
+        "default).",
+        docs="https://www.tensorflow.org/guide/profiler#resolve_privilege_issues",
+    )
+
+
 def _cc(text: str | None) -> tuple[int, int] | None:
     if not text:
         return None
@@ -167,7 +211,9 @@ def kernel_launch_bound(summary: Summary) -> Finding | None:
 def gpu_imbalance(summary: Summary) -> Finding | None:
     """Several GPUs: one or more ran no kernel, or their busy shares are at least
     `IMBALANCE_WARNING_POINTS` points apart (the busiest is the slowest: in a synchronous job
-    every replica waits for it)."""
+    every replica waits for it). A job that ran on one GPU of several it can see is told so at
+    info level: it may never have meant to use the others, which its step time does not pay
+    for but its GPU request does."""
     gpu = summary.gpu
     if gpu is None or len(gpu.devices) < 2 or not gpu.active:
         return None
@@ -178,7 +224,20 @@ def gpu_imbalance(summary: Summary) -> Finding | None:
     spread = busiest.busy_pct - least.busy_pct
     if not unused and spread < IMBALANCE_WARNING_POINTS:
         return None
-    if unused:
+    severity, impact = Severity.WARNING, len(unused) / len(gpu.devices) if unused else spread / 100
+    if len(active) == 1:
+        severity, impact = Severity.INFO, 0.0
+        title = (
+            f"The job used 1 of the {len(gpu.devices)} GPUs it can see ({active[0].device}); "
+            f"{len(unused)} ran no kernel"
+        )
+        advice = (
+            "If the job is meant for one GPU, let it see one and hold one: "
+            f"`CUDA_VISIBLE_DEVICES=0` and a request of `nvidia.com/gpu: 1`, so the other "
+            f"{len(unused)} serve other jobs. If it is meant to use them all, distribute it: "
+            "`tf.distribute.MirroredStrategy()` on one host."
+        )
+    elif unused:
         title = (
             f"{len(unused)} of {len(gpu.devices)} GPUs ran no kernel during the capture; "
             f"{len(active)} did the work"
@@ -198,7 +257,7 @@ def gpu_imbalance(summary: Summary) -> Finding | None:
             "equal shards and batch sizes, and check that nothing else runs on it."
         )
     return Finding(
-        severity=Severity.WARNING,
+        severity=severity,
         title=title,
         evidence={
             "busy_pct": {d.device: d.busy_pct for d in gpu.devices},
@@ -208,5 +267,5 @@ def gpu_imbalance(summary: Summary) -> Finding | None:
         },
         recommendation=advice,
         docs="https://www.tensorflow.org/guide/distributed_training",
-        impact_share=len(unused) / len(gpu.devices) if unused else spread / 100,
+        impact_share=impact,
     )
