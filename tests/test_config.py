@@ -257,7 +257,7 @@ NAMES = [
     "hub_prometheus_url", "hub_gpu_util_query", "hub_gpu_util_max", "hub_gpu_namespace_label",
     "hub_gpu_pod_label", "hub_gpu_model_label", "hub_ledger_resolution_s", "hub_ledger_bucket_s",
     "hub_ledger_capture_horizon_s", "hub_gpu_hour_prices", "hub_ledger_metric_window_s",
-    "hub_ledger_refresh_s", "hub_prometheus_timeout_s",
+    "hub_ledger_refresh_s", "hub_prometheus_timeout_s", "hub_gpu_scrape_interval_s",
 ]  # fmt: skip
 
 

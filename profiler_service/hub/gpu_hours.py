@@ -4,7 +4,9 @@ Two range queries over `hub_gpu_util_query` (one series per GPU while a pod hold
 at every bucket's end, aggregated by namespace, pod and GPU model:
 - held: how many `hub_ledger_resolution_s` intervals of the bucket held a sample of each GPU,
   a subquery of `present_over_time`; independent of the scrape interval, off by at most one
-  interval where a series starts or stops;
+  interval where a series starts or stops. Where `hub_gpu_scrape_interval_s` says the scrape
+  interval, it is the bucket's samples x that interval instead: one pass over the raw samples,
+  no subquery (bench/bench_ledger.py measures both);
 - busy: held x the mean utilisation of the bucket's samples over `hub_gpu_util_max`.
 Every range is shortened by 1 ms so that Prometheus 2's closed ranges and Prometheus 3's
 left-open ones count the same samples and neighbouring buckets never share one.
@@ -56,12 +58,16 @@ def queries(settings: LedgerSettings, bucket_s: int) -> dict[str, str]:
     ]
     by = f"sum by ({', '.join(labels)})"
     bucket = _ms(bucket_s - 0.001)
-    return {
-        "held_intervals": f"{by} (count_over_time(present_over_time({q}[{_ms(res - 0.001)}])"
-        f"[{bucket}:{_ms(res)}]))",
+    asked = {
         "util_sum": f"{by} (sum_over_time({q}[{bucket}]))",
         "util_samples": f"{by} (count_over_time({q}[{bucket}]))",
     }
+    if settings.hub_gpu_scrape_interval_s is None:
+        asked["held_intervals"] = (
+            f"{by} (count_over_time(present_over_time({q}[{_ms(res - 0.001)}])"
+            f"[{bucket}:{_ms(res)}]))"
+        )
+    return asked
 
 
 def query_gpu_hours(
@@ -98,9 +104,14 @@ def query_gpu_hours(
     )
     util = {k: _values(v) for k, v in _by_key(answers["util_sum"], labels).items()}
     samples = {k: _values(v) for k, v in _by_key(answers["util_samples"], labels).items()}
-    res, top = settings.hub_ledger_resolution_s, settings.hub_gpu_util_max
+    top = settings.hub_gpu_util_max
+    # seconds each counted value stands for: a resolution interval, or a scrape's
+    res = settings.hub_ledger_resolution_s
+    held_by = answers.get("held_intervals")
+    if held_by is None:
+        res, held_by = settings.hub_gpu_scrape_interval_s or 0.0, answers["util_samples"]
     pods = []
-    for key, series in _by_key(answers["held_intervals"], labels).items():
+    for key, series in _by_key(held_by, labels).items():
         namespace, pod, model = key
         if not pod:
             continue  # a GPU no pod holds: not a job's

@@ -29,6 +29,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from profiler_service.analysis.gpu_waste import CaptureWaste, capture_waste
 from profiler_service.analysis.summary import analyse_run
+from profiler_service.config import LedgerSettings
+from profiler_service.hub.gpu_hours import queries, query_gpu_hours
 from profiler_service.models import CaptureOptions, Snapshot, SnapshotStatus
 from profiler_service.store.object_store import ObjectStoreMirror
 
@@ -333,3 +335,21 @@ def test_without_prometheus_the_ledger_is_the_captures_shares_and_says_so(world,
     for job in body["jobs"]:
         assert 0 < job["idle_share"] <= 1
         assert sum(job["idle_share_by_cause"].values()) == pytest.approx(job["idle_share"], 1e-3)
+
+
+def test_a_known_scrape_interval_counts_the_same_hours_in_one_pass(world):
+    """`hub_gpu_scrape_interval_s` set: held hours are samples x interval, with no subquery;
+    both ways agree with the series to 1 %."""
+    end = int(time.time() // 60 * 60)
+    start = end - 2 * 86400
+    truth_held = sum(s.held_s(start, end, world.fleet.interval_s) for s in world.fleet.series)
+    truth_busy = sum(s.busy_s(start, end, world.fleet.interval_s) for s in world.fleet.series)
+    for interval in (None, world.fleet.interval_s):
+        settings = LedgerSettings(hub_prometheus_url=world.prometheus.url,
+                                  hub_gpu_scrape_interval_s=interval)  # fmt: skip
+        assert ("held_intervals" in queries(settings, 3600)) is (interval is None)
+        pods = query_gpu_hours(settings, start, end, 3600)
+        held = sum(sum(p.held_s.values()) for p in pods)
+        busy = sum(sum(p.busy_s.values()) for p in pods)
+        assert held == pytest.approx(truth_held, rel=0.01), interval
+        assert busy == pytest.approx(truth_busy, rel=0.01), interval
