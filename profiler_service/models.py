@@ -105,6 +105,20 @@ class Trigger(BaseModel):
     memory: MemoryReading | None = None  # memory_watch only
 
 
+class CaptureCost(BaseModel):
+    """What taking the capture cost the job: its step time while the trace ran against just
+    before, from the step timings the job reports (capture/cost.py). None where unknown, with
+    `note` saying why."""
+
+    step_ms_before: float | None = None
+    step_ms_during: float | None = None
+    ratio: float | None = None  # during / before: 1.05 = steps 5 % slower while traced
+    steps_before: int = 0
+    steps_during: int = 0
+    source: str = ""  # agent: the job's own step timings; prometheus+trace: see capture/cost.py
+    note: str | None = None
+
+
 class CaptureOptions(BaseModel):
     duration_ms: int
     host_tracer_level: int
@@ -115,6 +129,7 @@ class CaptureOptions(BaseModel):
     options_applied: bool = True
     # With the look-back trace: how long before the capture was asked for its trace began.
     lookback_ms: int = 0
+    cost: CaptureCost | None = None  # what the trace cost the job (capture/cost.py)
 
 
 class SnapshotError(BaseModel):

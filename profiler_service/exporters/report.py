@@ -8,7 +8,7 @@ from functools import cache
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from profiler_service.analysis.compare import Comparison
-from profiler_service.analysis.text_report import describe_saving, format_ms
+from profiler_service.analysis.text_report import describe_cost, describe_saving, format_ms
 from profiler_service.analysis.verification import headline
 from profiler_service.config import ReportSettings
 from profiler_service.exporters import charts
@@ -28,6 +28,7 @@ def _environment() -> Environment:
     env.filters["ms"] = format_ms
     env.globals["describe_saving"] = describe_saving
     env.globals["verification_headline"] = headline
+    env.globals["describe_cost"] = describe_cost
     return env
 
 

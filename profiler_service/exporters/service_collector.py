@@ -43,6 +43,7 @@ class LatestAnalysis:
     findings: Mapping[tuple[str, str], int]  # (rule, severity) -> count
     host_busy_s: Mapping[str, float] = field(default_factory=dict)  # multi-worker: per host
     gpu_busy: Mapping[str, float] = field(default_factory=dict)  # per GPU, 0-1 of the capture
+    cost_ratio: float | None = None  # step time while traced / before (capture.cost)
 
 
 def _path(data: Any, *keys: str) -> Any:
@@ -103,6 +104,7 @@ def read_analysis(snapshot_id: str, created_at: str, doc: str) -> LatestAnalysis
             if isinstance(h, Mapping) and _number((h.get("busy_ms_avg"), 1.0)) is not None
         },
         gpu_busy={str(d.get("device")): d["busy_pct"] / 100 for d in gpus},
+        cost_ratio=_number((_path(data, "capture", "cost", "ratio"), 1.0)),
     )
 
 
@@ -249,6 +251,14 @@ class ServiceCollector:
             labels=["target", "gpu"],
             unit="ratio",
         )
+        cost = GaugeMetricFamily(
+            "profiler_capture_cost_ratio",
+            "What the newest ready snapshot's capture cost the job: its step time while traced "
+            "over its step time just before (1.05 = 5% slower); absent where the job reports no "
+            "step timings.",
+            labels=["target"],
+            unit="ratio",
+        )
         regression = GaugeMetricFamily(
             "profiler_latest_step_time_regression_ratio",
             "Newest ready snapshot's step time over the target's baseline (1.1 = 10% slower).",
@@ -266,6 +276,8 @@ class ServiceCollector:
                     family.add_metric([target], value)
             if a.device_idle_share is not None:
                 idle.add_metric([target], a.device_idle_share)
+            if a.cost_ratio is not None:
+                cost.add_metric([target], a.cost_ratio)
             for (rule, severity), n in sorted(a.findings.items()):
                 findings.add_metric([target, rule, severity], n)
             for host, busy_s in sorted(a.host_busy_s.items()):
@@ -281,6 +293,7 @@ class ServiceCollector:
             findings,
             host_busy,
             gpu_busy,
+            cost,
             regression,
         )
 

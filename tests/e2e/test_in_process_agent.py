@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import httpx
+import pytest
 from helpers import start_job, wait_for_status
 
 from profiler_service import agent
@@ -57,6 +58,7 @@ AGENT_FIRST = """
 import json, os, sys
 import threading
 import httpx
+import pytest
 from profiler_service import agent
 embedded = agent.start(port=0, store=sys.argv[1])
 from profiler_service.demo.job import build_model, compute_bound_dataset
@@ -124,3 +126,39 @@ def test_the_agent_leaves_the_jobs_own_choice(tmp_path):
     )
     assert got["said"] == "left as the job set them (TF_CPU_ALLOCATOR_USE_BFC=false)"
     assert got["summary"]["memory_unrecorded"] is not None
+
+
+def trained_for(job, seconds: float) -> bool:
+    """Whether the job's own clock spans `seconds` of training."""
+    lines = job.clock.read_bytes().split(b"\n")[:-1] if job.clock.exists() else []
+    return (
+        len(lines) > 1 and (int(lines[-1].split()[0]) - int(lines[0].split()[0])) / 1e9 >= seconds
+    )
+
+
+def test_every_capture_says_what_it_cost_the_job(tmp_path):
+    """The job's own step timings while the trace ran against the seconds before: the steps
+    counted during the trace are the steps XProf found in it, give or take the edges."""
+    from helpers import wait_until
+
+    job = start_job(
+        "--workload", "compute-bound", "--agent", "--store", str(tmp_path / "store"),
+        clock=tmp_path / "clock",
+    )  # fmt: skip
+    try:
+        wait_until(lambda: trained_for(job, 12), 120, "12 s of training before the capture")
+        with httpx.Client(base_url=job.ready["agent_url"], timeout=120) as client:
+            body = client.post("/profile", params={"duration": "3s", "wait": "true"}).json()
+            metrics = client.get("/metrics").text
+    finally:
+        job.stop()
+    assert body["status"] == "ready", body.get("error")
+    cost = body["capture"]["cost"]
+    assert cost["source"] == "agent" and cost["note"] is None, cost
+    assert cost["steps_before"] >= 10 and cost["steps_during"] >= 5, cost
+    assert 0.5 < cost["ratio"] < 5
+    assert cost["ratio"] == pytest.approx(cost["step_ms_during"] / cost["step_ms_before"], 1e-3)
+    traced = body["summary"]["step_time"]["count"]
+    assert 0.5 * traced <= cost["steps_during"] <= 1.5 * traced + 5, (cost, traced)
+    line = next(x for x in metrics.splitlines() if x.startswith("profiler_capture_cost_ratio{"))
+    assert float(line.rsplit(" ", 1)[1]) == pytest.approx(cost["ratio"])

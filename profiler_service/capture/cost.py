@@ -1,0 +1,95 @@
+"""What a capture cost the job: its step time while the trace ran against its step time just
+before, read from the step timings the job already reports.
+
+- The in-process agent (and any job whose sidecar samples the agent's step timings): the
+  look-back ring's `step_time_ms` and `steps_per_s` samples, each one over the interval before
+  it. Samples that end by the trace's start, over the `BEFORE_MIN_S` (or twice the trace) before
+  it, give "before"; samples whose interval lies mostly inside the trace give "during". Both are
+  step-weighted means: the same clock, the same markers, nothing but the trace between them.
+- A sidecar whose job exports the step metrics to Prometheus: the lead-up's `step_time_ms` query
+  (a one-minute rate) just before the trace, against the trace's own steps (XProf's step time):
+  `prometheus+trace`, rougher, said so.
+- Neither: unknown, and the note says what would tell it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+from datetime import datetime
+
+from profiler_service.lookback.models import LeadUp, Series
+from profiler_service.models import CaptureCost
+
+__all__ = ["BEFORE_MIN_S", "capture_cost"]
+
+BEFORE_MIN_S = 10.0  # at least this long before the trace, or twice the trace when longer
+# A sample counts as "during" when at least this share of its interval lies inside the trace.
+DURING_MIN_OVERLAP = 0.5
+
+UNKNOWN = (
+    "the job's step time around the capture is unknown: it reports no step timings (mark its "
+    "steps with `ProfilerStepCallback` or `training_step`, and run the agent, or export "
+    "`profiler_training_step_duration_seconds` to the Prometheus of `prometheus_url`)"
+)
+
+
+def capture_cost(
+    lead_up: LeadUp | None,
+    started: datetime,
+    finished: datetime,
+    trace_step_ms: float | None = None,
+    trace_steps: int = 0,
+) -> CaptureCost:
+    start, end = started.timestamp(), finished.timestamp()
+    series = {(s.name, s.source == "prometheus"): s for s in (lead_up.series if lead_up else [])}
+    own = series.get(("step_time_ms", False))
+    if own is not None and own.points:
+        return _from_samples(own, series.get(("steps_per_s", False)), start, end)
+    rate = series.get(("step_time_ms", True))
+    before = [v for t, v in rate.points if t <= start] if rate else []
+    if before and trace_step_ms:
+        ratio = trace_step_ms / before[-1] if before[-1] > 0 else None
+        return CaptureCost(
+            step_ms_before=round(before[-1], 3),
+            step_ms_during=round(trace_step_ms, 3),
+            ratio=round(ratio, 4) if ratio else None,
+            steps_during=trace_steps,
+            source="prometheus+trace",
+            note="before: Prometheus's one-minute rate of the job's step timings; during: the "
+            "trace's own steps (XProf): a rough figure",
+        )
+    return CaptureCost(note=UNKNOWN)
+
+
+def _from_samples(times: Series, counts: Series | None, start: float, end: float) -> CaptureCost:
+    stamps = [t for t, _ in times.points]
+    gaps = [b - a for a, b in itertools.pairwise(stamps) if b > a]
+    interval = statistics.median(gaps) if gaps else 1.0
+    weight = dict(counts.points) if counts else {}
+    window = max(BEFORE_MIN_S, 2 * (end - start))
+    before: list[tuple[float, float]] = []
+    during: list[tuple[float, float]] = []
+    for t, ms in times.points:
+        steps = weight.get(t, 1.0)
+        if steps <= 0:
+            continue
+        inside = max(0.0, min(t, end) - max(t - interval, start)) / interval
+        if t <= start and t > start - window:
+            before.append((ms, steps))
+        elif inside >= DURING_MIN_OVERLAP:
+            during.append((ms, steps))
+    cost = CaptureCost(source=times.source)
+    if before:
+        cost.steps_before = round(sum(n for _, n in before))
+        cost.step_ms_before = round(sum(ms * n for ms, n in before) / sum(n for _, n in before), 3)
+    if during:
+        cost.steps_during = round(sum(n for _, n in during))
+        cost.step_ms_during = round(sum(ms * n for ms, n in during) / sum(n for _, n in during), 3)
+    if cost.step_ms_before and cost.step_ms_during is not None:
+        cost.ratio = round(cost.step_ms_during / cost.step_ms_before, 4)
+    elif not before:
+        cost.note = "no step ended in the seconds before the trace: nothing to compare with"
+    else:
+        cost.note = "no step ended while the trace ran (a step longer than the capture?)"
+    return cost
