@@ -13,7 +13,14 @@ that rotates round by round so drift (thermal, other load) hits every arm alike:
   - idle:    the same with the agent's defaults: the sampler reads steps, RSS, TF memory and
              NVML every second into a 300 s ring, and the memory watch checks each sample;
   - capture: the same, during an in-process capture started through the agent's `POST /profile`
-             (tracer levels at their defaults); the round's steps all fall inside the trace;
+             (tracer levels at their defaults) once the analysis worker the agent starts at
+             start-up is up, as in a job that has run a while; the round's steps all fall
+             inside the trace;
+  - capture, worker importing: the same capture right after the agent started, its analysis
+             worker importing XProf during the trace: what every capture paid (the worker then
+             started as the capture began) until the worker's start moved after the trace;
+  - trace alone: no agent; TensorFlow's in-process trace started and stopped directly around
+             the round: the part no agent can remove;
   - continuous: no agent; the look-back trace's continuous session on this process's own
              profiler server (TF 2.21, `tf.profiler.experimental.server.start`), rotated every
              `--lookback-trace` seconds by the sidecar's client (capture/continuous.py), as
@@ -120,6 +127,8 @@ def main() -> None:
         "no-ring": [],
         "idle": [],
         "capture": [],
+        "capture, worker importing": [],
+        "trace alone": [],
         "continuous": [],
     }
     server_port = free_port()
@@ -148,9 +157,30 @@ def main() -> None:
     late = 0
     samples_per_round: list[int] = []
 
-    def with_agent(capture: bool, ring: bool = True) -> float:
+    def trace_alone() -> float:
+        """TensorFlow's own in-process trace, started and stopped here: what no agent removes."""
+        logdir = tempfile.mkdtemp(prefix="bench-trace-", dir=store)
+        tf.profiler.experimental.start(logdir)
+        try:
+            return fit([ProfilerStepCallback()])
+        finally:
+            tf.profiler.experimental.stop()
+
+    def worker_ready(embedded) -> None:
+        """The analysis worker the agent starts at start-up has imported XProf (said READY)."""
+        workers = embedded.service.controller.analyzer.workers
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            idle = list(workers._idle)
+            if idle and idle[0].lines.qsize() > 0:
+                return
+            time.sleep(0.1)
+
+    def with_agent(capture: bool, ring: bool = True, settled: bool = False) -> float:
         nonlocal late
         embedded = agent.start(port=port, store=store, lookback_s=300 if ring else 0)
+        if settled:
+            worker_ready(embedded)
         try:
             with httpx.Client(base_url=url, timeout=60) as client:
                 if not capture:
@@ -183,7 +213,9 @@ def main() -> None:
         "bare": lambda: fit([]),
         "no-ring": lambda: with_agent(capture=False, ring=False),
         "idle": lambda: with_agent(capture=False),
-        "capture": lambda: with_agent(capture=True),
+        "capture": lambda: with_agent(capture=True, settled=True),
+        "capture, worker importing": lambda: with_agent(capture=True),
+        "trace alone": trace_alone,
         "continuous": continuous,
     }
     names = list(runners)
@@ -202,12 +234,12 @@ def main() -> None:
         subprocess.run(["rm", "-rf", str(store)], check=False)
 
     print()
-    print(f"{'arm':>8} {'median ms':>10} {'ratio':>7} {'min ms':>8} {'ratio':>7}")
+    print(f"{'arm':>22} {'median ms':>10} {'ratio':>7} {'min ms':>8} {'ratio':>7}")
     base_med, base_min = statistics.median(arms["bare"]), min(arms["bare"])
     for name, values in arms.items():
         med, low = statistics.median(values), min(values)
         print(
-            f"{name:>8} {med * 1000:>10.3f} {med / base_med:>7.3f} {low * 1000:>8.3f} "
+            f"{name:>22} {med * 1000:>10.3f} {med / base_med:>7.3f} {low * 1000:>8.3f} "
             f"{low / base_min:>7.3f}"
         )
     noise = (max(arms["bare"]) - min(arms["bare"])) / base_med * 100
@@ -242,6 +274,17 @@ def main() -> None:
         f"{min(arms['continuous']) / base_min:.3f} (minima); rotated every "
         f"{args.lookback_trace:g} s ({rotations} rotations per round)"
     )
+    print("the capture's cost by part (ratios of medians to bare):")
+    parts = {
+        "TensorFlow's trace (in-process, started and stopped directly)": "trace alone",
+        "+ the agent (its HTTP call, sampler, collection thread)": "capture",
+        "+ an analysis worker importing XProf during the trace": "capture, worker importing",
+    }
+    previous = 1.0
+    for label, name in parts.items():
+        ratio = statistics.median(arms[name]) / base_med
+        print(f"  {label}: {ratio:.3f} ({ratio - previous:+.3f})")
+        previous = ratio
     ring_cost()
 
 

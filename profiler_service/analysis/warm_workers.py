@@ -98,8 +98,8 @@ class WarmWorkers:
         self._closed = False
 
     def warm(self) -> None:
-        """Have one worker idle and importing XProf: called at start-up and as a capture begins,
-        so it is ready by the time the capture ends."""
+        """Have one worker idle and importing XProf: called at start-up (never as a capture
+        begins: importing XProf beside the traced job slows its steps)."""
         with self._lock:
             self._idle = [w for w in self._idle if w.alive()]
             if self._idle or self.idle_s <= 0 or self._closed:

@@ -291,7 +291,9 @@ class CaptureController:
             snapshot.workers = target.workers
             snapshot.capture_started_at = utcnow()
             self.store.update(snapshot)
-            self.analyzer.warm()  # imports XProf while the capture runs
+            # No analysis worker is started (XProf imported) while the trace runs: on the job's
+            # cores it slowed the traced steps (bench/bench_overhead.py); the analysis starts
+            # one after the trace if none is warm.
             captured = _with_deadline(capturer, job)
             snapshot.capture_finished_at = utcnow()
             began = captured.trace_began

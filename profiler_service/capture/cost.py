@@ -21,9 +21,19 @@ from datetime import datetime
 from profiler_service.lookback.models import LeadUp, Series
 from profiler_service.models import CaptureCost
 
-__all__ = ["BEFORE_MIN_S", "capture_cost"]
+__all__ = ["BEFORE_MIN_S", "COSTLY_RATIO", "capture_cost"]
 
 BEFORE_MIN_S = 10.0  # at least this long before the trace, or twice the trace when longer
+# A capture that slowed the job's steps by this much or more says how to make it cheaper.
+COSTLY_RATIO = 1.10
+COSTLY_ADVICE = (
+    "the trace slowed the job's steps by {pct:.0%}: TensorFlow records host events for every "
+    "op and tf.data element, which weighs most on short steps ({step:g} ms here). Cheaper "
+    "captures: shorter ones (`duration`), every finding is still made on fewer steps; from a "
+    "sidecar, `include_dataset_ops=false` (the findings stay; XProf's trace viewer loses the "
+    "dataset ops) or `host_tracer_level=1` (cheapest, but no input-bound verdict); TF 2.21's "
+    "in-process profiler ignores the levels (docs/performance.md, Cost to the job)"
+)
 # A sample counts as "during" when at least this share of its interval lies inside the trace.
 DURING_MIN_OVERLAP = 0.5
 
@@ -40,6 +50,20 @@ def capture_cost(
     finished: datetime,
     trace_step_ms: float | None = None,
     trace_steps: int = 0,
+) -> CaptureCost:
+    cost = _measured(lead_up, started, finished, trace_step_ms, trace_steps)
+    if cost.ratio is not None and cost.ratio >= COSTLY_RATIO and cost.step_ms_before:
+        advice = COSTLY_ADVICE.format(pct=cost.ratio - 1, step=round(cost.step_ms_before, 1))
+        cost.note = f"{cost.note}; {advice}" if cost.note else advice
+    return cost
+
+
+def _measured(
+    lead_up: LeadUp | None,
+    started: datetime,
+    finished: datetime,
+    trace_step_ms: float | None,
+    trace_steps: int,
 ) -> CaptureCost:
     start, end = started.timestamp(), finished.timestamp()
     series = {(s.name, s.source == "prometheus"): s for s in (lead_up.series if lead_up else [])}

@@ -206,9 +206,10 @@ class AnalysisSettings(Group):
     analysis_worker_idle_s: float = Field(
         default=900.0,
         ge=0,
-        description="A warm analysis worker (XProf imported; started at start-up and as each "
-        "capture begins) exits after this long without an analysis. 0: each analysis starts "
-        "its own worker.",
+        description="A warm analysis worker (XProf imported; started at start-up and kept after "
+        "each analysis) exits after this long without an analysis; the next analysis then "
+        "starts one after its trace (never during it: that slows the traced job). 0: each "
+        "analysis starts its own worker.",
     )
     analysis_worker_max_jobs: int = Field(
         default=20,

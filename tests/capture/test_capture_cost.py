@@ -36,8 +36,10 @@ def test_steps_before_and_during_the_trace_are_weighed_by_their_counts():
     times[4.0], counts[4.0] = 10.0, 100.0  # after the trace: neither
     times[-30.0], counts[-30.0] = 50.0, 20.0  # older than the before window: neither
     cost = capture_cost(ring(times, counts), T0, T0 + timedelta(seconds=3))
-    assert cost.source == "agent" and cost.note is None
+    assert cost.source == "agent"
     assert cost.step_ms_before == 10.0 and cost.step_ms_during == 12.5
+    # 25 % slower while traced: the snapshot says how to capture more cheaply
+    assert "slowed the job's steps by 25%" in cost.note and "include_dataset_ops" in cost.note
     assert cost.ratio == pytest.approx(1.25)
     # before: the BEFORE_MIN_S (10 s, more than twice the trace) up to its start
     assert cost.steps_before == 100 * BEFORE_MIN_S and cost.steps_during == 240
@@ -72,3 +74,10 @@ def test_prometheus_s_rate_against_the_trace_s_steps_where_the_ring_has_none():
 def test_a_job_that_reports_no_step_timings_has_an_unknown_cost_and_is_told_why():
     cost = capture_cost(None, T0, T0 + timedelta(seconds=2), trace_step_ms=12.0, trace_steps=5)
     assert cost.ratio is None and "ProfilerStepCallback" in cost.note
+
+
+def test_a_cheap_capture_says_nothing_more():
+    times = {float(t): 10.0 for t in range(-9, 1)} | {1.0: 10.3, 2.0: 10.3}
+    counts = dict.fromkeys(times, 100.0)
+    cost = capture_cost(ring(times, counts), T0, T0 + timedelta(seconds=2))
+    assert cost.ratio == pytest.approx(1.03) and cost.note is None

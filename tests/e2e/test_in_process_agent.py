@@ -154,7 +154,9 @@ def test_every_capture_says_what_it_cost_the_job(tmp_path):
         job.stop()
     assert body["status"] == "ready", body.get("error")
     cost = body["capture"]["cost"]
-    assert cost["source"] == "agent" and cost["note"] is None, cost
+    assert cost["source"] == "agent", cost
+    # a note only to say how to capture more cheaply, when the trace slowed the steps 10 % or more
+    assert cost["note"] is None or "slowed the job's steps" in cost["note"], cost
     assert cost["steps_before"] >= 10 and cost["steps_during"] >= 5, cost
     assert 0.5 < cost["ratio"] < 5
     assert cost["ratio"] == pytest.approx(cost["step_ms_during"] / cost["step_ms_before"], 1e-3)
