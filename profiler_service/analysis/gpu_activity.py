@@ -12,13 +12,22 @@ Analysis, it reads the trace's intervals; unlike XProf it does not need step mar
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from profiler_service.analysis.gpu_models import (
+    COPY_DIRECTION,
+    COPY_EVENT,
+    GEMM_KERNEL,
+    SIXTEEN_BIT_KERNEL,
+    TENSOR_CORE_KERNEL,
+    TENSOR_CORE_OPS,
+    model_name,
+    vendor_of,
+)
 from profiler_service.analysis.host_activity import Intervals
 from profiler_service.analysis.host_events import read_host_events
 from profiler_service.analysis.models import (
@@ -66,56 +75,6 @@ PRIORITY = (
     HostActivity.PYTHON,
     HostActivity.TF_DATA,
 )
-
-_TENSOR_CORE_OPS = re.compile(
-    r"(MatMul|Conv\d?D|Conv2DBackprop|Conv3DBackprop|Einsum|CudnnRNN|dot|convolution|gemm|Gemm)"
-)
-# cuBLAS/cuDNN/CUTLASS kernels that run on Tensor Cores name their MMA shape or path.
-_TENSOR_CORE_KERNEL = re.compile(
-    r"(884|1688|16816|hmma|HMMA|tensorop|xmma|wmma|_tc_|s16816|h16816|bf16816|tf32|cutlass.*mma"
-    r"|sm\d\d_xmma|gmma|nvjet)"
-)
-# Matmul and convolution kernels by their own names, where the plane maps them to no op.
-_GEMM_KERNEL = re.compile(r"(gemm|Gemm|GEMM|sgemm|conv|Conv|winograd|dot_general)")
-# Kernels that compute in 16 bits say so: cuBLAS/cuDNN/CUTLASS (fp16, bf16, h884, h1688,
-# h16816, hmma) and cuBLASLt's nvjet kernels (`_h_` for half-width inputs).
-_SIXTEEN_BIT_KERNEL = re.compile(r"(bf16|fp16|f16|half|h884|h1688|h16816|hmma|HMMA|_h_)")
-_COPY = re.compile(r"^Memcpy(H2D|D2H|D2D|P2P|DtoD|HtoD|DtoH|PtoP)?")
-
-# Known GPUs: (name, compute capability, SMs, nominal memory in GiB). The plane gives the
-# usable memory, a little under the nominal size; a name is given only where one GPU matches.
-KNOWN_GPUS: tuple[tuple[str, str, int, int], ...] = (
-    ("Tesla K80", "3.7", 13, 12),
-    ("Tesla P4", "6.1", 20, 8),
-    ("GeForce GTX 1080", "6.1", 20, 8),
-    ("GeForce GTX 1080 Ti", "6.1", 28, 11),
-    ("Tesla P100-16GB", "6.0", 56, 16),
-    ("Tesla P100-12GB", "6.0", 56, 12),
-    ("Tesla V100-16GB", "7.0", 80, 16),
-    ("Tesla V100-32GB", "7.0", 80, 32),
-    ("Titan V", "7.0", 80, 12),
-    ("Tesla T4", "7.5", 40, 16),
-    ("GeForce RTX 2060", "7.5", 30, 6),
-    ("GeForce RTX 2070", "7.5", 36, 8),
-    ("GeForce RTX 2080", "7.5", 46, 8),
-    ("GeForce RTX 2080 Ti", "7.5", 68, 11),
-    ("Quadro RTX 6000", "7.5", 72, 24),
-    ("Quadro RTX 8000", "7.5", 72, 48),
-    ("A100-40GB", "8.0", 108, 40),
-    ("A100-80GB", "8.0", 108, 80),
-    ("A30", "8.0", 56, 24),
-    ("A10", "8.6", 72, 24),
-    ("A40", "8.6", 84, 48),
-    ("GeForce RTX 3080", "8.6", 68, 10),
-    ("GeForce RTX 3090", "8.6", 82, 24),
-    ("L4", "8.9", 58, 24),
-    ("L40S", "8.9", 142, 48),
-    ("GeForce RTX 4090", "8.9", 128, 24),
-    ("H100 SXM", "9.0", 132, 80),
-    ("H100 PCIe", "9.0", 114, 80),
-    ("H200", "9.0", 132, 141),
-)
-MEMORY_USABLE_SHARE = 0.85  # usable memory is at least this share of the nominal size
 
 
 def has_gpu_planes(capture: CaptureFile | Path) -> bool:
@@ -188,8 +147,8 @@ class _Streams:
         names = PlaneNames(plane)
         op_stat_ids = {k for k, v in names.stats.items() if v in _OP_STATS}
         kinds = {mid: _kind(name) for mid, name in names.events.items()}
-        sixteen = {mid for mid, name in names.events.items() if _SIXTEEN_BIT_KERNEL.search(name)}
-        gemm = {mid for mid, name in names.events.items() if _GEMM_KERNEL.search(name)}
+        sixteen = {mid for mid, name in names.events.items() if SIXTEEN_BIT_KERNEL.search(name)}
+        gemm = {mid for mid, name in names.events.items() if GEMM_KERNEL.search(name)}
         begins, ends, kind_of, eligible, low = [], [], [], [], []
         for line in plane.lines:
             if line.name in DERIVED_LINES or line.id < 0:
@@ -217,20 +176,19 @@ class _Streams:
 
 
 def _kind(name: str) -> str:
-    copy = _COPY.match(name)
+    copy = COPY_EVENT.match(name)
     if copy:
-        direction = (copy.group(1) or "D2D").replace("to", "2").replace("Pto", "P2")
-        return {"H2D": "h2d", "D2H": "d2h"}.get(direction, "d2d")
+        return COPY_DIRECTION.get(copy.group(1) or "", "d2d")
     if name.startswith("Memset"):
         return "memset"
-    return "tensor_core" if _TENSOR_CORE_KERNEL.search(name) else "kernel"
+    return "tensor_core" if TENSOR_CORE_KERNEL.search(name) else "kernel"
 
 
 def _eligible_op(event: Any, op_stat_ids: set[int], names: PlaneNames) -> bool:
     for stat in event.stats:
         if stat.metadata_id in op_stat_ids:
             op = str(names.value(stat) or "")
-            return bool(_TENSOR_CORE_OPS.search(op.rsplit(":", 1)[-1]))
+            return bool(TENSOR_CORE_OPS.search(op.rsplit(":", 1)[-1]))
     return False
 
 
@@ -272,7 +230,8 @@ def _device(
     return GpuDevice(
         device=plane.name if not prefix else f"{prefix}{plane.name}",
         host=prefix,
-        model=_model_name(cc, sms, memory, figures),
+        vendor=vendor_of(figures),
+        model=model_name(cc, sms, memory, figures),
         compute_capability=cc,
         sm_count=sms,
         memory_bytes=memory,
@@ -308,23 +267,6 @@ def _compute_capability(figures: dict[str, Any]) -> str | None:
     if major is None:
         return None
     return f"{int(major)}.{int(minor or 0)}"
-
-
-def _model_name(
-    cc: str | None, sms: int | None, memory: int | None, figures: dict[str, Any]
-) -> str | None:
-    for key in ("device_name", "gpu_name", "device_model"):
-        if isinstance(figures.get(key), str) and figures[key]:
-            return figures[key]
-    if cc is None or sms is None or memory is None:
-        return None
-    gib = memory / 2**30
-    matches = [
-        name
-        for name, known_cc, known_sms, nominal in KNOWN_GPUS
-        if (known_cc, known_sms) == (cc, sms) and nominal * MEMORY_USABLE_SHARE <= gib <= nominal
-    ]
-    return matches[0] if len(matches) == 1 else None
 
 
 def _as_int(value: Any) -> int | None:

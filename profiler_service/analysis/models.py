@@ -312,6 +312,7 @@ class GpuDevice(BaseModel):
 
     device: str  # /device:GPU:0, prefixed with the host when the capture has several
     host: str = ""
+    vendor: str = "nvidia"  # nvidia, amd (the plane's device_vendor): gpu_models.Vendor
     model: str | None = None  # where the figures below identify one
     compute_capability: str | None = None
     sm_count: int | None = None

@@ -216,9 +216,12 @@ def host_device_transfer(summary: Summary) -> Finding | None:
 def tensor_cores_unused(summary: Summary) -> Finding | None:
     """At least `TENSOR_CORE_UNUSED_SHARE` of kernel time is in Tensor-Core-eligible ops
     whose kernels do not use them (XProf's kernel stats); silent where mixed_precision fires,
-    which gives the same advice from the GPU's precision.
+    which gives the same advice from the GPU's precision, and on AMD GPUs, where XProf reads
+    Tensor Core use from NVIDIA's kernel names (mixed_precision reads ROCm's).
     """
     if mixed_precision(summary) is not None:
+        return None
+    if summary.gpu is not None and any(d.vendor == "amd" for d in summary.gpu.devices):
         return None
     k = summary.kernels
     unused = share(k.eligible_unused_us, k.total_us)

@@ -5,6 +5,7 @@ GPUs against each other."""
 from __future__ import annotations
 
 from profiler_service.analysis.gpu_activity import SHORT_KERNEL_US
+from profiler_service.analysis.gpu_models import Vendor
 from profiler_service.analysis.models import Finding, HostActivity, Severity, Summary
 from profiler_service.analysis.rules.registry import rule, share
 
@@ -101,6 +102,7 @@ def mixed_precision(summary: Summary) -> Finding | None:
     if cc is None or cc < TENSOR_CORE_MIN_CC:
         return None
     u = summary.utilisation
+    units = Vendor(device.vendor).matrix_units
     eligible = sum(d.kernels.tensor_core_eligible_ms for d in gpu.active)
     on_tensor_cores = sum(d.kernels.tensor_core_ms for d in gpu.active)
     sixteen_bit_ms = sum(d.kernels.sixteen_bit_ms for d in gpu.active)
@@ -115,7 +117,7 @@ def mixed_precision(summary: Summary) -> Finding | None:
             return None
         basis = (
             f"{on_tensor_cores / eligible:.0%} of matmul and convolution kernel time "
-            "runs on Tensor Cores"
+            f"runs on {units}"
         )
     else:
         return None
@@ -124,7 +126,7 @@ def mixed_precision(summary: Summary) -> Finding | None:
     name = device.model or f"GPU (compute capability {device.compute_capability})"
     return Finding(
         severity=severity,
-        title=f"The {name} has Tensor Cores but computes in 32-bit: {basis}",
+        title=f"The {name} has {units} but computes in 32-bit: {basis}",
         evidence={
             "gpu": device.model,
             "compute_capability": device.compute_capability,
@@ -215,7 +217,7 @@ def gpu_imbalance(summary: Summary) -> Finding | None:
     info level: it may never have meant to use the others, which its step time does not pay
     for but its GPU request does."""
     gpu = summary.gpu
-    if gpu is None or len(gpu.devices) < 2 or not gpu.active:
+    if gpu is None or len(gpu.devices) < 2 or not gpu.active or trace_missing(summary):
         return None
     active = gpu.active
     unused = [d.device for d in gpu.devices if not d.kernels.count]
