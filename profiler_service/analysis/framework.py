@@ -2,8 +2,8 @@
 
 The advice a capture gets depends on what wrote it (a Keras `fit`, a custom TF loop, JAX), and
 no field of an XSpace says so. Each plane declares the names its events and stats use
-(`event_metadata`, `stat_metadata`), a few thousand at most even in a 30 MB capture, so these
-are read and the events themselves are not. First rule that holds wins:
+(`event_metadata`, `stat_metadata`), thousands where a capture holds millions of events, so
+these are read and the events themselves are not. First rule that holds wins:
 
 - `keras3-jax`: a JAX capture (below) whose `jit_train_step` / `jit_test_step` module, on the
   `/host:metadata` plane, has Keras's `compile_loss` name scope in its HLO (Keras 3 enters
@@ -14,13 +14,14 @@ are read and the events themselves are not. First rule that holds wins:
   names its kernels' ops (`jit(dot)/dot_general` in the MI300X captures) would show the scope
   in an op path `jit(train_step)/.../compile_loss/...`, a cue inferred, not seen on a Keras
   capture. Read through the subset without either, such a capture is `jax`.
-- `jax`: a `PjitFunction(<name>)` event, JAX's jit dispatch (JAX 0.8-0.11), or a `jax_version`
-  stat (on `/host:metadata`, JAX 0.10 on). Checked before TensorFlow's markers: a JAX job
-  reading a tf.data pipeline also runs TensorFlow's executor.
+- `jax`: a `PjitFunction(<name>)` event, JAX's jit dispatch (seen in JAX 0.8, 0.10, 0.11), or
+  a `jax_version` stat on `/host:metadata` (0.10 and 0.11 write it, 0.8 does not). Checked
+  before TensorFlow's markers: a JAX job reading a tf.data pipeline also runs TF's executor.
 - `keras3-tensorflow`: a tf.function of Keras 3's TF trainer, by its call event
   (`multi_step_on_iterator`), its concrete function (`__inference_multi_step_on_iterator_853`)
-  or its XLA module (`a_inference_one_step_on_data_817__.5` under `jit_compile`). Keras 3.0-3.3
-  named the steps-per-execution=1 function `one_step_on_iterator` (from its source; no capture).
+  or its XLA module (`a_inference_one_step_on_data_817__.5` under `jit_compile`). Earlier Keras 3
+  releases named the steps-per-execution=1 function `one_step_on_iterator` (from their source;
+  not seen in a capture).
 - `keras2`: Keras 2's `train_function` / `test_function` / `predict_function`, by call event
   or as `__inference_train_function_1167` (tf.keras up to TF 2.15, tf_keras after).
 - `tensorflow`: TensorFlow's runtime without a Keras function: `ExecutorState::Process`,
