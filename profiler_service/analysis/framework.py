@@ -16,7 +16,7 @@ these are read and the events themselves are not. First rule that holds wins:
   capture. Read through the subset without either, such a capture is `jax`.
 - `jax`: a `PjitFunction(<name>)` event, JAX's jit dispatch (seen in JAX 0.8, 0.10, 0.11), or
   a `jax_version` stat on `/host:metadata` (0.10 and 0.11 write it, 0.8 does not). Checked
-  before TensorFlow's markers: a JAX job reading a tf.data pipeline also runs TF's executor.
+  before TensorFlow's markers, which a JAX job reading a tf.data pipeline would also show.
 - `keras3-tensorflow`: a tf.function of Keras 3's TF trainer, by its call event
   (`multi_step_on_iterator`), its concrete function (`__inference_multi_step_on_iterator_853`)
   or its XLA module (`a_inference_one_step_on_data_817__.5` under `jit_compile`). Earlier Keras 3
