@@ -429,6 +429,9 @@ class Summary(BaseModel):
 
     tools: list[str] = Field(default_factory=list)
     hosts: list[str] = Field(default_factory=list)
+    # What ran the job (framework.Framework): tensorflow, keras2, keras3-tensorflow, keras3-jax,
+    # jax, unknown; None for an analysis older than the reading.
+    framework: str | None = None
     bottleneck: str | None = None  # XProf's verdict: input, host, device, unknown
     next_step_advice: str | None = None
     step_time: StepTime = Field(default_factory=StepTime)

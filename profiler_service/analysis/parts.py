@@ -46,6 +46,7 @@ class Parts:
     tf_functions: TfFunctions | None = None
     eager: EagerDispatch | None = None  # the first host's eager ops in its steps
     gpu: GpuActivity | None = None
+    framework: str | None = None  # framework.Framework, from the first host's capture
     per_host: list[HostSummary] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what could not be read, in reading order
 
@@ -69,6 +70,7 @@ def assemble(parts: Parts) -> Summary:
     return Summary(
         tools=parts.tools,
         hosts=parts.hosts,
+        framework=parts.framework,
         bottleneck=overview.bottleneck,
         next_step_advice=overview.next_step_advice,
         step_time=overview.step_time,

@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field
 
 from profiler_service.analysis import memory_events
 from profiler_service.analysis.eager_dispatch import read_eager_dispatch
+from profiler_service.analysis.framework import read_framework
 from profiler_service.analysis.gpu_activity import has_gpu_planes, read_gpu_activity
 from profiler_service.analysis.host_events import HostEvents, read_host_events
 from profiler_service.analysis.host_readers import add_allocations, costliest_tf_functions
@@ -93,6 +94,7 @@ def summarise_run(run_dir: Path) -> Summary:
     first = events.by_host.get(captures[0].host)
     parts.notes.extend(_per_training_step(parts.overview.step_time, captures[0], first))
     parts.gpu = events.gpu
+    parts.framework = events.framework
     parts.notes.extend(events.notes)
     for tool, read in _OPTIONAL_TOOLS.items():
         if tool in fetched:
@@ -126,6 +128,7 @@ class _OwnEvents:
 
     by_host: dict[str, HostEvents] = field(default_factory=dict)
     gpu: GpuActivity | None = None
+    framework: str | None = None
     notes: list[str] = field(default_factory=list)
 
 
@@ -142,6 +145,11 @@ def _own_events(captures: list[CaptureFile]) -> _OwnEvents:
         found.by_host[capture.host] = events
         if events.activity is not None:
             activity[capture.path] = events.activity
+    framework = _read_or_note(lambda: read_framework(captures[0].space()))
+    if isinstance(framework, Failed):
+        found.notes.append(f"framework: {framework.reason}")
+    else:
+        found.framework = framework.value
     gpu = _read_or_note(lambda: read_gpu_activity(captures, activity))
     if isinstance(gpu, Failed):
         found.notes.append(f"GPU planes: {gpu.reason}")

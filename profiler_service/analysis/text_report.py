@@ -6,6 +6,7 @@ import textwrap
 from collections import Counter
 
 from profiler_service.analysis.compare import Comparison, GateMetric
+from profiler_service.analysis.framework import Framework
 from profiler_service.analysis.models import Finding, HostActivity, Summary
 from profiler_service.analysis.verification import headline
 from profiler_service.models import CaptureCost, Snapshot
@@ -15,8 +16,20 @@ _VENDOR_PREFIXES = ("GeForce ", "Tesla ", "NVIDIA ")
 _TIMES = "\N{MULTIPLICATION SIGN}"
 
 
+def framework_label(summary: Summary) -> str | None:
+    """`Keras 3 on JAX`, or None where the capture says nothing (or predates the reading)."""
+    if summary.framework is None or summary.framework == Framework.UNKNOWN:
+        return None
+    try:
+        return Framework(summary.framework).label
+    except ValueError:  # a newer analysis's value
+        return summary.framework
+
+
 def format_summary(summary: Summary) -> list[str]:
     lines = []
+    if (label := framework_label(summary)) is not None:
+        lines.append(f"the job runs {label}")
     st = summary.step_time
     if st.count:
         lines.append(

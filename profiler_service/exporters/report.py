@@ -8,7 +8,12 @@ from functools import cache
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from profiler_service.analysis.compare import Comparison
-from profiler_service.analysis.text_report import describe_cost, describe_saving, format_ms
+from profiler_service.analysis.text_report import (
+    describe_cost,
+    describe_saving,
+    format_ms,
+    framework_label,
+)
 from profiler_service.analysis.verification import headline
 from profiler_service.config import ReportSettings
 from profiler_service.exporters import charts
@@ -29,6 +34,7 @@ def _environment() -> Environment:
     env.globals["describe_saving"] = describe_saving
     env.globals["verification_headline"] = headline
     env.globals["describe_cost"] = describe_cost
+    env.globals["framework_label"] = framework_label
     return env
 
 

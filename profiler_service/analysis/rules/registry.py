@@ -11,6 +11,7 @@ import logging
 from collections.abc import Callable
 
 from profiler_service.analysis import impact
+from profiler_service.analysis.framework_advice import speak
 from profiler_service.analysis.models import Finding, Summary
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,7 @@ def evaluate(summary: Summary) -> list[Finding]:
             finding = func(summary)
             if finding is not None:
                 finding.impact = impact.estimate(finding, summary)
+                finding = speak(finding, summary)
         except Exception:
             log.exception("rule %s failed", name)
             continue
