@@ -58,7 +58,52 @@ JAX_ADVICE: dict[str, str] = {
     "step_num=i): state = train_step(state, batch)`; capture while the job is training.",
     "op_dominates": "Optimise this op first: check its shapes and dtype (bfloat16), and "
     "whether XLA fuses it with its neighbours (one `jax.jit` over the whole step).",
+    "memory_pressure": "One larger batch or model from out-of-memory: reduce the batch, compute "
+    "in bfloat16, recompute activations (`jax.checkpoint` around the blocks), donate the state "
+    "the step replaces (`donate_argnums`), and mind JAX's preallocation "
+    "(`XLA_PYTHON_CLIENT_MEM_FRACTION`) when something else shares the device.",
+    "memory_temporaries": "Growing arrays step by step keeps every intermediate alive: "
+    "preallocate and write with `.at[i].set(...)` inside the jitted step, or loop with "
+    "`jax.lax.scan`, which XLA lays out once.",
+    "step_temporaries": "Not a leak: the memory comes back at the end of every step. To lower "
+    "the peak, recompute activations (`jax.checkpoint`), donate the buffers the step replaces "
+    "(`jax.jit(step, donate_argnums=0)`), and compute in smaller chunks (`jax.lax.map` over "
+    "slices, smaller batches).",
+    "memory_growth": "Something keeps each step's arrays alive: device arrays appended to a "
+    "Python list (losses, outputs, metrics kept as arrays instead of `float()` every N steps), "
+    "new shapes compiling new executables that `jax.jit` caches (pad to fixed shapes), and "
+    "state not donated to the step that replaces it (`donate_argnums`).",
+    "xla_recompilation": "`jax.jit` compiles again for every new input shape, dtype or static "
+    "argument: feed it few shapes (fixed batches, sequences padded to a few buckets, the last "
+    "partial batch padded or dropped), keep `static_argnums` values few, and watch "
+    "`jax.config.update('jax_log_compiles', True)`.",
+    "compile_time": "Steps keep compiling: `jax.jit` compiles for every new input shape or "
+    "static argument: pad to fixed shapes, keep static arguments few, and cache compilations "
+    "across runs (`jax.config.update('jax_compilation_cache_dir', ...)`).",
 }
+JAX_ADVICE["device_trace_missing"] = (
+    "Nothing here says whether the GPUs worked; fix the trace and capture again. The job's log "
+    "names the cause at the capture's start: CUPTI not found (install the CUDA wheels JAX "
+    'brings, `pip install -U "jax[cuda12]"`, or put CUDA\'s `extras/CUPTI/lib64` on '
+    "`LD_LIBRARY_PATH`); `CUPTI_ERROR_INSUFFICIENT_PRIVILEGES` (set "
+    '`options nvidia "NVreg_RestrictProfilingToAdminUsers=0"` on the node, or give the '
+    "container `SYS_ADMIN`); or a trace started before the GPU backend was initialised."
+)
+# On AMD GPUs the tracer is ROCm's, not CUPTI.
+ROCM_TRACE_MISSING = (
+    "Nothing here says whether the GPUs worked; fix the trace and capture again. ROCm's tracer "
+    "(roctracer / rocprofiler-sdk, which XLA's ROCm profiler loads) recorded nothing: check "
+    "that the ROCm profiler libraries are in the image (`/opt/rocm/lib/libroctracer64.so` or "
+    "`librocprofiler-sdk.so`), that the container reaches `/dev/kfd` and `/dev/dri` (the "
+    "`video` and `render` groups), and that the capture asked for a device trace "
+    "(`device_tracer_level=1`)."
+)
+
+# input_bound, where the capture shows no tf.data pipeline to advise on.
+_JAX_GENERIC_INPUT = (
+    f"The device waits for input: {_JAX_INPUT}; decode and augment in parallel workers, not in "
+    "the training loop's Python."
+)
 
 # Keras 3 on JAX: the JAX knobs through Keras's own API where it has one.
 KERAS3_JAX_ADVICE: dict[str, str] = {
@@ -114,6 +159,8 @@ def speak(finding: Finding, summary: Summary) -> Finding:
             finding.title = finding.title.replace(tensorflow, jax)
     gpu = summary.gpu
     if gpu is not None and gpu.devices and all(d.vendor == "amd" for d in gpu.devices):
+        if finding.rule == "device_trace_missing":
+            finding.recommendation = ROCM_TRACE_MISSING
         for nvidia, rocm in _ROCM_NAMES:
             finding.recommendation = finding.recommendation.replace(nvidia, rocm)
     return finding
@@ -122,6 +169,8 @@ def speak(finding: Finding, summary: Summary) -> Finding:
 def _jax_advice(finding: Finding, summary: Summary, keras: bool) -> str | None:
     if keras and finding.rule in KERAS3_JAX_ADVICE:
         return KERAS3_JAX_ADVICE[finding.rule]
+    if finding.rule == "input_bound":
+        return _JAX_GENERIC_INPUT if finding.evidence.get("generic_advice") else None
     if finding.rule == "device_idle":
         meanwhile = finding.evidence.get("idle_while_host_pct") or {}
         if not meanwhile:

@@ -60,3 +60,27 @@ def test_the_same_capture_with_its_gpu_trace_says_nothing_of_a_missing_trace(tmp
         shutil.copy(path, tmp_path / path.name)
     rules = {f.rule for f in analyse_run(tmp_path).findings}
     assert "device_trace_missing" not in rules and "device_idle" in rules
+
+
+@pytest.mark.parametrize(
+    ("source", "says", "never"),
+    [
+        ("amd-tracelens-mi300x/jax08_gemm", "roctracer", "CUPTI"),
+        ("jax-h200/bf16_matmul", "jax[cuda12]", "tensorflow[and-cuda]"),
+    ],
+)
+def test_an_empty_trace_is_explained_for_its_vendor_and_framework(source, says, never, tmp_path):
+    """The same emptied planes from JAX on AMD MI300X and on an NVIDIA H200: ROCm's tracer,
+    not CUPTI, on AMD; JAX's CUDA wheels, not TensorFlow's, for a JAX job."""
+    run = RTX_2060_INPUT.parents[1] / source
+    for path in run.glob("*.xplane.pb"):
+        space = xplane_pb2.XSpace()
+        space.ParseFromString(path.read_bytes())
+        for plane in space.planes:
+            if plane.name.startswith(GPU_PLANE_PREFIX):
+                del plane.lines[:]
+        (tmp_path / path.name).write_bytes(space.SerializeToString())
+    result = analyse_run(tmp_path)
+    finding = next(f for f in result.findings if f.rule == "device_trace_missing")
+    assert says in finding.recommendation and never not in finding.recommendation
+    assert not DEVICE_RULES & {f.rule for f in result.findings}
