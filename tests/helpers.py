@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -430,3 +431,17 @@ def memory_cgroup(name: str) -> Iterator[Path | None]:
         while (path / "cgroup.procs").read_text().strip() and time.monotonic() < deadline:
             time.sleep(0.2)
         path.rmdir()
+
+
+GPU_CAPTURES = Path(__file__).resolve().parent / "fixtures" / "gpu-captures"
+
+
+def analyse_copy(run: Path, tmp_path: Path):
+    """A fixture run analysed from a copy: XProf writes its cache beside the capture."""
+    from profiler_service.analysis.summary import analyse_run
+
+    copy = tmp_path / run.name
+    copy.mkdir()
+    for path in run.glob("*.xplane.pb"):
+        shutil.copy(path, copy / path.name)
+    return analyse_run(copy)

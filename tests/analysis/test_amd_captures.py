@@ -5,23 +5,19 @@ read from ROCm's kernel names, XProf's NVIDIA-only Tensor Core reading not trust
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
+from helpers import GPU_CAPTURES, analyse_copy
 
 from profiler_service.analysis.gpu_models import Vendor
-from profiler_service.analysis.summary import AnalysisResult, analyse_run
+from profiler_service.analysis.summary import AnalysisResult
 
-MI300X = Path(__file__).resolve().parents[1] / "fixtures/gpu-captures/amd-tracelens-mi300x"
+MI300X = GPU_CAPTURES / "amd-tracelens-mi300x"
 
 
 def analyse(name: str, tmp_path: Path) -> AnalysisResult:
-    copy = tmp_path / name
-    copy.mkdir()
-    for path in (MI300X / name).glob("*.xplane.pb"):
-        shutil.copy(path, copy / path.name)
-    return analyse_run(copy)
+    return analyse_copy(MI300X / name, tmp_path)
 
 
 @pytest.mark.parametrize("name", ["jax08_gemm", "jax08_attention", "jax08_elementwise",

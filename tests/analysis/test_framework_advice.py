@@ -4,24 +4,15 @@ captures: JAX on an H200 and on AMD MI300X GPUs, Keras 2 on an RTX 2060
 
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
-
 import pytest
+from helpers import GPU_CAPTURES, analyse_copy
 
-from profiler_service.analysis.summary import AnalysisResult, analyse_run
-
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures/gpu-captures"
+FIXTURES = GPU_CAPTURES
 TENSORFLOW_ONLY = ("tf.function", "tf.keras", "MirroredStrategy", "tf.distribute",
                    "prefetch_to_device", "mixed_float16", "CommunicationOptions")  # fmt: skip
 
 
-def analyse(run: Path, tmp_path: Path) -> AnalysisResult:
-    copy = tmp_path / run.name
-    copy.mkdir()
-    for path in run.glob("*.xplane.pb"):
-        shutil.copy(path, copy / path.name)
-    return analyse_run(copy)
+analyse = analyse_copy
 
 
 @pytest.mark.parametrize(
