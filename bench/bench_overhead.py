@@ -1,7 +1,7 @@
 """What the profiler costs the job it watches: step time bare, with an idle agent (with and
 without its look-back ring), capturing; and what the ring holds in memory.
 
-    .venv/bin/python bench/bench_overhead.py [--rounds 5] [--steps 400]
+    .venv/bin/python bench/bench_overhead.py [--rounds 5] [--steps 400] [--precision 0.025]
 
 One real Keras training job in this process (a tf.data pipeline: parallel map, batch, prefetch,
 into a 3-layer MLP), trained in rounds of `--steps` steps. Each round runs three arms, in an order
@@ -38,6 +38,7 @@ import argparse
 import logging
 import math
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -90,7 +91,16 @@ def dataset(batch_size: int = 128) -> tf.data.Dataset:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=5, help="at least this many rounds")
+    parser.add_argument(
+        "--precision",
+        type=float,
+        default=0.0,
+        help="then keep going until the capture arm's ratio to bare is known to +-this (the "
+        "95%% bootstrap interval's half-width over the rounds' paired ratios), e.g. 0.025 to "
+        "tell 5%% from noise; 0: exactly --rounds",
+    )
+    parser.add_argument("--max-rounds", type=int, default=60, help="bound for --precision")
     parser.add_argument("--steps", type=int, default=400, help="steps per arm per round")
     parser.add_argument("--width", type=int, default=256, help="hidden layer width")
     parser.add_argument("--lookback-trace", type=float, default=1.0, help="rotation, seconds")
@@ -220,12 +230,17 @@ def main() -> None:
     }
     names = list(runners)
     try:
-        for r in range(args.rounds):
+        r = 0
+        while r < args.rounds or (
+            args.precision > 0
+            and r < args.max_rounds
+            and paired_interval(arms["capture"], arms["bare"])[2] > args.precision
+        ):
             for name in names[r % len(names) :] + names[: r % len(names)]:
                 arms[name].append(runners[name]())
+            r += 1
             print(
-                f"round {r + 1}: "
-                + ", ".join(f"{k} {v[-1] * 1000:.3f} ms" for k, v in arms.items()),
+                f"round {r}: " + ", ".join(f"{k} {v[-1] * 1000:.3f} ms" for k, v in arms.items()),
                 flush=True,
             )
     finally:
@@ -274,6 +289,11 @@ def main() -> None:
         f"{min(arms['continuous']) / base_min:.3f} (minima); rotated every "
         f"{args.lookback_trace:g} s ({rotations} rotations per round)"
     )
+    print("each arm against bare, round by round (paired): median ratio [95% interval]:")
+    for name in names:
+        if name != "bare":
+            mid, low, half = paired_interval(arms[name], arms["bare"])
+            print(f"  {name:>26}: {mid:.3f} [{low:.3f}, {low + 2 * half:.3f}]")
     print("the capture's cost by part (ratios of medians to bare):")
     parts = {
         "TensorFlow's trace (in-process, started and stopped directly)": "trace alone",
@@ -286,6 +306,21 @@ def main() -> None:
         print(f"  {label}: {ratio:.3f} ({ratio - previous:+.3f})")
         previous = ratio
     ring_cost()
+
+
+def paired_interval(
+    arm: list[float], bare: list[float], draws: int = 2000
+) -> tuple[float, float, float]:
+    """The median of the rounds' arm/bare ratios (each round runs both arms back to back, so
+    the ratio cancels what the round shares), its 95 % bootstrap interval's low end and
+    half-width; an infinite half-width with fewer than 3 rounds."""
+    ratios = [a / b for a, b in zip(arm, bare, strict=False)]
+    if len(ratios) < 3:
+        return (statistics.median(ratios) if ratios else math.nan), math.nan, math.inf
+    rng = random.Random(0)
+    medians = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(draws))
+    low, high = medians[int(0.025 * draws)], medians[int(0.975 * draws) - 1]
+    return statistics.median(ratios), low, (high - low) / 2
 
 
 def ring_cost(seconds: float = 300) -> None:
