@@ -25,7 +25,7 @@ from profiler_service.analysis.analyzer import XprofAnalyzer
 from profiler_service.analysis.models import ProcessCpu, ProcessMemory
 from profiler_service.analysis.verification import step_change, verify
 from profiler_service.capture.capturer import Captured, CaptureFailed, CaptureJob, Capturer
-from profiler_service.capture.cost import capture_cost
+from profiler_service.capture.cost import snapshot_cost
 from profiler_service.capture.discovery import resolve_workers
 from profiler_service.capture.remote import connect_error
 from profiler_service.config import BoundsSettings, CaptureSettings
@@ -316,7 +316,7 @@ class CaptureController:
                     "captured (PROFILER_CAPTURE_MAX_WORKERS)"
                 )
             self._complete_lead_up(snapshot, pending)
-            self._cost(snapshot)
+            snapshot.capture.cost = snapshot_cost(snapshot)
             self._verify(snapshot)
             self.store.publish(snapshot)
             log.info("snapshot %s ready (%s)", snapshot.id, snapshot.target)
@@ -338,19 +338,6 @@ class CaptureController:
                 self._done.pop(snapshot.id, None)
             self._notify(snapshot)
             active.done.set()
-
-    def _cost(self, snapshot: Snapshot) -> None:
-        """What the trace cost the job, from its step timings around it (capture/cost.py)."""
-        if snapshot.capture_started_at is None or snapshot.capture_finished_at is None:
-            return
-        steps = snapshot.summary.step_time if snapshot.summary else None
-        snapshot.capture.cost = capture_cost(
-            snapshot.lead_up,
-            snapshot.capture_started_at,
-            snapshot.capture_finished_at,
-            steps.avg_ms if steps else None,
-            steps.count if steps else 0,
-        )
 
     def _verify(self, snapshot: Snapshot) -> None:
         """Name the job's previous snapshot, and check the findings of its last one that raised

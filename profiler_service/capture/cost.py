@@ -19,9 +19,9 @@ import statistics
 from datetime import datetime
 
 from profiler_service.lookback.models import LeadUp, Series
-from profiler_service.models import CaptureCost
+from profiler_service.models import CaptureCost, Snapshot
 
-__all__ = ["BEFORE_MIN_S", "COSTLY_RATIO", "capture_cost"]
+__all__ = ["BEFORE_MIN_S", "COSTLY_RATIO", "capture_cost", "snapshot_cost"]
 
 BEFORE_MIN_S = 10.0  # at least this long before the trace, or twice the trace when longer
 # A capture that slowed the job's steps by this much or more says how to make it cheaper.
@@ -42,6 +42,20 @@ UNKNOWN = (
     "steps with `ProfilerStepCallback` or `training_step`, and run the agent, or export "
     "`profiler_training_step_duration_seconds` to the Prometheus of `prometheus_url`)"
 )
+
+
+def snapshot_cost(snapshot: Snapshot) -> CaptureCost | None:
+    """What a finished snapshot's trace cost its job; None before its trace ran."""
+    if snapshot.capture_started_at is None or snapshot.capture_finished_at is None:
+        return None
+    steps = snapshot.summary.step_time if snapshot.summary else None
+    return capture_cost(
+        snapshot.lead_up,
+        snapshot.capture_started_at,
+        snapshot.capture_finished_at,
+        steps.avg_ms if steps else None,
+        steps.count if steps else 0,
+    )
 
 
 def capture_cost(

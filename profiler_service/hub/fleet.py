@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from urllib.parse import quote
 
 from profiler_service.config import HubSettings
-from profiler_service.hub.ledger import LedgerBook
+from profiler_service.hub.ledger_book import LedgerBook
 from profiler_service.hub.metrics import FleetCollector, FleetMetrics
 from profiler_service.hub.peers import RegistryShare, replica_name
 from profiler_service.hub.registration import RECORDS_PREFIX

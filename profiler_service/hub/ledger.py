@@ -15,11 +15,9 @@ from __future__ import annotations
 
 import bisect
 import re
-import threading
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 
 from pydantic import BaseModel, Field
 
@@ -27,14 +25,12 @@ from profiler_service.analysis.gpu_waste import CaptureWaste, IdleCause
 from profiler_service.config import LedgerSettings
 from profiler_service.durations import format_window
 from profiler_service.hub.gpu_hours import GpuHoursUnavailable, PodGpuHours, query_gpu_hours
-from profiler_service.lifecycle import BackgroundLoop
-from profiler_service.store.index import FleetRow, SnapshotIndex
+from profiler_service.store.index import FleetRow
 from profiler_service.tenancy import Reach
 
 __all__ = [
     "JobLedger",
     "Ledger",
-    "LedgerBook",
     "LedgerTotals",
     "TopFinding",
     "build_ledger",
@@ -183,11 +179,9 @@ def build_ledger(
             f"GPU-hours not counted: {exc}. The shares below come from the captures alone."
         )
         pods = []
-    counted = set()
     for pod in pods:
         name = pod_jobs.get((pod.namespace, pod.pod)) or job_of_pod(pod.pod)
         jobs.setdefault((pod.namespace, name), _Job(pod.namespace, name)).pods.append(pod)
-        counted.add((pod.namespace, name))
     prices = settings.hub_gpu_hour_prices
     horizon = settings.hub_ledger_capture_horizon_s
     for job in jobs.values():
@@ -216,7 +210,7 @@ def build_ledger(
             + ", ".join(uncounted[:5])
             + (" ..." if len(uncounted) > 5 else "")
         )
-    if not any(prices.values()) and ledger.jobs:
+    if not prices and ledger.jobs:
         ledger.notes.append("No GPU-hour prices are set (hub_gpu_hour_prices): no costs.")
     ledger.jobs.sort(
         key=lambda j: (-(j.recoverable_gpu_hours or 0), -(j.recoverable_share or 0), j.job)
@@ -371,61 +365,3 @@ def _by_namespace(jobs: list[JobLedger]) -> list[NamespaceLedger]:
 
 def _unix(iso: str) -> float:
     return datetime.fromisoformat(iso).timestamp()
-
-
-class LedgerBook:
-    """Ledgers by window, each rebuilt once older than `hub_ledger_refresh_s` or once a sync
-    changed the index (`version`): the page and the API wait for a build at most once per
-    window and change; a loop keeps the metric's window (`hub_ledger_metric_window_s`) built,
-    so a scrape never waits on Prometheus."""
-
-    def __init__(
-        self,
-        index: SnapshotIndex,
-        settings: LedgerSettings,
-        link: Callable[[str], str],
-        version: Callable[[], object] = lambda: None,
-        clock: Callable[[], float] = time.time,
-    ):
-        self.index, self.settings, self.link, self.clock = index, settings, link, clock
-        self.version = version
-        self._lock = threading.Lock()
-        self._built: dict[float, tuple[float, object, Ledger]] = {}
-        self._loop = BackgroundLoop("fleet-ledger", self._round)
-
-    @property
-    def loops(self) -> tuple[BackgroundLoop, ...]:
-        return (self._loop,)
-
-    def start(self) -> None:
-        self._loop.start()
-
-    def stop(self, timeout_s: float | None = None) -> None:
-        self._loop.stop(timeout_s)
-
-    def _round(self) -> float:
-        self.ledger(self.settings.hub_ledger_metric_window_s, max_age_s=0)
-        return self.settings.hub_ledger_refresh_s
-
-    def ledger(self, window_s: float, max_age_s: float | None = None) -> Ledger:
-        max_age = self.settings.hub_ledger_refresh_s if max_age_s is None else max_age_s
-        with self._lock:
-            now, version = self.clock(), self.version()
-            built = self._built.get(window_s)
-            if built is None or now - built[0] >= max_age or built[1] != version:
-                built = (now, version, self.build(window_s, now))
-                keep = self.settings.hub_ledger_refresh_s
-                self._built = {k: v for k, v in self._built.items() if now - v[0] < keep}
-                self._built[window_s] = built
-            return built[2]
-
-    def latest(self, window_s: float) -> Ledger | None:
-        """The last ledger built for `window_s`, however old; None before the first."""
-        with self._lock:
-            built = self._built.get(window_s)
-            return built[2] if built else None
-
-    def build(self, window_s: float, now: float) -> Ledger:
-        since = now - window_s - self.settings.hub_ledger_capture_horizon_s
-        rows = self.index.fleet_rows(datetime.fromtimestamp(since, UTC))
-        return build_ledger(rows, self.settings, window_s=window_s, end=now, link=self.link)

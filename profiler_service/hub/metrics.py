@@ -42,7 +42,7 @@ from prometheus_client.samples import Exemplar
 
 from profiler_service.config import ReportSettings
 from profiler_service.exporters.loop_collector import LoopCollector
-from profiler_service.hub.ledger import LedgerBook
+from profiler_service.hub.ledger_book import LedgerBook
 from profiler_service.hub.registry import SidecarRegistry
 from profiler_service.hub.views import FleetView, FleetViewCache
 from profiler_service.lifecycle import LoopHealth
