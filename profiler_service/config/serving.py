@@ -377,16 +377,17 @@ class LedgerSettings(Group):
     hub_ledger_resolution_s: float = Field(
         default=60.0,
         ge=1,
-        description="A GPU is counted held in each interval this long holding one of its "
-        "samples: at least the query's scrape interval, twice it where scrapes jitter.",
+        description="Where the GPU series are scraped at different intervals, a GPU is "
+        "counted held in each interval this long (at least the longest scrape interval seen) "
+        "holding one of its samples.",
     )
     hub_gpu_scrape_interval_s: float | None = Field(
         default=None,
         gt=0,
-        description="The query's scrape interval, when every GPU series has the same: held "
-        "hours are then its samples x this, read in one pass (about 10 times cheaper for "
-        "Prometheus than counting intervals with `hub_ledger_resolution_s`); a missed scrape "
-        "counts as a GPU not held.",
+        description="The query's scrape interval: held hours are its samples x this. Unset: "
+        "read from the samples (a pod's fullest hour), and where the series' intervals differ, "
+        "held hours are counted by `hub_ledger_resolution_s` intervals instead (about five "
+        "times the cost to Prometheus).",
     )
     hub_ledger_bucket_s: float = Field(
         default=3600.0,

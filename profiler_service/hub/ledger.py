@@ -24,7 +24,12 @@ from pydantic import BaseModel, Field
 from profiler_service.analysis.gpu_waste import CaptureWaste, IdleCause
 from profiler_service.config import LedgerSettings
 from profiler_service.durations import format_window
-from profiler_service.hub.gpu_hours import GpuHoursUnavailable, PodGpuHours, query_gpu_hours
+from profiler_service.hub.gpu_hours import (
+    GpuHours,
+    GpuHoursUnavailable,
+    PodGpuHours,
+    query_gpu_hours,
+)
 from profiler_service.store.index import FleetRow
 from profiler_service.tenancy import Reach
 
@@ -150,7 +155,7 @@ def build_ledger(
     window_s: float,
     end: float,
     link: Callable[[str], str] = lambda i: f"/profiles/{i}/report",
-    gpu_hours: Callable[[int, int, int], list[PodGpuHours]] | None = None,
+    gpu_hours: Callable[[int, int, int], GpuHours] | None = None,
 ) -> Ledger:
     """`rows`: the index's ready snapshots since `end - window_s - horizon`; `gpu_hours`:
     (start, end, bucket_s) -> pods (default: query_gpu_hours on `settings`)."""
@@ -172,7 +177,9 @@ def build_ledger(
             job.captures.append(_Capture(_unix(row.created_at), row, waste))
     ask = gpu_hours or (lambda s, e, b: query_gpu_hours(settings, s, e, b))
     try:
-        pods = ask(start_i, end_i, bucket)
+        counted = ask(start_i, end_i, bucket)
+        pods = counted.pods
+        ledger.notes.append(counted.method)
     except GpuHoursUnavailable as exc:
         ledger.source = "captures"
         ledger.notes.append(

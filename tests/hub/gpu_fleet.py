@@ -31,18 +31,18 @@ class GpuSeries:
     model: str
     times: np.ndarray  # unix seconds
     util: np.ndarray  # percent, integers
+    interval_s: int = 30
 
-    def held_s(self, start: float, end: float, interval_s: float) -> float:
-        return float(((self.times > start) & (self.times <= end)).sum()) * interval_s
+    def held_s(self, start: float, end: float) -> float:
+        return float(((self.times > start) & (self.times <= end)).sum()) * self.interval_s
 
-    def busy_s(self, start: float, end: float, interval_s: float) -> float:
+    def busy_s(self, start: float, end: float) -> float:
         inside = (self.times > start) & (self.times <= end)
-        return float(self.util[inside].sum()) / 100 * interval_s
+        return float(self.util[inside].sum()) / 100 * self.interval_s
 
 
 @dataclass
 class GpuFleet:
-    interval_s: int
     series: list[GpuSeries] = field(default_factory=list)
 
     def jobs(self) -> dict[tuple[str, str], list[GpuSeries]]:
@@ -62,35 +62,39 @@ def make_fleet(
     days: float = 7.0,
     interval_s: int = 30,
     namespaces: int = 8,
+    other_interval_s: int | None = None,
     seed: int = 7,
     min_hours: float = 6.0,
 ) -> GpuFleet:
-    """`jobs` jobs over the `days` before `end`, every sample time a multiple of `interval_s`."""
+    """`jobs` jobs over the `days` before `end`, every sample time a multiple of the job's
+    scrape interval: `interval_s`, or for every third job `other_interval_s` where given (a
+    fleet scraped by two Prometheus jobs)."""
     rng = random.Random(seed)
     gen = np.random.default_rng(seed)
-    fleet = GpuFleet(interval_s)
-    first = (end - days * 86400 - 7200) // interval_s * interval_s
-    last = end // interval_s * interval_s
+    fleet = GpuFleet()
     for j in range(jobs):
+        every = other_interval_s if other_interval_s and j % 3 == 2 else interval_s
+        first = (end - days * 86400 - 7200) // every * every
+        last = end // every * every
         namespace = f"team-{j % namespaces:02d}"
         job = f"train-{j:04d}"
         gpus, model = rng.choice(GPU_COUNTS), rng.choice(MODELS)
         mean = rng.uniform(15, 95)
         hours = rng.uniform(min_hours, days * 24 + 2)
-        start = rng.uniform(first, last - hours * 3600) // interval_s * interval_s
-        stop = start + hours * 3600 // interval_s * interval_s
+        start = rng.uniform(first, last - hours * 3600) // every * every
+        stop = start + hours * 3600 // every * every
         restart = rng.random() < 0.3
         spans = [(start, stop)]
         if restart:  # the first pod dies; the next one starts 10 minutes later
-            middle = (start + stop) / 2 // interval_s * interval_s
+            middle = (start + stop) / 2 // every * every
             spans = [(start, middle), (middle + 600, stop)]
         for a, b in spans:
             suffix = "".join(rng.choice("bcdfghjklmnpqrstvwxz2456789") for _ in range(5))
             pod = f"{job}-{suffix}"  # a Job's pod: a new suffix when it restarts
-            times = np.arange(a, b + 1, interval_s, dtype=np.int64)
+            times = np.arange(a, b + 1, every, dtype=np.int64)
             for g in range(gpus):
                 util = np.clip(gen.normal(mean, 12, len(times)), 0, 100).round().astype(np.int64)
-                fleet.series.append(GpuSeries(namespace, pod, job, g, model, times, util))
+                fleet.series.append(GpuSeries(namespace, pod, job, g, model, times, util, every))
     return fleet
 
 

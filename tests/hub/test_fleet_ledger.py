@@ -174,13 +174,12 @@ def test_every_job_s_hours_match_its_series_and_every_idle_hour_has_a_cause(worl
     present = {k for k, s in truth.items() if any(((x.times > start) & (x.times <= end)).any()
                                                   for x in s)}  # fmt: skip
     assert set(jobs) == present
-    interval = world.fleet.interval_s
     for key, series in truth.items():
         if key not in jobs:
             continue
         job = jobs[key]
-        held = sum(s.held_s(start, end, interval) for s in series) / 3600
-        busy = sum(s.busy_s(start, end, interval) for s in series) / 3600
+        held = sum(s.held_s(start, end) for s in series) / 3600
+        busy = sum(s.busy_s(start, end) for s in series) / 3600
         assert job["gpu_hours"] == pytest.approx(held, rel=0.01), key
         assert job["busy_gpu_hours"] == pytest.approx(busy, rel=0.01), key
         assert job["idle_gpu_hours"] == pytest.approx(held - busy, rel=0.01, abs=0.05), key
@@ -229,8 +228,8 @@ def test_a_bucket_takes_its_nearest_capture_s_causes_and_savings(world):
         for s in world.fleet.jobs()[key]:
             for b in range(int(start) + bucket, int(end) + 1, bucket):
                 inside = (s.times > b - bucket) & (s.times <= b)
-                held = inside.sum() * world.fleet.interval_s
-                idle = held - s.util[inside].sum() / 100 * world.fleet.interval_s
+                held = inside.sum() * s.interval_s
+                idle = held - s.util[inside].sum() / 100 * s.interval_s
                 if abs(b - bucket / 2 - at) <= HORIZON_H * 3600:
                     near_idle, near_held = near_idle + idle, near_held + held
                 else:
@@ -337,19 +336,48 @@ def test_without_prometheus_the_ledger_is_the_captures_shares_and_says_so(world,
         assert sum(job["idle_share_by_cause"].values()) == pytest.approx(job["idle_share"], 1e-3)
 
 
-def test_a_known_scrape_interval_counts_the_same_hours_in_one_pass(world):
-    """`hub_gpu_scrape_interval_s` set: held hours are samples x interval, with no subquery;
-    both ways agree with the series to 1 %."""
+def test_every_way_of_counting_held_hours_agrees_with_the_series(world):
+    """Samples x the interval the samples show (the default here: every series is scraped every
+    30 s), x the interval set in `hub_gpu_scrape_interval_s`, and the presence intervals (what
+    a fleet with several scrape intervals gets): all three match the series to 1 %."""
     end = int(time.time() // 60 * 60)
     start = end - 2 * 86400
-    truth_held = sum(s.held_s(start, end, world.fleet.interval_s) for s in world.fleet.series)
-    truth_busy = sum(s.busy_s(start, end, world.fleet.interval_s) for s in world.fleet.series)
-    for interval in (None, world.fleet.interval_s):
-        settings = LedgerSettings(hub_prometheus_url=world.prometheus.url,
-                                  hub_gpu_scrape_interval_s=interval)  # fmt: skip
-        assert ("held_intervals" in queries(settings, 3600)) is (interval is None)
-        pods = query_gpu_hours(settings, start, end, 3600)
-        held = sum(sum(p.held_s.values()) for p in pods)
-        busy = sum(sum(p.busy_s.values()) for p in pods)
-        assert held == pytest.approx(truth_held, rel=0.01), interval
-        assert busy == pytest.approx(truth_busy, rel=0.01), interval
+    truth_held = sum(s.held_s(start, end) for s in world.fleet.series)
+    truth_busy = sum(s.busy_s(start, end) for s in world.fleet.series)
+    url = world.prometheus.url
+    ways = {
+        "shown": (LedgerSettings(hub_prometheus_url=url), False),
+        "set": (LedgerSettings(hub_prometheus_url=url, hub_gpu_scrape_interval_s=30), False),
+        "presence": (LedgerSettings(hub_prometheus_url=url), True),
+    }
+    methods = {}
+    for name, (settings, presence) in ways.items():
+        counted = query_gpu_hours(settings, start, end, 3600, presence=presence)
+        methods[name] = counted.method
+        held = sum(sum(p.held_s.values()) for p in counted.pods)
+        busy = sum(sum(p.busy_s.values()) for p in counted.pods)
+        assert held == pytest.approx(truth_held, rel=0.01), name
+        assert busy == pytest.approx(truth_busy, rel=0.01), name
+    assert "the scrape interval every GPU series showed" in methods["shown"]
+    assert "30 s" in methods["shown"] and "hub_gpu_scrape_interval_s" in methods["set"]
+    assert "intervals holding a sample" in methods["presence"]
+    assert "present_over_time" not in " ".join(queries(ways["shown"][0], 3600).values())
+
+
+def test_a_fleet_scraped_at_two_intervals_counts_held_hours_by_presence(tmp_path, prometheus):
+    """A third of the jobs scraped every 60 s, the rest every 30 s: no one interval counts every
+    pod's samples, so held hours are counted by 60 s intervals holding a sample; the hours still
+    match the series."""
+    end = time.time() - 120
+    fleet = make_fleet(9, end=end, days=2, namespaces=3, seed=5, other_interval_s=60)
+    assert {s.interval_s for s in fleet.series} == {30, 60}
+    server = prometheus({}, data=create_blocks(fleet, tmp_path / "prometheus"))
+    settings = LedgerSettings(hub_prometheus_url=server.url)
+    stop = int(time.time() // 60 * 60)
+    start = stop - 2 * 86400
+    counted = query_gpu_hours(settings, start, stop, 3600)
+    assert "intervals holding a sample" in counted.method and "differ" in counted.method
+    held = sum(sum(p.held_s.values()) for p in counted.pods)
+    busy = sum(sum(p.busy_s.values()) for p in counted.pods)
+    assert held == pytest.approx(sum(s.held_s(start, stop) for s in fleet.series), rel=0.01)
+    assert busy == pytest.approx(sum(s.busy_s(start, stop) for s in fleet.series), rel=0.01)
