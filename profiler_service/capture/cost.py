@@ -27,20 +27,16 @@ BEFORE_MIN_S = 10.0  # at least this long before the trace, or twice the trace w
 # A capture that slowed the job's steps by this much or more says how to make it cheaper.
 COSTLY_RATIO = 1.10
 COSTLY_ADVICE = (
-    "the trace slowed the job's steps by {pct:.0%}: TensorFlow records host events for every "
-    "op and tf.data element, which weighs most on short steps ({step:g} ms here). Cheaper "
-    "captures: shorter ones (`duration`), every finding is still made on fewer steps; from a "
-    "sidecar, `include_dataset_ops=false` (the findings stay; XProf's trace viewer loses the "
-    "dataset ops) or `host_tracer_level=1` (cheapest, but no input-bound verdict); TF 2.21's "
-    "in-process profiler ignores the levels (docs/performance.md, Cost to the job)"
+    "the trace slowed the job's steps by {pct:.0%} ({step:g} ms steps): cheaper captures are "
+    "shorter, or from a sidecar with `include_dataset_ops=false` (docs/performance.md, Cost "
+    "to the job)"
 )
 # A sample counts as "during" when at least this share of its interval lies inside the trace.
 DURING_MIN_OVERLAP = 0.5
 
 UNKNOWN = (
-    "the job's step time around the capture is unknown: it reports no step timings (mark its "
-    "steps with `ProfilerStepCallback` or `training_step`, and run the agent, or export "
-    "`profiler_training_step_duration_seconds` to the Prometheus of `prometheus_url`)"
+    "unknown: the job reports no step timings (`ProfilerStepCallback` or `training_step` with "
+    "the agent, or its step metrics in Prometheus)"
 )
 
 

@@ -39,7 +39,7 @@ def test_steps_before_and_during_the_trace_are_weighed_by_their_counts():
     assert cost.source == "agent"
     assert cost.step_ms_before == 10.0 and cost.step_ms_during == 12.5
     # 25 % slower while traced: the snapshot says how to capture more cheaply
-    assert "slowed the job's steps by 25%" in cost.note and "include_dataset_ops" in cost.note
+    assert "slowed the job's steps by 25%" in cost.note and "docs/performance.md" in cost.note
     assert cost.ratio == pytest.approx(1.25)
     # before: the BEFORE_MIN_S (10 s, more than twice the trace) up to its start
     assert cost.steps_before == 100 * BEFORE_MIN_S and cost.steps_during == 240
