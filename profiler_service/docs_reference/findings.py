@@ -16,6 +16,7 @@ from typing import Any
 from profiler_service.analysis import impact
 from profiler_service.analysis.models import Severity
 from profiler_service.analysis.rules import RULES
+from profiler_service.analysis.rules.registry import SILENCED_BY
 from profiler_service.docs_reference.markdown import code, table
 
 INTRO = """# Findings
@@ -46,13 +47,15 @@ def render() -> str:
                 " / ".join(severities(func)),
                 "<br>".join(f"{code(k)} = {fmt(k, v)}" for k, v in constants.items()),
                 saves_when(name),
+                ", ".join(code(other) for other in SILENCED_BY.get(name, ())),
                 code(
                     func.__module__.removeprefix("profiler_service.analysis.").replace(".", "/")
                     + ".py"
                 ),
             )
         )
-    header = ["rule", "fires when", "severity", "thresholds", "what its fix saves", "defined in"]
+    header = ["rule", "fires when", "severity", "thresholds", "what its fix saves",
+              "silent where this fired", "defined in"]  # fmt: skip
     return INTRO + table(header, rows)
 
 

@@ -49,3 +49,37 @@ def test_no_rule_writes_its_own_name():
             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Finding":
                 written += [f"{path.name}:{node.lineno}" for k in node.keywords if k.arg == "rule"]
     assert written == []
+
+
+def test_a_rule_is_silent_where_a_rule_it_names_fired_and_each_runs_once(monkeypatch):
+    """Relations are declared (`silenced_by`) and applied by the registry, silencers first,
+    whatever the order rules were registered in; a rule never calls another."""
+    calls: list[str] = []
+
+    def fires(name: str):
+        def run(summary: Summary) -> Finding:
+            calls.append(name)
+            return Finding(severity=Severity.INFO, title=name)
+
+        return run
+
+    monkeypatch.setattr(registry, "RULES", {})
+    monkeypatch.setattr(registry, "SILENCED_BY", {})
+    registry.rule("dependent", silenced_by=("silencer",))(fires("dependent"))
+    registry.rule("free")(fires("free"))
+    registry.rule("silencer")(fires("silencer"))
+    assert {f.rule for f in registry.evaluate(Summary())} == {"silencer", "free"}
+    assert sorted(calls) == ["free", "silencer"]  # the silenced rule did not even run
+    assert registry.evaluation_order().index("silencer") < registry.evaluation_order().index(
+        "dependent"
+    )
+    registry.rule("loop_a", silenced_by=("loop_b",))(fires("a"))
+    registry.rule("loop_b", silenced_by=("loop_a",))(fires("b"))
+    with pytest.raises(ValueError, match="cycle"):
+        registry.evaluation_order()
+
+
+def test_the_real_relations():
+    silenced_by = registry.SILENCED_BY
+    assert silenced_by["tensor_cores_unused"] == ("mixed_precision",)
+    assert silenced_by["device_idle"] == silenced_by["gpu_imbalance"] == ("device_trace_missing",)

@@ -9,7 +9,6 @@ from profiler_service.analysis.models import (
     Severity,
     Summary,
 )
-from profiler_service.analysis.rules.gpu import mixed_precision, trace_missing
 from profiler_service.analysis.rules.registry import rule, share
 
 DEVICE_IDLE_CRITICAL_PCT = 50.0
@@ -24,7 +23,7 @@ def _has_device(summary: Summary) -> bool:
     return (summary.utilisation.hardware_type or "CPU_ONLY") != "CPU_ONLY"
 
 
-@rule("device_idle")
+@rule("device_idle", silenced_by=("device_trace_missing",))
 def device_idle(summary: Summary) -> Finding | None:
     """The accelerator is idle at least `DEVICE_IDLE_WARNING_PCT` % of the time (warning),
     `DEVICE_IDLE_CRITICAL_PCT` % (critical); silent on CPU-only captures and on GPU captures
@@ -36,8 +35,6 @@ def device_idle(summary: Summary) -> Finding | None:
     gpu = summary.gpu
     if not _has_device(summary) or idle is None or idle < DEVICE_IDLE_WARNING_PCT:
         return None
-    if trace_missing(summary):
-        return None  # device_trace_missing: an empty trace is not an idle GPU
     severity = Severity.CRITICAL if idle >= DEVICE_IDLE_CRITICAL_PCT else Severity.WARNING
     evidence = {
         "device_idle_pct": idle,
@@ -212,15 +209,13 @@ def host_device_transfer(summary: Summary) -> Finding | None:
     )
 
 
-@rule("tensor_cores_unused")
+@rule("tensor_cores_unused", silenced_by=("mixed_precision",))
 def tensor_cores_unused(summary: Summary) -> Finding | None:
     """At least `TENSOR_CORE_UNUSED_SHARE` of kernel time is in Tensor-Core-eligible ops
     whose kernels do not use them (XProf's kernel stats); silent where mixed_precision fires,
     which gives the same advice from the GPU's precision, and on AMD GPUs, where XProf reads
     Tensor Core use from NVIDIA's kernel names (mixed_precision reads ROCm's).
     """
-    if mixed_precision(summary) is not None:
-        return None
     if summary.gpu is not None and any(d.vendor == "amd" for d in summary.gpu.devices):
         return None
     k = summary.kernels

@@ -209,7 +209,7 @@ def kernel_launch_bound(summary: Summary) -> Finding | None:
     )
 
 
-@rule("gpu_imbalance")
+@rule("gpu_imbalance", silenced_by=("device_trace_missing",))
 def gpu_imbalance(summary: Summary) -> Finding | None:
     """Several GPUs: one or more ran no kernel, or their busy shares are at least
     `IMBALANCE_WARNING_POINTS` points apart (the busiest is the slowest: in a synchronous job
@@ -217,7 +217,7 @@ def gpu_imbalance(summary: Summary) -> Finding | None:
     info level: it may never have meant to use the others, which its step time does not pay
     for but its GPU request does."""
     gpu = summary.gpu
-    if gpu is None or len(gpu.devices) < 2 or not gpu.active or trace_missing(summary):
+    if gpu is None or len(gpu.devices) < 2 or not gpu.active:
         return None
     active = gpu.active
     unused = [d.device for d in gpu.devices if not d.kernels.count]

@@ -18,15 +18,19 @@ log = logging.getLogger(__name__)
 
 Rule = Callable[[Summary], Finding | None]
 RULES: dict[str, Rule] = {}
+# rule -> the rules whose finding silences it (their finding says the same, or says that what
+# it reads cannot be trusted); the registry applies it, the rules never call each other.
+SILENCED_BY: dict[str, tuple[str, ...]] = {}
 
 
-def rule(name: str) -> Callable[[Rule], Rule]:
+def rule(name: str, *, silenced_by: tuple[str, ...] = ()) -> Callable[[Rule], Rule]:
     """Register a rule under `name`, the one place its name is written: the registry stamps it
-    on every finding the rule returns."""
+    on every finding the rule returns, and skips it where a rule of `silenced_by` fired."""
 
     def register(func: Rule) -> Rule:
         if name in RULES:
             raise ValueError(f"rule {name!r} registered twice")
+        SILENCED_BY[name] = tuple(silenced_by)
 
         @functools.wraps(func)
         def stamped(summary: Summary) -> Finding | None:
@@ -45,7 +49,11 @@ def evaluate(summary: Summary) -> list[Finding]:
     """Every rule's finding with its impact, what its fix saves first (the first is "fix this
     first"), then the most severe; a broken rule (or model) is logged and skipped."""
     findings = []
-    for name, func in RULES.items():
+    fired: set[str] = set()
+    for name in evaluation_order():
+        if fired.intersection(SILENCED_BY.get(name, ())):
+            continue
+        func = RULES[name]
         try:
             finding = func(summary)
             if finding is not None:
@@ -56,7 +64,30 @@ def evaluate(summary: Summary) -> list[Finding]:
             continue
         if finding is not None:
             findings.append(finding)
+            fired.add(name)
     return sorted(findings, key=impact.rank)
+
+
+def evaluation_order() -> list[str]:
+    """The rules in registration order, each after the rules that silence it."""
+    order: list[str] = []
+    placing: set[str] = set()
+
+    def place(name: str) -> None:
+        if name in order:
+            return
+        if name in placing:
+            raise ValueError(f"rules silence each other in a cycle through {name!r}")
+        placing.add(name)
+        for silencer in SILENCED_BY.get(name, ()):
+            if silencer not in RULES:
+                raise ValueError(f"rule {name!r} is silenced by {silencer!r}, not a rule")
+            place(silencer)
+        order.append(name)
+
+    for name in RULES:
+        place(name)
+    return order
 
 
 def share(part_ms: float | None, whole_ms: float | None) -> float:
