@@ -315,3 +315,23 @@ def test_the_hub_takes_only_what_it_uses():
     assert sidecar_only.isdisjoint(HubSettings.owners) and sidecar_only <= set(Settings.owners)
     assert not hasattr(hub.storage, "retention_max_count")
     assert not hasattr(hub.webhook, "webhook_cooldown_s")
+
+
+def test_a_misspelt_setting_is_refused_with_the_nearest_name():
+    """`agent.start(duration_max=10)` once dropped the bound silently."""
+    with pytest.raises(
+        ValueError, match=r"unknown setting 'duration_max'; did you mean 'duration_max_s'"
+    ):
+        Settings(duration_max=10)
+    with pytest.raises(ValueError, match=r"unknown setting 'zzz_nothing_like_it'$"):
+        Settings(zzz_nothing_like_it=1)
+    # a name of the other root is one the environment may carry for both: not a typo
+    assert HubSettings(targets="a=grpc://h:1", store_url="file:///tmp/x").fleet
+    assert Settings(hub_sync_interval_s=5).bounds.duration_max_s > 0
+
+
+def test_the_agent_refuses_a_misspelt_setting_before_it_starts(tmp_path):
+    from profiler_service import agent
+
+    with pytest.raises(ValueError, match="did you mean 'duration_max_s'"):
+        agent.start(port=0, store=tmp_path, duration_max=10)

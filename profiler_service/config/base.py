@@ -9,6 +9,7 @@ each to the group that declares it, and checks what spans groups.
 
 from __future__ import annotations
 
+import difflib
 import re
 from typing import Any, ClassVar
 
@@ -34,6 +35,9 @@ class Root(BaseModel):
 
     #: the groups' field names, each declared by exactly one group (checked at class creation)
     owners: ClassVar[dict[str, str]] = {}
+    #: every root's setting names: a name no root knows is a typo (a name of another root, a
+    #: sidecar's given to the hub, is ignored: one environment may serve both)
+    known_everywhere: ClassVar[set[str]] = set()
 
     @classmethod
     def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
@@ -44,6 +48,7 @@ class Root(BaseModel):
                 if name in cls.owners or name in cls.model_fields:
                     raise TypeError(f"{cls.__name__}: {name} is declared twice ({group})")
                 cls.owners[name] = group
+        Root.known_everywhere |= set(cls.owners) | set(cls.model_fields)
 
     def __init__(self, **values: Any) -> None:
         super().__init__(**self.compose(values))
@@ -56,8 +61,12 @@ class Root(BaseModel):
     @classmethod
     def compose(cls, values: dict[str, Any]) -> dict[str, Group]:
         """Each group built from the environment and the flat names it declares; a group may
-        also be given whole (`capture=CaptureSettings(...)`). Unknown names are ignored, as
-        unknown `PROFILER_*` variables are."""
+        also be given whole (`capture=CaptureSettings(...)`). A name no root declares is
+        refused with the nearest valid one (`agent.start(duration_max=10)` would otherwise
+        drop the bound silently); unknown `PROFILER_*` variables are still ignored."""
+        typos = sorted(set(values) - Root.known_everywhere - set(cls.model_fields))
+        if typos:
+            raise ValueError("; ".join(_unknown(name) for name in typos))
         composed: dict[str, Group] = {}
         for group, group_cls in cls.groups().items():
             given = values.get(group)
@@ -78,3 +87,9 @@ class Root(BaseModel):
             for group_cls in cls.groups().values()
             for name, field in group_cls.model_fields.items()
         }
+
+
+def _unknown(name: str) -> str:
+    nearest = difflib.get_close_matches(name, sorted(Root.known_everywhere), n=1, cutoff=0.6)
+    hint = f"; did you mean {nearest[0]!r}?" if nearest else ""
+    return f"unknown setting {name!r}{hint}"
