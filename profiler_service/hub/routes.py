@@ -165,5 +165,8 @@ def read_fleet_page(
     else:
         view = fleet_view(hub.store.index, hub.settings.report, days, hub.fleet_sync.baseline_ids)
     sidecars = reach.keep(hub.registry.live(), lambda s: s.namespace)
-    ledger = _ledger_of(hub, f"{days:g}d").within(reach) if hub.ledger else None
+    ledger = None
+    if hub.ledger is not None:  # the page's window, at least one ledger bucket
+        window_s = max(days * 86400, hub.settings.ledger.hub_ledger_bucket_s)
+        ledger = hub.ledger.ledger(window_s).within(reach)
     return render_fleet(view.within(reach), sidecars, hub.settings.report, ledger)
