@@ -69,31 +69,31 @@ def cmd_hub(args: argparse.Namespace) -> int:
 
 def cmd_ledger(args: argparse.Namespace) -> int:
     """The hub's fleet ledger over a window, as a table (or its JSON)."""
-    import httpx
-
     from profiler_service.hub.ledger import Ledger
     from profiler_service.hub.ledger_text import format_ledger
 
-    headers = {"Authorization": f"Bearer {args.token}"} if args.token else {}
-    try:
-        response = httpx.get(
-            f"{args.hub.rstrip('/')}/fleet/ledger",
-            params={"window": args.window},
-            headers=headers,
-            timeout=args.timeout,
-        )
-    except httpx.HTTPError as exc:
-        print(f"profiler-service: the hub at {args.hub} did not answer: {exc}", file=sys.stderr)
-        return 2
-    if response.status_code != 200:
-        print(f"profiler-service: the hub answered {response.status_code}: {response.text}",
-              file=sys.stderr)  # fmt: skip
-        return 2
+    response = _get(args.hub, "/fleet/ledger", args.token, args.timeout, window=args.window)
     if args.json:
         print(response.text)
-        return 0
-    print(format_ledger(Ledger.model_validate_json(response.content), top=args.top))
+    else:
+        print(format_ledger(Ledger.model_validate_json(response.content), top=args.top))
     return 0
+
+
+def _get(base: str, path: str, token: str | None, timeout: float, **params: str):
+    """A service's or hub's answer to `GET base/path`; a ServiceError saying why otherwise."""
+    import httpx
+
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    url = f"{base.rstrip('/')}{path}"
+    try:
+        response = httpx.get(url, params=params, headers=headers, timeout=timeout)
+    except httpx.HTTPError as exc:
+        raise ServiceError(f"{base} did not answer: {exc}") from None
+    if response.status_code != 200:
+        raise ServiceError(f"{base} answered {response.status_code} for {path}: "
+                           f"{response.text[:300]}")  # fmt: skip
+    return response
 
 
 def cmd_capture(args: argparse.Namespace) -> int:
@@ -264,15 +264,7 @@ def load_snapshot(ref: str, args: argparse.Namespace):
     if path.is_file():
         return Snapshot.model_validate_json(path.read_bytes())
     if args.url:
-        import httpx
-
-        headers = {"Authorization": f"Bearer {args.token}"} if args.token else {}
-        response = httpx.get(f"{args.url.rstrip('/')}/profiles/{ref}", headers=headers, timeout=30)
-        if response.status_code != 200:
-            raise ServiceError(
-                f"{args.url} answered {response.status_code} for {ref}: {response.text[:300]}"
-            )
-        return Snapshot.model_validate(response.json())
+        return Snapshot.model_validate(_get(args.url, f"/profiles/{ref}", args.token, 30).json())
     if args.store:
         from profiler_service.store import SnapshotStore
 

@@ -66,19 +66,21 @@ class CaptureWaste(BaseModel):
     severity: str | None = None
     title: str | None = None
 
+    def idle_split(self) -> dict[str, float]:
+        """The idle time's shares by cause, summing to exactly 1 (the stored ones are rounded)."""
+        whole = sum(self.idle_by_cause.values())
+        return {cause: share / whole for cause, share in self.idle_by_cause.items()}
+
 
 def capture_waste(summary: Summary | None, findings: Sequence[Finding]) -> CaptureWaste | None:
     """None when the capture ran no kernel on a GPU: it cannot say why a GPU idled."""
     gpu = summary.gpu if summary else None
-    active = gpu.active if gpu else []
-    if not active:
+    if gpu is None or gpu.idle_pct is None:  # no GPU ran a kernel
         return None
-    idle = sum(d.idle_pct for d in active) / len(active)
+    active = gpu.active
     by_cause: dict[str, float] = {}
-    for device in active:
-        for activity, pct in device.idle_while_host_pct.items():
-            cause = _CAUSE_OF[HostActivity(activity)].value
-            by_cause[cause] = by_cause.get(cause, 0.0) + pct
+    for activity, cause in _CAUSE_OF.items():
+        by_cause[cause.value] = by_cause.get(cause.value, 0.0) + gpu.idle_while(activity)
     total = sum(by_cause.values())
     shares = (
         {c: round(v / total, 4) for c, v in sorted(by_cause.items()) if v > 0}
@@ -90,7 +92,7 @@ def capture_waste(summary: Summary | None, findings: Sequence[Finding]) -> Captu
     return CaptureWaste(
         gpus=len(active),
         model=models.pop() if len(models) == 1 else None,
-        idle_share=round(idle / 100, 4),
+        idle_share=round(gpu.idle_pct / 100, 4),
         idle_by_cause=shares,
         saving_share=round(min(top.impact.saving_share, 1.0), 4) if top and top.impact else 0.0,
         rule=top.rule if top else None,

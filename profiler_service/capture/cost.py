@@ -115,11 +115,9 @@ def _from_samples(times: Series, counts: Series | None, start: float, end: float
             during.append((ms, steps))
     cost = CaptureCost(source=times.source)
     if before:
-        cost.steps_before = round(sum(n for _, n in before))
-        cost.step_ms_before = round(sum(ms * n for ms, n in before) / sum(n for _, n in before), 3)
+        cost.steps_before, cost.step_ms_before = _weighted(before)
     if during:
-        cost.steps_during = round(sum(n for _, n in during))
-        cost.step_ms_during = round(sum(ms * n for ms, n in during) / sum(n for _, n in during), 3)
+        cost.steps_during, cost.step_ms_during = _weighted(during)
     if cost.step_ms_before and cost.step_ms_during is not None:
         cost.ratio = round(cost.step_ms_during / cost.step_ms_before, 4)
     elif not before:
@@ -127,3 +125,9 @@ def _from_samples(times: Series, counts: Series | None, start: float, end: float
     else:
         cost.note = "no step ended while the trace ran (a step longer than the capture?)"
     return cost
+
+
+def _weighted(samples: list[tuple[float, float]]) -> tuple[int, float]:
+    """(steps, mean step time in ms) of (step time, steps) samples: each step weighs the same."""
+    steps = sum(n for _, n in samples)
+    return round(steps), round(sum(ms * n for ms, n in samples) / steps, 3)

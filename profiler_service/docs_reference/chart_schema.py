@@ -12,8 +12,6 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from pydantic import SecretStr
-
 from profiler_service.config import HubSettings, Settings
 
 SCHEMA = Path(__file__).resolve().parents[2] / "helm" / "profiler-service" / "values.schema.json"
@@ -49,9 +47,7 @@ def json_type(annotation: Any) -> list[str] | str:
     for python, kind in _JSON_TYPES:
         if isinstance(base, type) and issubclass(base, python):
             return kind
-    if base in (str, SecretStr, Path) or isinstance(base, type):
-        return "string"
-    return "string"
+    return "string"  # str, SecretStr, Path, an enum, a Literal
 
 
 def settings_properties() -> dict[str, dict[str, Any]]:

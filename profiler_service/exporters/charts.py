@@ -7,6 +7,7 @@ from datetime import datetime
 
 from markupsafe import Markup, escape
 
+from profiler_service.analysis.gpu_waste import IdleCause
 from profiler_service.analysis.models import AllocatorMemory, GpuActivity, HostActivity, StepTime
 from profiler_service.lookback.models import Series
 
@@ -367,12 +368,12 @@ def sparkline_svg(
 
 # The ledger's idle causes, in the host lane's colours; hours no capture explains in grey.
 IDLE_CAUSE_COLOURS = {
-    "input": _HOST_COLOURS[HostActivity.INPUT],
-    "python": _HOST_COLOURS[HostActivity.PYTHON],
-    "launches": _HOST_COLOURS[HostActivity.TF_OPS],
-    "copies": _HOST_COLOURS[HostActivity.TRANSFER],
-    "nothing_traced": "#bdbdbd",
-    "no_capture": "#616161",
+    IdleCause.INPUT: _HOST_COLOURS[HostActivity.INPUT],
+    IdleCause.PYTHON: _HOST_COLOURS[HostActivity.PYTHON],
+    IdleCause.LAUNCHES: _HOST_COLOURS[HostActivity.TF_OPS],
+    IdleCause.COPIES: _HOST_COLOURS[HostActivity.TRANSFER],
+    IdleCause.NOTHING_TRACED: "#bdbdbd",
+    IdleCause.NO_CAPTURE: "#616161",
 }
 
 

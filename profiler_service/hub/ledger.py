@@ -251,10 +251,8 @@ def _counted(
             by_cause[IdleCause.NO_CAPTURE] += idle_s
             continue
         used.add(capture.row.id)
-        shares = capture.waste.idle_by_cause
-        whole = sum(shares.values())
-        for cause, share in shares.items():
-            by_cause[cause] += idle_s * share / whole
+        for cause, share in capture.waste.idle_split().items():
+            by_cause[cause] += idle_s * share
         recoverable += held_s * capture.waste.saving_share
     held_h, busy_h = sum(held.values()) / 3600, sum(busy.values()) / 3600
     idle_h = sum(by_cause.values()) / 3600
@@ -289,9 +287,8 @@ def _from_captures(job: _Job, start: int, end: int, link: Callable[[str], str]) 
     n = len(inside)
     by_cause: dict[str, float] = {}
     for c in inside:
-        whole = sum(c.waste.idle_by_cause.values())
-        for cause, share in c.waste.idle_by_cause.items():
-            by_cause[cause] = by_cause.get(cause, 0.0) + c.waste.idle_share * share / whole / n
+        for cause, share in c.waste.idle_split().items():
+            by_cause[cause] = by_cause.get(cause, 0.0) + c.waste.idle_share * share / n
     return JobLedger(
         namespace=job.namespace,
         job=job.name,

@@ -31,7 +31,8 @@ class LedgerBook:
     ):
         self.index, self.settings, self.link, self.clock = index, settings, link, clock
         self.version = version
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the built ledgers: held for a lookup, never a build
+        self._building = threading.Lock()  # one build at a time
         self._built: dict[float, tuple[float, object, Ledger]] = {}
         self._loop = BackgroundLoop("fleet-ledger", self._round)
 
@@ -51,15 +52,27 @@ class LedgerBook:
 
     def ledger(self, window_s: float, max_age_s: float | None = None) -> Ledger:
         max_age = self.settings.hub_ledger_refresh_s if max_age_s is None else max_age_s
-        with self._lock:
+        built = self._fresh(window_s, max_age)
+        if built is not None:
+            return built
+        with self._building:
+            built = self._fresh(window_s, max_age)  # another caller may have just built it
+            if built is not None:
+                return built
             now, version = self.clock(), self.version()
-            built = self._built.get(window_s)
-            if built is None or now - built[0] >= max_age or built[1] != version:
-                built = (now, version, self.build(window_s, now))
+            ledger = self.build(window_s, now)
+            with self._lock:
                 keep = self.settings.hub_ledger_refresh_s
                 self._built = {k: v for k, v in self._built.items() if now - v[0] < keep}
-                self._built[window_s] = built
-            return built[2]
+                self._built[window_s] = (now, version, ledger)
+            return ledger
+
+    def _fresh(self, window_s: float, max_age: float) -> Ledger | None:
+        with self._lock:
+            built = self._built.get(window_s)
+        if built is None or self.clock() - built[0] >= max_age or built[1] != self.version():
+            return None
+        return built[2]
 
     def latest(self, window_s: float) -> Ledger | None:
         """The last ledger built for `window_s`, however old; None before the first."""
