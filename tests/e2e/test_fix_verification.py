@@ -8,8 +8,19 @@ The twins are the demo's (`profiler_service.demo.job`): the fix the finding advi
 
 from __future__ import annotations
 
+import contextlib
+import time
+from collections.abc import Iterator
+
+import psutil
 import pytest
 from helpers import RECORDS_MEMORY, free_port, start_job
+
+# The input fixes' predictions are for the job's cores, free. A capture during which other work
+# (another process, or the hypervisor's steal) held more than this many of the host's cores
+# measured another host: such a pair is captured again, at most `RETRIES` times.
+OTHERS_MAX_CORES = 0.5
+RETRIES = 2
 
 PAIRS = {
     "retracing": (
@@ -40,26 +51,65 @@ PAIRS = {
 
 
 def capture_pair(service_factory, broken: tuple[str, ...], fixed: tuple[str, ...], env=None):
+    """The two snapshots, and the most cores other work held during either capture."""
     port = free_port()
     service = service_factory([f"trainer=grpc://127.0.0.1:{port}"])
-    bodies = []
+    bodies, others = [], 0.0
     with service.client() as client:
         for args in (broken, fixed):
             job = start_job(*args, "--profiler-port", str(port), "--seconds", "120", env=env)
             try:
-                body = client.post("/profile", params={"duration": "3s", "wait": "true"}).json()
+                ours = [psutil.Process(job.proc.pid), psutil.Process(service.proc.pid)]
+                with cores_held_by_others(ours) as held:
+                    body = client.post("/profile", params={"duration": "3s", "wait": "true"})
             finally:
                 job.stop()
+            body = body.json()
             assert body["status"] == "ready", body.get("error")
             bodies.append(body)
-    return bodies
+            others = max(others, held[0])
+    return bodies, others
+
+
+@contextlib.contextmanager
+def cores_held_by_others(ours: list[psutil.Process]) -> Iterator[list[float]]:
+    """Yields a list that holds, once the block ends, the cores the host spent on anything but
+    `ours` and their children (this test's own process included), steal included."""
+
+    def spent() -> float:
+        processes = {}
+        for process in [psutil.Process(), *ours]:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                for p in [process, *process.children(recursive=True)]:
+                    processes[p.pid] = p
+        cpu = 0.0
+        for p in processes.values():
+            with contextlib.suppress(psutil.NoSuchProcess):
+                times = p.cpu_times()
+                cpu += times.user + times.system + times.children_user + times.children_system
+        return cpu
+
+    def busy() -> float:
+        t = psutil.cpu_times()
+        return t.user + t.nice + t.system + t.irq + t.softirq + getattr(t, "steal", 0.0)
+
+    held = [0.0]
+    start, busy0, ours0 = time.monotonic(), busy(), spent()
+    yield held
+    wall = time.monotonic() - start
+    held[0] = max(0.0, (busy() - busy0) - (spent() - ours0)) / wall
 
 
 @pytest.mark.parametrize("pair", list(PAIRS))
 def test_a_fixed_twin_is_verified_against_the_prediction(pair, service_factory):
     broken, fixed, status = PAIRS[pair]
     rule = pair.split(":")[0]
-    before, after = capture_pair(service_factory, broken, fixed)
+    (before, after), others = capture_pair(service_factory, broken, fixed)
+    for _ in range(RETRIES if rule == "input_bound" else 0):
+        if others <= OTHERS_MAX_CORES:
+            break
+        print(f"{pair}: other work held {others:.2f} cores during a capture: captured again")
+        (before, after), others = capture_pair(service_factory, broken, fixed)
     assert rule in {f["rule"] for f in before["findings"]}, before["findings"]
     assert after["previous_id"] == before["id"] and after["verified_against"] == before["id"]
     checked = {v["rule"]: v for v in after["verification"]}[rule]
@@ -69,7 +119,8 @@ def test_a_fixed_twin_is_verified_against_the_prediction(pair, service_factory):
     report = (
         f"{pair}: {checked['status']}, step {checked['step_ms_before']:.3g} -> "
         f"{checked['step_ms_after']:.3g} ms; saved {measured:.0%}, predicted "
-        f"{predicted['saving_share']:.0%} ({lo:.0%}-{hi:.0%}); {predicted['basis']}"
+        f"{predicted['saving_share']:.0%} ({lo:.0%}-{hi:.0%}); {predicted['basis']} "
+        f"Other work held at most {others:.2f} cores."
     )
     print(report)
     if status is not None:
@@ -82,7 +133,7 @@ def test_a_fixed_twin_is_verified_against_the_prediction(pair, service_factory):
 
 
 def test_step_temporaries_resolved_by_its_twin_saves_no_predicted_time(service_factory):
-    before, after = capture_pair(
+    (before, after), _ = capture_pair(
         service_factory,
         ("--workload", "temporaries", "--temporaries-mb", "64"),
         ("--workload", "temporaries", "--temporaries-mb", "1"),
