@@ -135,10 +135,10 @@ def fleet_doc(template: dict, i: int, sidecars: int, now: datetime, rng: random.
 def write_manifests(store_url: str, options: dict, docs: list[dict]) -> int:
     """Each sidecar's manifest, as its mirror writes it: every doc with its listed version
     (read back from the bucket a sidecar at a time: 100,000 documents do not fit in memory)."""
+    from profiler_service.store.bucket_client import BucketClient
     from profiler_service.store.manifest import ManifestEntry, encode, manifest_path, sidecar_key
-    from profiler_service.store.object_store import ObjectStoreMirror
 
-    mirror = ObjectStoreMirror(store_url, options)
+    mirror = BucketClient(store_url, options)
     listed = mirror.list_snapshots()
     by_sidecar: dict[tuple[str, str], list[str]] = {}
     for d in docs:

@@ -96,11 +96,11 @@ def build_service(
     if storage.store_url:
         import socket
 
+        from profiler_service.store.bucket_client import BucketClient
         from profiler_service.store.manifest import sidecar_key
         from profiler_service.store.mirror_sync import mirrored_store  # fsspec: sidecar only
-        from profiler_service.store.object_store import ObjectStoreMirror
 
-        bucket = ObjectStoreMirror(storage.store_url, storage.store_options_dict())
+        bucket = BucketClient(storage.store_url, storage.store_options_dict())
         pod = (settings.capture.pod_name or socket.gethostname()).lower()
         store, mirror = mirrored_store(
             storage.store,

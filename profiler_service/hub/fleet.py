@@ -1,6 +1,7 @@
 """The hub's parts wired together, and the bucket's sync into the fleet index.
 
-The fleet index is the sidecar's own store (`SnapshotStore` + `MirrorSync`) with nothing local:
+The fleet index is the sidecar's own store (`SnapshotStore` + its `BucketCatalogue` and
+`BucketReader`, no upload queue) with nothing local:
 every snapshot is a `remote` entry of `PROFILER_STORE`/index.sqlite, read from the bucket. One
 thread syncs it every `hub_sync_interval_s`: it lists the bucket, reads only the `snapshot.json`
 files that are new or rewritten (their ETag changed; many at once from the sidecars' manifests),
@@ -30,8 +31,9 @@ from profiler_service.hub.routing import FleetRouter
 from profiler_service.lifecycle import BackgroundLoop, Lifecycle, LoopHealth
 from profiler_service.store import SnapshotStore
 from profiler_service.store.baselines import FleetBaselines
-from profiler_service.store.mirror_sync import MirrorSync, RefreshStats, mirrored_store
-from profiler_service.store.object_store import ObjectStoreMirror
+from profiler_service.store.bucket_catalogue import BucketCatalogue, RefreshStats
+from profiler_service.store.bucket_client import BucketClient
+from profiler_service.store.mirror_sync import catalogued_store
 from profiler_service.targets import Target
 from profiler_service.tenancy import TenantTokens
 from profiler_service.trigger.alert_log import AlertLog
@@ -44,10 +46,11 @@ log = logging.getLogger(__name__)
 class FleetSync:
     """The bucket -> fleet index (and registration records -> registry) loop."""
 
-    def __init__(self, sync: MirrorSync, registry: SidecarRegistry, interval_s: float):
-        self.sync = sync
+    def __init__(self, catalogue: BucketCatalogue, registry: SidecarRegistry, interval_s: float):
+        self.catalogue = catalogue
+        self.bucket = catalogue.bucket
         self.registry = registry
-        self.baselines = FleetBaselines(sync.mirror)
+        self.baselines = FleetBaselines(self.bucket)
         self.interval_s = interval_s
         self.syncs_total = 0
         self.failures_total = 0
@@ -58,7 +61,7 @@ class FleetSync:
         self._loop = BackgroundLoop("fleet-sync", self._round, join_s=30)
 
     def once(self) -> RefreshStats | None:
-        stats = self.sync.refresh(force=True)
+        stats = self.catalogue.refresh(force=True)
         self.syncs_total += 1
         if stats is None:
             self.failures_total += 1
@@ -86,15 +89,14 @@ class FleetSync:
         try:
             self.baselines.refresh()
         except Exception as exc:
-            log.warning("could not read the baselines from %s: %s", self.sync.mirror.url, exc)
+            log.warning("could not read the baselines from %s: %s", self.bucket.url, exc)
 
     def read_registrations(self) -> None:
         """Registration records sidecars wrote into the bucket (hub_register_in_bucket)."""
-        mirror = self.sync.mirror
         try:
-            docs = mirror.read_records(RECORDS_PREFIX)
+            docs = self.bucket.read_records(RECORDS_PREFIX)
         except Exception as exc:
-            log.warning("could not read sidecar records from %s: %s", mirror.url, exc)
+            log.warning("could not read sidecar records from %s: %s", self.bucket.url, exc)
             return
         for path, data in docs.items():
             try:
@@ -163,10 +165,10 @@ def build_hub(settings: HubSettings) -> HubService:
     storage = settings.storage
     if not storage.store_url:
         raise ValueError("the hub reads the fleet's bucket: set PROFILER_STORE_URL")
-    mirror = ObjectStoreMirror(storage.store_url, storage.store_options_dict())
-    # Requests never refresh (math.inf): the sync thread does, every hub_sync_interval_s. The
-    # MirrorSync's own threads are not started: the hub uploads nothing and lists by FleetSync.
-    store, sync = mirrored_store(storage.store, mirror, refresh_interval_s=math.inf)
+    bucket = BucketClient(storage.store_url, storage.store_options_dict())
+    # Requests never refresh (math.inf): the fleet sync's thread does, every
+    # hub_sync_interval_s; the catalogue's own is not started. The hub uploads nothing.
+    store, catalogue = catalogued_store(storage.store, bucket, refresh_interval_s=math.inf)
     lifecycle = Lifecycle()
     store.open()
     lifecycle.closing(store.close)
@@ -174,7 +176,7 @@ def build_hub(settings: HubSettings) -> HubService:
     alert_log = AlertLog(store.root / "webhooks" / "alerts.jsonl").open()
     lifecycle.closing(alert_log.close)
     router = FleetRouter(settings, registry, alert_log)
-    fleet_sync = FleetSync(sync, registry, settings.fleet.hub_sync_interval_s)
+    fleet_sync = FleetSync(catalogue, registry, settings.fleet.hub_sync_interval_s)
     ledger = LedgerBook(
         store.index,
         settings.ledger,
@@ -187,7 +189,7 @@ def build_hub(settings: HubSettings) -> HubService:
     tokens_file = settings.fleet.tokens_file
     tenants = TenantTokens(tokens_file) if tokens_file else None
     metrics = FleetMetrics(collector, loops=lifecycle.loop_health)
-    peers = RegistryShare(mirror, registry, replica_name())
+    peers = RegistryShare(bucket, registry, replica_name())
     return HubService(
         settings, store, registry, router, fleet_sync, metrics, lifecycle, tenants, peers, ledger
     )

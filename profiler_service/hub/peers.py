@@ -28,7 +28,7 @@ from pydantic import ValidationError
 
 from profiler_service.hub.registry import SidecarRecord, SidecarRegistry
 from profiler_service.lifecycle import BackgroundLoop
-from profiler_service.store.object_store import ObjectStoreMirror
+from profiler_service.store.bucket_client import BucketClient
 
 __all__ = ["PEERS_PREFIX", "RegistryShare", "replica_name"]
 
@@ -51,12 +51,12 @@ class RegistryShare:
 
     def __init__(
         self,
-        mirror: ObjectStoreMirror,
+        bucket: BucketClient,
         registry: SidecarRegistry,
         replica: str,
         clock: Callable[[], float] = time.time,
     ):
-        self.mirror = mirror
+        self.bucket = bucket
         self._clock = clock
         self.registry = registry
         self.replica = replica
@@ -87,11 +87,11 @@ class RegistryShare:
         except Exception as exc:  # the bucket is down: keep routing with what is known
             self.failures_total += 1
             if not self._failing:
-                log.warning("could not share the registry through %s: %s", self.mirror.url, exc)
+                log.warning("could not share the registry through %s: %s", self.bucket.url, exc)
             self._failing = True
             return
         if self._failing:
-            log.info("sharing the registry through %s again", self.mirror.url)
+            log.info("sharing the registry through %s again", self.bucket.url)
         self._failing = False
 
     def publish(self) -> None:
@@ -105,7 +105,7 @@ class RegistryShare:
             ],
             "removed": removed,
         }
-        self.mirror.put_record(self.path, json.dumps(doc).encode())
+        self.bucket.put_record(self.path, json.dumps(doc).encode())
         self._published_s = time.monotonic()
 
     def merge(self) -> int:
@@ -113,7 +113,7 @@ class RegistryShare:
         now = self._clock()
         horizon = now - self.registry.ttl_s
         merged = 0
-        for path, data in self.mirror.read_records(PEERS_PREFIX).items():
+        for path, data in self.bucket.read_records(PEERS_PREFIX).items():
             if posixpath.basename(path) == posixpath.basename(self.path):
                 continue
             try:
@@ -142,12 +142,11 @@ class RegistryShare:
         return merged
 
     def _remove_stale(self, path: str) -> None:
-        rel = posixpath.relpath(self.mirror.fs._strip_protocol(path), self.mirror.root)
         try:
-            self.mirror.remove_record(rel)
-            log.info("removed the file of a replica gone since long: %s", rel)
+            self.bucket.remove_record(path)
+            log.info("removed the file of a replica gone since long: %s", path)
         except Exception as exc:
-            log.warning("could not remove %s: %s", rel, exc)
+            log.warning("could not remove %s: %s", path, exc)
 
     def start(self) -> None:
         self.once()  # know the fleet before the first request

@@ -23,7 +23,7 @@ from profiler_service.hub.registry import SidecarRecord
 from profiler_service.lifecycle import BackgroundLoop
 
 if TYPE_CHECKING:
-    from profiler_service.store.object_store import ObjectStoreMirror  # fsspec: only with a bucket
+    from profiler_service.store.bucket_client import BucketClient  # fsspec: only with a bucket
 
 __all__ = ["HubRegistration", "sidecar_record"]
 
@@ -64,13 +64,13 @@ class HubRegistration:
         settings: RegistrationSettings,
         record: SidecarRecord,
         token: SecretStr | None = None,
-        bucket: ObjectStoreMirror | None = None,
+        bucket: BucketClient | None = None,
     ):
         """`record`: `sidecar_record(settings)`; `token`: PROFILER_HUB_TOKEN."""
         self.settings = settings
         self.record = record
         self.token = token
-        self.bucket = bucket  # the store's ObjectStoreMirror, with hub_register_in_bucket
+        self.bucket = bucket  # the store's BucketClient, with hub_register_in_bucket
         self.beats_total = 0
         self.failures_total = 0
         self._failing: set[str] = set()

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from profiler_service.store.object_store import ObjectStoreMirror
+    from profiler_service.store.bucket_client import BucketClient
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ class FleetBaselines:
     """Every sidecar's target baselines, from the bucket: the snapshot ids (a snapshot names its
     own job: namespace, workload, target)."""
 
-    def __init__(self, mirror: ObjectStoreMirror):
+    def __init__(self, mirror: BucketClient):
         self.mirror = mirror
         self._files: dict[str, tuple[int, str | None, dict[str, str]]] = {}  # path -> what
         self.ids: frozenset[str] = frozenset()

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from profiler_service.store.object_store import ObjectStoreMirror, RemoteEntry
+    from profiler_service.store.bucket_client import BucketClient, RemoteEntry
 
 __all__ = [
     "MANIFESTS_PREFIX",
@@ -74,7 +74,7 @@ def decode(data: bytes) -> Iterator[ManifestEntry]:
 class ManifestReader:
     """The manifests of a bucket, each read again only when its version changed."""
 
-    def __init__(self, mirror: ObjectStoreMirror, own: str | None = None):
+    def __init__(self, mirror: BucketClient, own: str | None = None):
         self.mirror = mirror
         self.own = own  # a sidecar's own manifest: what it lists it holds already
         self._read: dict[str, int] = {}  # path -> version last read

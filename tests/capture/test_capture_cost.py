@@ -1,5 +1,6 @@
 """What a capture cost the job, from the step timings around it (capture/cost.py): the ring's
-samples split into before and during the trace, each step-weighted; Prometheus's rate against
+samples split into before and during the trace, a step's time the wall time over the steps
+counted; Prometheus's rate against
 the trace's own steps where the job's timings are not sampled; unknown, said so, otherwise."""
 
 from __future__ import annotations
@@ -45,11 +46,43 @@ def test_steps_before_and_during_the_trace_are_weighed_by_their_counts():
     assert cost.steps_before == 100 * BEFORE_MIN_S and cost.steps_during == 240
 
 
-def test_a_slow_step_among_many_weighs_as_its_one_step():
-    times = {-2.0: 10.0, -1.0: 10.0, 0.0: 10.0, 1.0: 500.0, 2.0: 10.0}
-    counts = {-2.0: 100.0, -1.0: 100.0, 0.0: 100.0, 1.0: 1.0, 2.0: 99.0}
+def test_a_step_s_time_is_the_wall_time_the_job_paid_between_its_markers_too():
+    # The markers time 8 ms of each step; the job counts 100 steps a second before the trace
+    # (10 ms each, 2 between the markers) and 80 during it: the trace's cost is the 25 % the
+    # job's throughput fell, not the marked steps' 8 -> 8.4 ms.
+    times = {float(t): 8.0 for t in range(-9, 1)} | {1.0: 8.4, 2.0: 8.4}
+    counts = {float(t): 100.0 for t in range(-9, 1)} | {1.0: 80.0, 2.0: 80.0}
     cost = capture_cost(ring(times, counts), T0, T0 + timedelta(seconds=2))
-    assert cost.step_ms_during == pytest.approx((500 + 99 * 10) / 100)
+    assert (cost.step_ms_before, cost.step_ms_during) == (10.0, 12.5)
+    assert cost.ratio == pytest.approx(1.25)
+
+
+def test_a_pause_before_the_trace_does_not_move_its_before_figure():
+    # An evaluation held the job 0.9 s of one second before the trace (10 steps in it): the
+    # median second's 10 ms stands.
+    times = {float(t): 10.0 for t in range(-9, 1)} | {1.0: 10.0, 2.0: 10.0}
+    counts = {float(t): 100.0 for t in range(-9, 1)} | {1.0: 100.0, 2.0: 100.0}
+    counts[-4.0] = 10.0
+    cost = capture_cost(ring(times, counts), T0, T0 + timedelta(seconds=2))
+    assert cost.step_ms_before == 10.0 and cost.ratio == pytest.approx(1.0)
+
+
+def test_seconds_partly_outside_the_trace_do_not_dilute_those_inside():
+    # The trace runs from 0.4 s to 2.4 s: the second ending at 2 is wholly inside; those
+    # ending at 1 (60 % inside) and 3 (40 %) also hold untraced steps.
+    times = {float(t): 10.0 for t in range(-9, 4)}
+    counts = {float(t): 100.0 for t in range(-9, 4)} | {1.0: 90.0, 2.0: 50.0}
+    start = T0 + timedelta(seconds=0.4)
+    cost = capture_cost(ring(times, counts), start, start + timedelta(seconds=2))
+    assert cost.steps_during == 50 and cost.step_ms_during == 20.0
+
+
+def test_without_step_counts_the_marked_time_is_the_figure_and_said_so():
+    times = {float(t): 10.0 for t in range(-9, 1)} | {1.0: 11.0, 2.0: 11.0}
+    lead_up = ring(times, {})
+    lead_up.series = [s for s in lead_up.series if s.name == "step_time_ms"]
+    cost = capture_cost(lead_up, T0, T0 + timedelta(seconds=2))
+    assert cost.ratio == pytest.approx(1.1) and "marked steps" in cost.note
 
 
 def test_no_step_before_the_trace_is_said():
@@ -78,6 +111,6 @@ def test_a_job_that_reports_no_step_timings_has_an_unknown_cost_and_is_told_why(
 
 def test_a_cheap_capture_says_nothing_more():
     times = {float(t): 10.0 for t in range(-9, 1)} | {1.0: 10.3, 2.0: 10.3}
-    counts = dict.fromkeys(times, 100.0)
+    counts = {float(t): 100.0 for t in range(-9, 1)} | {1.0: 97.0, 2.0: 97.0}
     cost = capture_cost(ring(times, counts), T0, T0 + timedelta(seconds=2))
-    assert cost.ratio == pytest.approx(1.03) and cost.note is None
+    assert cost.ratio == pytest.approx(1000 / 97 / 10, 1e-3) and cost.note is None

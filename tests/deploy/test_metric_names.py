@@ -149,7 +149,7 @@ def test_every_metric_the_fleet_dashboard_uses_is_exported_by_the_hub(tmp_path):
 
     from profiler_service.analysis.models import Finding, Severity, StepTime, Summary
     from profiler_service.models import CaptureOptions, Snapshot
-    from profiler_service.store.object_store import ObjectStoreMirror
+    from profiler_service.store.bucket_client import BucketClient
 
     dashboard = json.loads((DEPLOY / "grafana/dashboards/profiler-fleet.json").read_text())
     used = {n for p in dashboard["panels"] for t in p["targets"] for n in metric_names(t["expr"])}
@@ -159,7 +159,7 @@ def test_every_metric_the_fleet_dashboard_uses_is_exported_by_the_hub(tmp_path):
         if v["type"] == "query"
     }
     bucket = tmp_path / "bucket"
-    mirror = ObjectStoreMirror(f"file://{bucket}")
+    mirror = BucketClient(f"file://{bucket}")
     now = datetime.now(UTC)
     for i in range(2):
         mirror.write_doc(

@@ -13,7 +13,7 @@ from profiler_service.models import (
     SnapshotFile,
     SnapshotStatus,
 )
-from profiler_service.store.object_store import ObjectStoreMirror
+from profiler_service.store.bucket_client import BucketClient
 
 XPLANE = b"\x0a\x04fake xplane bytes" * 64
 HUB_TOKEN = "fleet-secret"
@@ -62,7 +62,7 @@ def fleet_snapshot(
     return snapshot
 
 
-def put(mirror: ObjectStoreMirror, snapshot: Snapshot, tmp_dir) -> None:
+def put(mirror: BucketClient, snapshot: Snapshot, tmp_dir) -> None:
     """Write one snapshot as a sidecar's mirror does: its files, then snapshot.json."""
     if snapshot.files:
         tmp_dir.mkdir(parents=True, exist_ok=True)

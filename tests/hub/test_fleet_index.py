@@ -14,7 +14,7 @@ from s3_server import S3Server, wait_until
 
 from profiler_service.analysis.models import Severity
 from profiler_service.models import SnapshotStatus
-from profiler_service.store.object_store import ObjectStoreMirror
+from profiler_service.store.bucket_client import BucketClient
 
 BUCKET = "fleet-index"
 W, C, INFO = Severity.WARNING, Severity.CRITICAL, Severity.INFO
@@ -69,7 +69,7 @@ def ids(client, **params) -> list[str]:
 
 
 def test_the_fleet_listing_filters_pages_and_serves_from_the_bucket(s3, tmp_path):
-    mirror = ObjectStoreMirror(f"s3://{BUCKET}/listing", s3.options)
+    mirror = BucketClient(f"s3://{BUCKET}/listing", s3.options)
     snapshots = fleet_snapshots()
     for s in snapshots:
         put(mirror, s, tmp_path / "files" / s.id)
@@ -122,7 +122,7 @@ def test_the_fleet_listing_filters_pages_and_serves_from_the_bucket(s3, tmp_path
 
 
 def test_syncs_are_incremental_and_a_deleted_index_is_rebuilt_the_same(s3, tmp_path):
-    mirror = ObjectStoreMirror(f"s3://{BUCKET}/rebuild", s3.options)
+    mirror = BucketClient(f"s3://{BUCKET}/rebuild", s3.options)
     snapshots = fleet_snapshots()
     for s in snapshots:
         put(mirror, s, tmp_path / "files" / s.id)
@@ -171,7 +171,7 @@ def test_syncs_are_incremental_and_a_deleted_index_is_rebuilt_the_same(s3, tmp_p
 
 
 def test_the_fleet_page_and_metrics_show_each_jobs_latest_state(s3, tmp_path):
-    mirror = ObjectStoreMirror(f"s3://{BUCKET}/page", s3.options)
+    mirror = BucketClient(f"s3://{BUCKET}/page", s3.options)
     snapshots = fleet_snapshots()
     for s in snapshots:
         put(mirror, s, tmp_path / "files" / s.id)

@@ -32,7 +32,7 @@ from profiler_service.analysis.summary import analyse_run
 from profiler_service.config import LedgerSettings
 from profiler_service.hub.gpu_hours import queries, query_gpu_hours
 from profiler_service.models import CaptureOptions, Snapshot, SnapshotStatus
-from profiler_service.store.object_store import ObjectStoreMirror
+from profiler_service.store.bucket_client import BucketClient
 
 if TYPE_CHECKING:
     from prometheus_server import Prometheus
@@ -93,7 +93,7 @@ def world(tmp_path_factory, module_prometheus) -> Iterator[World]:
     prometheus = module_prometheus({}, data=data)
     results = analysed(tmp / "captures")
     bucket = tmp / "bucket"
-    mirror = ObjectStoreMirror(f"file://{bucket}", {})
+    mirror = BucketClient(f"file://{bucket}", {})
     captured: dict[tuple[str, str], list[tuple[float, str]]] = {}
     names = list(CAPTURES)
     i = 0

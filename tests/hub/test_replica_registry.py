@@ -11,7 +11,7 @@ from fakes import FakeClock
 
 from profiler_service.hub.peers import PEERS_PREFIX, RegistryShare
 from profiler_service.hub.registry import SidecarRecord, SidecarRegistry
-from profiler_service.store.object_store import ObjectStoreMirror
+from profiler_service.store.bucket_client import BucketClient
 
 TTL_S = 20.0
 
@@ -21,9 +21,9 @@ def record(name: str, url: str = "http://10.0.0.1:8080") -> SidecarRecord:
 
 
 def replicas(tmp_path, clock: FakeClock) -> tuple[list[SidecarRegistry], list[RegistryShare]]:
-    mirror = ObjectStoreMirror(f"file://{tmp_path / 'bucket'}")
+    bucket = BucketClient(f"file://{tmp_path / 'bucket'}")
     registries = [SidecarRegistry(TTL_S, clock=clock) for _ in range(2)]
-    shares = [RegistryShare(mirror, r, f"hub-{i}", clock) for i, r in enumerate(registries)]
+    shares = [RegistryShare(bucket, r, f"hub-{i}", clock) for i, r in enumerate(registries)]
     return registries, shares
 
 
@@ -86,7 +86,7 @@ def test_an_unreadable_replica_file_is_skipped_and_the_bucket_down_is_survived(t
     share_b.once()
     assert [r.name for r in b.live()] == ["trainer-0"]
     (tmp_path / "bucket" / "x.json").write_text("a file where a directory should be")
-    share_b.mirror = ObjectStoreMirror(f"file://{tmp_path / 'bucket' / 'x.json' / 'fleet'}")
+    share_b.bucket = BucketClient(f"file://{tmp_path / 'bucket' / 'x.json' / 'fleet'}")
     b.changed.set()
     share_b.once()  # logged and counted, the registry kept
     assert share_b.failures_total == 1 and [r.name for r in b.live()] == ["trainer-0"]

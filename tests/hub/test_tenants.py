@@ -31,7 +31,7 @@ from s3_server import wait_until
 from profiler_service.analysis.models import Severity
 from profiler_service.api.auth import Scope
 from profiler_service.hub.app import create_hub_app
-from profiler_service.store.object_store import ObjectStoreMirror
+from profiler_service.store.bucket_client import BucketClient
 
 WEBHOOK_TOKEN = "am-webhook-token"
 TEAM_A = "team-a-reads-and-captures-0123"
@@ -86,7 +86,7 @@ def fleet(tmp_path_factory):
     root = tmp_path_factory.mktemp("tenants")
     bucket = root / "bucket"
     bucket.mkdir()
-    mirror = ObjectStoreMirror(f"file://{bucket}", {})
+    mirror = BucketClient(f"file://{bucket}", {})
     taken = snapshots()
     for s in taken:
         put(mirror, s, root / "files" / s.id)

@@ -14,16 +14,16 @@ from profiler_service.hub.fleet import build_hub
 from profiler_service.hub.views import fleet_view
 from profiler_service.models import new_snapshot_id
 from profiler_service.store.baselines import fleet_baselines_path, target_key
+from profiler_service.store.bucket_client import BucketClient
 from profiler_service.store.manifest import sidecar_key
 from profiler_service.store.mirror_sync import mirrored_store
-from profiler_service.store.object_store import ObjectStoreMirror
 
 
 def test_the_hub_compares_a_job_with_the_baseline_its_sidecar_set(tmp_path):
     url = f"file://{tmp_path / 'bucket'}"
     (tmp_path / "bucket").mkdir()
     sidecar = sidecar_key("trainer-0", None)
-    store, sync = mirrored_store(tmp_path / "sidecar", ObjectStoreMirror(url), sidecar=sidecar)
+    store, sync = mirrored_store(tmp_path / "sidecar", BucketClient(url), sidecar=sidecar)
     store.open()
     sync.start()
     now = datetime.now(UTC)

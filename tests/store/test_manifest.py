@@ -9,13 +9,13 @@ import math
 
 import pytest
 from s3_server import wait_until
-from test_object_store import bucket, open_store, s3, sync_of, uploaded  # noqa: F401 (fixtures)
+from test_bucket_client import bucket, open_store, s3, sync_of, uploaded  # noqa: F401 (fixtures)
 from test_snapshot_store import listed_ids, publish_one
 
 from profiler_service.models import new_snapshot_id
-from profiler_service.store import mirror_sync
+from profiler_service.store import bucket_catalogue
+from profiler_service.store.bucket_client import BucketClient
 from profiler_service.store.manifest import decode, manifest_path, sidecar_key
-from profiler_service.store.object_store import ObjectStoreMirror
 
 SIDECAR = sidecar_key("trainer-0", "ml")
 MANIFEST = manifest_path(SIDECAR)
@@ -24,10 +24,10 @@ MANIFEST = manifest_path(SIDECAR)
 @pytest.fixture(autouse=True)
 def few_are_many(monkeypatch):
     """A handful of snapshots stand for a first sync's thousands."""
-    monkeypatch.setattr(mirror_sync, "MANIFEST_MIN_WANTED", 1)
+    monkeypatch.setattr(bucket_catalogue, "MANIFEST_MIN_WANTED", 1)
 
 
-def manifest_lines(mirror: ObjectStoreMirror) -> dict[str, int]:
+def manifest_lines(mirror: BucketClient) -> dict[str, int]:
     data = mirror.read_paths([MANIFEST]).get(MANIFEST, b"")
     return {e.id: e.version for e in decode(data)}
 
@@ -42,7 +42,7 @@ def test_a_reader_takes_the_manifest_and_reads_only_what_it_does_not_hold(
     ids = [new_snapshot_id("trainer") for _ in range(5)]
     for snapshot_id in ids:
         publish_one(sidecar, snapshot_id)
-    mirror = ObjectStoreMirror(url, s3.options)
+    mirror = BucketClient(url, s3.options)
 
     def versions() -> dict[str, int]:
         return {i: e.version for i, e in mirror.list_snapshots().items()}
@@ -87,7 +87,7 @@ def test_a_restarted_sidecar_keeps_the_lines_of_what_it_still_holds(
     tmp_path,
 ):
     url = f"s3://{bucket}/fleet"
-    mirror = ObjectStoreMirror(url, s3.options)
+    mirror = BucketClient(url, s3.options)
     sidecar = open_store("sidecar", url, s3.options, sidecar=SIDECAR)
     before = new_snapshot_id("trainer")
     publish_one(sidecar, before)

@@ -25,7 +25,7 @@ from fastapi.testclient import TestClient
 from helpers import RECORDED_CAPTURE, free_port
 from s3_server import S3Server, wait_until
 from slow_s3 import SlowS3Proxy
-from test_object_store import close_mirrored, open_mirrored, sync_of, uploaded
+from test_bucket_client import close_mirrored, open_mirrored, sync_of, uploaded
 from test_snapshot_store import T0, listed_ids, publish_one
 
 from profiler_service.api import create_app

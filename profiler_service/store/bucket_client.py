@@ -1,4 +1,4 @@
-"""The object-store mirror: every finished snapshot copied to one bucket that many sidecars share.
+"""The bucket client: every finished snapshot copied to one bucket that many sidecars share.
 
     URL/plugins/profile/<id>/<host>.xplane.pb   ready snapshots, the TensorBoard/XProf layout
     URL/plugins/profile/<id>/snapshot.json      written last: a prefix without it is absent
@@ -53,7 +53,7 @@ class RemoteEntry:
     version: int  # changes whenever snapshot.json is rewritten (ETag, else mtime)
 
 
-class ObjectStoreMirror:
+class BucketClient:
     """fsspec calls for one bucket prefix; every method may raise what the backend raises."""
 
     def __init__(self, url: str, options: dict[str, Any] | None = None):
@@ -73,7 +73,7 @@ class ObjectStoreMirror:
         self.protocol = protocol
 
     def __repr__(self) -> str:  # never the options: they may hold credentials
-        return f"ObjectStoreMirror({self.url!r})"
+        return f"BucketClient({self.url!r})"
 
     # ---- paths -----------------------------------------------------------------------------
 
@@ -167,19 +167,25 @@ class ObjectStoreMirror:
         self.fs.pipe_file(path, data)
 
     def read_records(self, prefix: str) -> dict[str, bytes]:
-        """Every object under `URL/<prefix>/`, by path (listed afresh, never from a cache)."""
+        """Every object under `URL/<prefix>/`, by its path relative to URL (listed afresh,
+        never from a cache)."""
         self.fs.invalidate_cache(f"{self.root}/{prefix}")
         found = self._find(f"{self.root}/{prefix}")
-        return self.fs.cat(list(found), on_error="omit") if found else {}
+        data = self.fs.cat(list(found), on_error="omit") if found else {}
+        return {self._relative(path): value for path, value in data.items()}
 
     def list_records(self, prefix: str) -> dict[str, int]:
         """Every object under `URL/<prefix>/`: its path relative to URL, and its version."""
         base = f"{self.root}/{prefix}"
         self.fs.invalidate_cache(base)
         return {
-            posixpath.relpath(self.fs._strip_protocol(path), self.root): _version(info)
+            self._relative(path): _version(info)
             for path, info in self._find(base, detail=True).items()
         }
+
+    def _relative(self, path: str) -> str:
+        """A path fsspec answered (with or without its protocol) relative to URL."""
+        return posixpath.relpath(self.fs._strip_protocol(path), self.root)
 
     def read_paths(self, relpaths: list[str]) -> dict[str, bytes]:
         """The objects at these paths relative to URL (concurrently where fsspec can); a

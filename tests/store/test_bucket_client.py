@@ -21,8 +21,8 @@ from test_snapshot_store import fail_one, listed_ids, publish_one
 from profiler_service.config import Settings, StoreSettings
 from profiler_service.errors import FileNotFound, SnapshotNotFound
 from profiler_service.models import SnapshotStatus, new_snapshot_id
+from profiler_service.store.bucket_client import BucketClient
 from profiler_service.store.mirror_sync import MirrorSync, mirrored_store
-from profiler_service.store.object_store import ObjectStoreMirror
 from profiler_service.store.snapshot_store import SnapshotStore
 
 ID_A = "20260101-000000-trainer-aaaaaaaaaaaa"
@@ -53,7 +53,7 @@ def sync_of(store: SnapshotStore) -> MirrorSync:
 
 
 def open_mirrored(root: Path, url: str, options: dict, **kwargs) -> SnapshotStore:
-    store, sync = mirrored_store(root, ObjectStoreMirror(url, options), **kwargs)
+    store, sync = mirrored_store(root, BucketClient(url, options), **kwargs)
     store.open()
     sync.start()
     SYNCS[store] = sync
@@ -332,7 +332,7 @@ def test_store_options_are_secret(monkeypatch):
     settings = Settings()
     assert "hunter2" not in repr(settings) and "hunter2" not in str(settings.model_dump())
     assert settings.storage.store_options_dict()["secret"] == "hunter2"
-    assert "hunter2" not in repr(ObjectStoreMirror("s3://bucket/prefix", {"secret": "hunter2"}))
+    assert "hunter2" not in repr(BucketClient("s3://bucket/prefix", {"secret": "hunter2"}))
     monkeypatch.setenv("PROFILER_STORE_OPTIONS", '{"secret": "hunter2"')
     with pytest.raises(ValueError) as excinfo:
         StoreSettings().store_options_dict()
