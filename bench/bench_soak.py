@@ -63,7 +63,7 @@ import psutil
 import uvicorn
 from bench_common import free_port, record, role, rss, start_job, start_service
 
-from profiler_service.api import create_app
+from profiler_service.api.app import create_app
 from profiler_service.capture.capturer import Captured, CaptureJob, collect_xplanes
 from profiler_service.capture.remote import RemoteCapturer
 from profiler_service.config import Settings

@@ -48,7 +48,7 @@ TARGETS = [f"t{i}" for i in range(8)]
 def serve(store: Path, port: int) -> None:
     import uvicorn
 
-    from profiler_service.api import create_app
+    from profiler_service.api.app import create_app
     from profiler_service.capture.capturer import CaptureFailed
     from profiler_service.config import Settings
     from profiler_service.service import build_service

@@ -23,7 +23,7 @@ from typing import Any
 import uvicorn
 
 from profiler_service.analysis.memory_events import RECORDING_VARIABLE
-from profiler_service.api import create_app
+from profiler_service.api.app import create_app
 from profiler_service.capture.in_process import InProcessCapturer
 from profiler_service.config import Settings
 from profiler_service.service import Service, build_service

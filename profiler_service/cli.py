@@ -39,7 +39,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from profiler_service.api import create_app
+    from profiler_service.api.app import create_app
     from profiler_service.service import build_service
 
     settings = _settings(args)

@@ -5,6 +5,9 @@ other; the fix is to pass in what one reads (metrics take callables, the store t
 from __future__ import annotations
 
 import ast
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "profiler_service"
@@ -107,3 +110,33 @@ def test_no_two_subpackages_import_each_other():
                 graph[parts[1]].add(other)
     assert {"capture", "trigger"} <= packages and "capture" in graph["trigger"]
     assert cycles(graph) == []
+
+
+# The sidecar's pipeline: what captures, analyses, samples and triggers. The hub serves reads,
+# the fleet and alert routing over the bucket's index, and loads none of it.
+SIDECAR_PIPELINE = (
+    "profiler_service.service",
+    "profiler_service.api.sidecar",
+    "profiler_service.capture.controller",
+    "profiler_service.analysis.analyzer",
+    "profiler_service.analysis.rules",
+    "profiler_service.analysis.xplane",
+    "profiler_service.lookback.sampler",
+    "profiler_service.trigger.alerts",
+    "profiler_service.trigger.schedule",
+    "profiler_service.trigger.memory_watch",
+    "profiler_service.exporters.metrics",
+    "profiler_service.store.upload_queue",
+)
+
+
+def test_the_hub_imports_no_sidecar_pipeline():
+    probe = (
+        "import sys, json; import profiler_service.hub.app, profiler_service.hub.fleet; "
+        "print(json.dumps(sorted(sys.modules)))"
+    )
+    loaded = set(json.loads(subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    ).stdout))  # fmt: skip
+    assert "profiler_service.hub.routes" in loaded  # the probe imported the hub
+    assert sorted(loaded.intersection(SIDECAR_PIPELINE)) == []

@@ -1,5 +1,2 @@
-"""HTTP API: routes translate requests into calls of the pipeline stages."""
-
-from profiler_service.api.app import create_app
-
-__all__ = ["create_app"]
+"""HTTP API: routes translate requests into calls of the pipeline stages. The sidecar's app:
+`api.app.create_app`; the parts the hub shares: `core`, `deps` and the read routes."""

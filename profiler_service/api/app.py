@@ -11,9 +11,16 @@ from fastapi import FastAPI
 
 from profiler_service import __version__
 from profiler_service.api.auth import install_auth
-from profiler_service.api.core import ServiceCore
 from profiler_service.api.errors import install_error_handlers
-from profiler_service.api.routes import comparisons, health, metrics, profiles, webhooks
+from profiler_service.api.routes import (
+    comparisons,
+    health,
+    metrics,
+    profile_changes,
+    profiles,
+    webhooks,
+)
+from profiler_service.api.sidecar import ServiceCore
 from profiler_service.service import Service
 
 log = logging.getLogger(__name__)
@@ -41,7 +48,7 @@ def create_app(service: Service) -> FastAPI:
     app.state.core = ServiceCore(service)  # what it shares with the hub (api/core.py)
     install_auth(app, service.settings if service is not None else None, hub_vouches=True)
     install_error_handlers(app)
-    app.include_router(profiles.router)
+    app.include_router(profile_changes.router)
     app.include_router(profiles.read_router)
     app.include_router(comparisons.router)
     app.include_router(health.router)

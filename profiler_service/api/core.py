@@ -2,15 +2,16 @@
 
 The read routes (`GET /profiles...`), health, `/metrics` and the webhook receiver are the same
 code on both; each app puts its own `AppCore` in `app.state.core`. A sidecar's is a `Service`'s
-parts (`ServiceCore`: it captures alerts here); the hub's is `HubService` (it reads the fleet's
-bucket and routes alerts to sidecars). Neither poses as the other.
+parts (`ServiceCore`, api/sidecar.py: it captures alerts here); the hub's is `HubService` (it
+reads the fleet's bucket and routes alerts to sidecars). Neither poses as the other, and
+nothing here reads the sidecar's pipeline.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from profiler_service.config import AppSettings
 from profiler_service.lifecycle import LoopHealth
@@ -19,12 +20,9 @@ from profiler_service.store import SnapshotQuery
 from profiler_service.targets import Target
 from profiler_service.tenancy import EVERYWHERE, Reach
 from profiler_service.trigger.alert_log import AlertLog, AlertOutcome
-from profiler_service.trigger.alerts import AlertTrigger, Source, WebhookPayload
+from profiler_service.trigger.webhook_payload import Source, WebhookPayload
 
-if TYPE_CHECKING:
-    from profiler_service.service import Service
-
-__all__ = ["AlertSink", "AppCore", "MetricsPage", "ServiceCore", "SnapshotReader"]
+__all__ = ["AlertSink", "AppCore", "MetricsPage", "SnapshotReader"]
 
 
 class SnapshotReader(Protocol):
@@ -83,38 +81,3 @@ class AppCore(Protocol):
     def loop_health(self) -> list[LoopHealth]:
         """The background loops started, and what their rounds came to (`/readyz`)."""
         ...
-
-
-class ServiceCore:
-    """A sidecar's core: its `Service`'s parts."""
-
-    def __init__(self, service: Service):
-        self.service = service
-
-    @property
-    def settings(self) -> AppSettings:
-        return self.service.settings
-
-    @property
-    def targets(self) -> list[Target]:
-        return self.service.settings.capture.targets
-
-    @property
-    def store(self) -> SnapshotReader:
-        return self.service.store
-
-    @property
-    def metrics(self) -> MetricsPage:
-        return self.service.metrics  # type: ignore[return-value]  # built by build_service
-
-    def loop_health(self) -> list[LoopHealth]:
-        return self.service.lifecycle.loop_health()
-
-    @property
-    def alerts(self) -> AlertSink:
-        service = self.service
-        if service.alerts is None:  # a Service built by hand: decisions kept in memory only
-            service.alerts = AlertTrigger(
-                service.settings.webhook, service.controller, AlertLog(None)
-            )
-        return service.alerts

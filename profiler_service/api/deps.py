@@ -1,4 +1,5 @@
-"""Dependencies the routes declare: the app's core (both apps), and a sidecar's own parts."""
+"""Dependencies the routes declare: the app's core (both apps) and who may call them. A
+sidecar's own parts: api/sidecar.py."""
 
 from __future__ import annotations
 
@@ -9,11 +10,8 @@ from fastapi import Depends, Request
 from profiler_service.api.auth import Scope, reach, requires
 from profiler_service.api.core import AlertSink, MetricsPage, SnapshotReader
 from profiler_service.api.tenants import ScopedReader
-from profiler_service.capture.controller import CaptureController
 from profiler_service.config import AppSettings
 from profiler_service.lifecycle import LoopHealth
-from profiler_service.service import Service
-from profiler_service.store import SnapshotStore
 from profiler_service.targets import Target
 from profiler_service.tenancy import Reach
 
@@ -54,24 +52,6 @@ ReaderDep = Annotated[SnapshotReader, Depends(get_reader)]
 MetricsDep = Annotated[MetricsPage, Depends(get_metrics)]
 AlertsDep = Annotated[AlertSink, Depends(get_alerts)]
 LoopsDep = Annotated[list[LoopHealth], Depends(get_loops)]
-
-# ---- a sidecar's own: captures and changes to its store --------------------------------------
-
-
-def get_service(request: Request) -> Service:
-    return request.app.state.service
-
-
-async def get_store(request: Request) -> SnapshotStore:
-    return request.app.state.service.store
-
-
-async def get_controller(request: Request) -> CaptureController:
-    return request.app.state.service.controller
-
-
-StoreDep = Annotated[SnapshotStore, Depends(get_store)]
-ControllerDep = Annotated[CaptureController, Depends(get_controller)]
 
 # ---- who may: declared by each route, decided in api/auth.py ----------------------------------
 

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from prometheus_client.metrics_core import CounterMetricFamily, Metric
 
 from profiler_service.trigger.alert_log import TRUNCATED, Outcome
-from profiler_service.trigger.alerts import Source
+from profiler_service.trigger.webhook_payload import Source
 
 __all__ = ["WebhookCollector"]
 

@@ -33,7 +33,7 @@ from profiler_service.store import SnapshotStore
 from profiler_service.store.baselines import FleetBaselines
 from profiler_service.store.bucket_catalogue import BucketCatalogue, RefreshStats
 from profiler_service.store.bucket_client import BucketClient
-from profiler_service.store.mirror_sync import catalogued_store
+from profiler_service.store.bucket_reader import catalogued_store
 from profiler_service.targets import Target
 from profiler_service.tenancy import TenantTokens
 from profiler_service.trigger.alert_log import AlertLog

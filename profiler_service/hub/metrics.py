@@ -46,8 +46,8 @@ from profiler_service.hub.ledger_book import LedgerBook
 from profiler_service.hub.registry import SidecarRegistry
 from profiler_service.hub.views import FleetView, FleetViewCache
 from profiler_service.lifecycle import LoopHealth
+from profiler_service.store.bucket_catalogue import RefreshStats
 from profiler_service.store.index import SnapshotIndex
-from profiler_service.store.mirror_sync import RefreshStats
 from profiler_service.tenancy import EVERYWHERE, Reach
 from profiler_service.trigger.alert_log import AlertLog
 

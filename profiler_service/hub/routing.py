@@ -30,7 +30,7 @@ from profiler_service.errors import Failed, ServiceError
 from profiler_service.hub.registry import SidecarRecord, SidecarRegistry
 from profiler_service.targets import TargetMatcher
 from profiler_service.trigger.alert_log import AlertLog, AlertOutcome, Outcome, Reason
-from profiler_service.trigger.alerts import (
+from profiler_service.trigger.webhook_payload import (
     Source,
     WebhookAlert,
     WebhookPayload,

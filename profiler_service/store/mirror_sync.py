@@ -5,7 +5,7 @@
 - the bucket reader (bucket_reader.py): what the store reads from the bucket.
 
 A sidecar runs all three (`mirrored_store`); the hub, which uploads nothing, only the catalogue
-and the reader (`catalogued_store`), and lists by its own fleet sync.
+and the reader (bucket_reader.py's `catalogued_store`), and lists by its own fleet sync.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from profiler_service.lifecycle import BackgroundLoop
 from profiler_service.store.bucket_catalogue import BucketCatalogue, RefreshStats
-from profiler_service.store.bucket_reader import BucketReader
+from profiler_service.store.bucket_reader import catalogued_store
 from profiler_service.store.events import REMOTE
 from profiler_service.store.manifest import manifest_path
 from profiler_service.store.snapshot_store import SnapshotStore
@@ -68,25 +68,6 @@ class MirrorSync:
 
     def refresh(self, *, force: bool = False) -> RefreshStats | None:
         return self.catalogue.refresh(force=force)
-
-
-def catalogued_store(
-    root: Path,
-    bucket: BucketClient,
-    *,
-    refresh_interval_s: float = 10.0,
-    own_manifest: str | None = None,
-    **store_options: int,
-) -> tuple[SnapshotStore, BucketCatalogue]:
-    """A SnapshotStore at `root` that indexes what the bucket holds and reads it from there
-    (open the store, then start the catalogue if it lists by itself)."""
-    store = SnapshotStore(root, **store_options)
-    catalogue = BucketCatalogue(
-        store, bucket, refresh_interval_s=refresh_interval_s, own_manifest=own_manifest
-    )
-    store.subscribe(catalogue)
-    store.attach_remote(BucketReader(bucket, catalogue))
-    return store, catalogue
 
 
 def mirrored_store(

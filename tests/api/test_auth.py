@@ -189,7 +189,7 @@ def _declared(routes) -> dict[str, str]:
 
 def test_every_route_declares_the_scope_it_needs():
     """The route table: a route added without a scope fails here, not in production."""
-    from profiler_service.api import create_app
+    from profiler_service.api.app import create_app
     from profiler_service.hub.app import create_hub_app
 
     shared = {
@@ -238,7 +238,7 @@ def test_through_the_app_reads_stay_open_and_each_route_gets_its_own_answer(make
     answers 401 to basic credentials (not a bearer token) but 403 to a wrong bearer token."""
     from fastapi.testclient import TestClient
 
-    from profiler_service.api import create_app
+    from profiler_service.api.app import create_app
 
     service = make_service(**ALL, webhook_username="am", webhook_password="pw")
     with TestClient(create_app(service)) as client:

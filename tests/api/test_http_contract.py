@@ -7,7 +7,7 @@ from fakes import WritesBytes
 from fastapi.testclient import TestClient
 from helpers import RECORDED_CAPTURE
 
-from profiler_service.api import create_app
+from profiler_service.api.app import create_app
 from profiler_service.models import CaptureOptions, Snapshot
 
 

@@ -12,7 +12,7 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
-from profiler_service.api import create_app
+from profiler_service.api.app import create_app
 from profiler_service.models import SnapshotError, SnapshotStatus, TriggerKind, utcnow
 from profiler_service.targets import in_process_target
 
@@ -139,7 +139,7 @@ def test_the_sidecar_serves_metrics_without_importing_tensorflow(tmp_path):
     code = f"""
 import sys
 from fastapi.testclient import TestClient
-from profiler_service.api import create_app
+from profiler_service.api.app import create_app
 from profiler_service.config import Settings
 from profiler_service.service import build_service
 service = build_service(Settings(store={str(tmp_path / "store")!r}, targets="grpc://127.0.0.1:9"))

@@ -18,7 +18,7 @@ from fakes import FailingCapturer, FakeClock
 from fastapi.testclient import TestClient
 from fault_helpers import tmpfs
 
-from profiler_service.api import create_app
+from profiler_service.api.app import create_app
 from profiler_service.capture.controller import CaptureRequest, StartOutcome
 from profiler_service.config import MemoryWatchSettings, Schedule
 from profiler_service.lifecycle import BackgroundLoop

@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 from fault_helpers import assert_nothing_half_written, fingerprint
 from helpers import no_process_mentions, wait_for_status
 
-from profiler_service.api import create_app
+from profiler_service.api.app import create_app
 
 
 def test_kill_9_during_analysis_leaves_an_interrupted_snapshot_after_restart(

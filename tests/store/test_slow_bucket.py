@@ -28,7 +28,7 @@ from slow_s3 import SlowS3Proxy
 from test_bucket_client import close_mirrored, open_mirrored, sync_of, uploaded
 from test_snapshot_store import T0, listed_ids, publish_one
 
-from profiler_service.api import create_app
+from profiler_service.api.app import create_app
 from profiler_service.config import Settings
 from profiler_service.service import build_service
 from profiler_service.store.index import SnapshotQuery

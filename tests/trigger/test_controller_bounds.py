@@ -14,8 +14,8 @@ from fastapi.testclient import TestClient
 
 from profiler_service import cli, durations
 from profiler_service.analysis.analyzer import XprofAnalyzer
-from profiler_service.api import create_app
-from profiler_service.api.routes import profiles as profiles_routes
+from profiler_service.api.app import create_app
+from profiler_service.api.routes import profile_changes
 from profiler_service.capture.controller import (
     CaptureController,
     CaptureRequest,
@@ -159,7 +159,7 @@ CONTROLLER_REFUSES = "a capture of 120 s is out of bounds: captures last between
 
 
 def test_the_http_api_cannot_exceed_the_bound_past_its_own_parsing(make_service, held, lenient):
-    lenient(profiles_routes)
+    lenient(profile_changes)
     service = make_service(duration_max_s=10, duration_default_s=2)
     with TestClient(create_app(service)) as client:
         response = client.post("/profile", params={"duration": "120s", "target": "trainer"})

@@ -9,7 +9,7 @@ import pytest
 from alert_samples import alertmanager, am_alert, body, grafana
 from fastapi.testclient import TestClient
 
-from profiler_service.api import create_app
+from profiler_service.api.app import create_app
 from profiler_service.api.auth import sign
 
 SECRET = "hmac-secret"

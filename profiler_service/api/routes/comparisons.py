@@ -8,9 +8,10 @@ from fastapi import APIRouter, Query
 from pydantic import BaseModel
 
 from profiler_service.analysis.compare import Comparison, GateMetric, compare, parse_threshold
-from profiler_service.api.deps import CaptureRequired, ReadRequired, SettingsDep, StoreDep
+from profiler_service.api.deps import CaptureRequired, ReadRequired, SettingsDep
 from profiler_service.api.routes.profiles import SnapshotId, checked_id
 from profiler_service.api.schemas import ERROR_RESPONSES, SnapshotPublic
+from profiler_service.api.sidecar import StoreDep
 from profiler_service.errors import InvalidRequest, NoBaseline
 from profiler_service.models import Snapshot
 from profiler_service.store import SnapshotStore

@@ -25,13 +25,8 @@ from profiler_service.api.deps import AlertsDep, ReadReach, ReadRequired
 from profiler_service.api.schemas import ErrorPublic
 from profiler_service.config import AppSettings
 from profiler_service.errors import InvalidPayload, PayloadTooLarge
-from profiler_service.trigger.alert_log import MAX_RECORDS_IN_MEMORY
-from profiler_service.trigger.alerts import (
-    AlertOutcome,
-    Source,
-    WebhookPayload,
-    WebhookResult,
-)
+from profiler_service.trigger.alert_log import MAX_RECORDS_IN_MEMORY, AlertOutcome
+from profiler_service.trigger.webhook_payload import Source, WebhookPayload, WebhookResult
 
 router = APIRouter(
     prefix="/webhooks",

@@ -1,0 +1,110 @@
+"""What changes a sidecar's store: `POST /profile` (a capture), deleting and pinning snapshots.
+The hub serves none of these (it routes captures to the sidecars, hub/routes.py)."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request, Response
+
+from profiler_service.api.deps import CaptureRequired, SettingsDep
+from profiler_service.api.routes.profiles import SnapshotId, checked_id
+from profiler_service.api.schemas import ERROR_RESPONSES, SnapshotPublic
+from profiler_service.api.sidecar import ControllerDep, StoreDep
+from profiler_service.capture.controller import CaptureRequest
+from profiler_service.durations import parse_duration
+from profiler_service.errors import InvalidRequest
+from profiler_service.models import Trigger, TriggerKind
+
+_LABEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+
+router = APIRouter(tags=["profiles"], responses=ERROR_RESPONSES)
+
+
+@router.post(
+    "/profile", status_code=202, response_model=SnapshotPublic, dependencies=[CaptureRequired]
+)
+def create_profile(
+    request: Request,
+    response: Response,
+    settings: SettingsDep,
+    controller: ControllerDep,
+    store: StoreDep,
+    duration: Annotated[str | None, Query(description="500ms, 5s, 2m or seconds")] = None,
+    target: Annotated[str | None, Query(description="a configured target's name")] = None,
+    host_tracer_level: Annotated[int | None, Query(ge=0, le=3)] = None,
+    python_tracer_level: Annotated[int | None, Query(ge=0, le=1)] = None,
+    device_tracer_level: Annotated[int | None, Query(ge=0, le=1)] = None,
+    wait: Annotated[bool, Query(description="answer once the snapshot is analysed")] = False,
+    label: Annotated[
+        list[str] | None, Query(description="name=value, e.g. model_version=v7; repeatable")
+    ] = None,
+) -> SnapshotPublic:
+    """Start a bounded capture; 202 at once, or 200 when finished with `wait=true`.
+
+    409 `capture_in_progress` with `Retry-After` while the target is being captured; 422
+    `invalid_duration` naming the allowed range, or `unknown_target`; 503 `store_not_writable`.
+    Durations: `500ms`, `5s`, `2m` or bare seconds.
+    """
+    labels = parse_labels(label or [])
+    seconds = parse_duration(
+        duration,
+        default_s=settings.bounds.duration_default_s,
+        min_s=settings.bounds.duration_min_s,
+        max_s=settings.bounds.duration_max_s,
+    )
+    client = request.client.host if request.client else None
+    snapshot = controller.start(
+        CaptureRequest(
+            duration_s=seconds,
+            target=target,
+            host_tracer_level=host_tracer_level,
+            python_tracer_level=python_tracer_level,
+            device_tracer_level=device_tracer_level,
+            trigger=Trigger(kind=TriggerKind.API, source=client, labels=labels),
+        )
+    )
+    if wait:
+        controller.wait(snapshot.id, controller.max_wait_s(seconds))
+        snapshot = store.get(snapshot.id)
+        response.status_code = 200
+    response.headers["Location"] = f"/profiles/{snapshot.id}"
+    return SnapshotPublic.of(snapshot, settings.report)
+
+
+@router.delete("/profiles/{snapshot_id}", status_code=204, dependencies=[CaptureRequired])
+def delete_profile(snapshot_id: SnapshotId, store: StoreDep) -> Response:
+    """Remove a finished snapshot and its files (409 `snapshot_in_progress` while in flight)."""
+    store.delete(checked_id(snapshot_id))
+    return Response(status_code=204)
+
+
+@router.put(
+    "/profiles/{snapshot_id}/pin", response_model=SnapshotPublic, dependencies=[CaptureRequired]
+)
+def pin_profile(snapshot_id: SnapshotId, settings: SettingsDep, store: StoreDep) -> SnapshotPublic:
+    """Pin a snapshot (a baseline): retention never evicts it."""
+    return SnapshotPublic.of(store.set_pinned(checked_id(snapshot_id), True), settings.report)
+
+
+@router.delete(
+    "/profiles/{snapshot_id}/pin", response_model=SnapshotPublic, dependencies=[CaptureRequired]
+)
+def unpin_profile(
+    snapshot_id: SnapshotId, settings: SettingsDep, store: StoreDep
+) -> SnapshotPublic:
+    """Unpin a snapshot, so retention may evict it again."""
+    return SnapshotPublic.of(store.set_pinned(checked_id(snapshot_id), False), settings.report)
+
+
+def parse_labels(items: list[str]) -> dict[str, str]:
+    labels = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not _LABEL_NAME.match(name) or not value or len(value) > 128:
+            raise InvalidRequest(
+                f"label {item!r} must look like name=value (name: [A-Za-z_][A-Za-z0-9_]*)"
+            )
+        labels[name] = value
+    return labels
