@@ -38,15 +38,20 @@ from profiler_service.lookback.sources import (
 )
 from profiler_service.store import SnapshotStore
 from profiler_service.targets import TargetKind
-from profiler_service.trigger.alert_log import AlertLog
+from profiler_service.trigger import alerts, memory_watch, schedule
 from profiler_service.trigger.alerts import AlertTrigger
 from profiler_service.trigger.memory_watch import MemoryWatch
+from profiler_service.trigger.plugin import BuiltTrigger, TriggerParts, TriggerPlugin
 from profiler_service.trigger.schedule import CaptureScheduler
 
 if TYPE_CHECKING:
     from profiler_service.capture.continuous import ContinuousCapturer
     from profiler_service.hub.registration import HubRegistration
     from profiler_service.store.mirror_sync import MirrorSync
+
+
+# Every trigger, built in this order by `build_service` (trigger/plugin.py).
+TRIGGERS: tuple[TriggerPlugin, ...] = (alerts.PLUGIN, schedule.PLUGIN, memory_watch.PLUGIN)
 
 
 @dataclass
@@ -57,11 +62,12 @@ class Service:
     store: SnapshotStore
     controller: CaptureController
     metrics: ServiceMetrics | None = None  # GET /metrics; built by build_service
-    alerts: AlertTrigger | None = None  # POST /webhooks/...; built by build_service
+    # What asks for captures besides the API, by plugin name (TRIGGERS): alerts (POST
+    # /webhooks/...), scheduler (runs only when schedules are set), memory_watch (listens to
+    # the sampler, when on).
+    triggers: dict[str, BuiltTrigger] = field(default_factory=dict)
     annotator: GrafanaAnnotator | None = None  # when a Grafana URL and token are set
-    scheduler: CaptureScheduler | None = None  # runs only when schedules are set
     sampler: Sampler | None = None  # the look-back ring's
-    memory_watch: MemoryWatch | None = None  # listens to the sampler
     continuous: ContinuousCapturer | None = None  # the look-back trace, when configured
     registration: HubRegistration | None = None  # the fleet hub's heartbeat, when configured
     mirror: MirrorSync | None = None  # the store's bucket mirror, with PROFILER_STORE_URL
@@ -75,8 +81,21 @@ class Service:
         self.controller.analyzer.warm()
         parts: list[Component | None] = [self.mirror, self.annotator]
         if serving:
-            parts += [self.sampler, self.continuous, self.scheduler, self.registration]
+            parts += [self.sampler, self.continuous, *self.triggers.values(), self.registration]
         self.lifecycle.start(parts)
+
+    # The triggers the API and the tests name.
+    @property
+    def alerts(self) -> AlertTrigger | None:
+        return self.triggers.get("alerts")  # type: ignore[return-value]
+
+    @property
+    def scheduler(self) -> CaptureScheduler | None:
+        return self.triggers.get("scheduler")  # type: ignore[return-value]
+
+    @property
+    def memory_watch(self) -> MemoryWatch | None:
+        return self.triggers.get("memory_watch")  # type: ignore[return-value]
 
     def stop(self) -> None:
         """Stop what was started, in reverse, then close what was opened: the analysis
@@ -153,27 +172,21 @@ def build_service(
         lead_up=LeadUpRecorder(settings.lookback, sampler),  # nothing while it has no source
         on_finished=[captures.observe] + ([annotator.on_finished] if annotator else []),
     )
-    alerts = AlertTrigger(
-        settings.webhook, controller, AlertLog(store.root / "webhooks" / "alerts.jsonl").open()
-    )
-    lifecycle.closing(alerts.close)
-    memory_watch = None
-    if sampler is not None and settings.watch.memory_watch:
-        memory_watch = MemoryWatch(settings.watch, controller, sampler.ring, sampler.source_of)
-        sampler.listeners.append(memory_watch)
     service = Service(
         settings,
         store,
         controller,
-        alerts=alerts,
         annotator=annotator,
-        scheduler=CaptureScheduler(settings.schedule, controller),
         sampler=sampler,
-        memory_watch=memory_watch,
         continuous=continuous,
         mirror=mirror,
         lifecycle=lifecycle,
     )
+    parts = TriggerParts(settings, controller, store, sampler, lifecycle)
+    for plugin in TRIGGERS:
+        built = plugin.build(parts)
+        if built is not None:
+            service.triggers[plugin.name] = built
     registration = settings.registration
     if registration.hub_url or (registration.hub_register_in_bucket and bucket is not None):
         from profiler_service.hub.registration import HubRegistration, sidecar_record
@@ -189,10 +202,9 @@ def build_service(
         store,
         registry,
         captures,
-        alert_counts=alerts.log.counts,
+        triggers=list(service.triggers.values()),
         annotation_counts=annotator.counts if annotator is not None else None,
         sampler=sampler,
-        memory_watch=memory_watch,
         gpu=gpu,
         tf_memory=tf_memory,
         uploads=mirror,

@@ -51,10 +51,10 @@ class ServiceCore:
     def alerts(self) -> AlertSink:
         service = self.service
         if service.alerts is None:  # a Service built by hand: decisions kept in memory only
-            service.alerts = AlertTrigger(
+            service.triggers["alerts"] = AlertTrigger(
                 service.settings.webhook, service.controller, AlertLog(None)
             )
-        return service.alerts
+        return service.triggers["alerts"]  # type: ignore[return-value]
 
 
 

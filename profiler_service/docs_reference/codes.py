@@ -16,7 +16,7 @@ from profiler_service.api.errors import HANDLER_ERRORS
 from profiler_service.docs_reference.markdown import code, table
 from profiler_service.errors import ServiceError, SnapshotErrorCode
 from profiler_service.models import STATUS_MEANINGS, TRIGGER_MEANINGS, SnapshotStatus, TriggerKind
-from profiler_service.trigger.alert_log import OUTCOME_MEANINGS, Outcome
+from profiler_service.trigger.outcomes import OUTCOME_MEANINGS, Outcome
 
 INTRO = """# Errors and outcomes
 
@@ -42,11 +42,16 @@ def render() -> str:
             'Every error answer is JSON `{"error": CODE, "detail": SENTENCE}` (some add fields, '
             "such as `checks` on `/readyz`).\n",
             table(["error", "HTTP status", "meaning"], _http_errors()),
-            "## Webhook alert outcomes\n",
-            "Each alert of a Grafana or Alertmanager payload gets one outcome, answered at once "
-            "(202), kept in `GET /webhooks/alerts` and `STORE/webhooks/alerts.jsonl`, and "
-            "counted in `profiler_webhook_alerts_total{source,outcome}` (whose `truncated` counts "
-            "alerts a sender left out of its payload).\n",
+            "## Trigger outcomes\n",
+            "What a trigger's request for a capture came to, one vocabulary for every trigger "
+            "(trigger/outcomes.py). Each alert of a Grafana or Alertmanager payload gets one, "
+            "answered at once (202), kept in `GET /webhooks/alerts` and "
+            "`STORE/webhooks/alerts.jsonl`, and counted in "
+            "`profiler_webhook_alerts_total{source,outcome}` (whose `truncated` counts alerts a "
+            "sender left out of its payload); a schedule's in "
+            "`profiler_schedule_captures_total{target,outcome}` and the memory watch's in "
+            "`profiler_memory_watch_captures_total{reason,outcome}` (those two: `captured`, "
+            "`skipped_busy`, `rejected`).\n",
             table(["outcome", "meaning"], _meanings(Outcome, OUTCOME_MEANINGS)),
             "## Trigger kinds\n",
             "What started a capture: a snapshot's `trigger.kind`, the `trigger` label of "

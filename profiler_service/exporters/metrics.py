@@ -12,12 +12,13 @@ when the service captures its own process, so the sidecar never touches TensorFl
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 from prometheus_client.exposition import choose_encoder
 
 from profiler_service.capture.controller import CaptureController
+from profiler_service.exporters.annotation_collector import AnnotationCollector
 from profiler_service.exporters.gpu_collector import GpuCollector
 from profiler_service.exporters.lookback_collector import LookbackCollector
 from profiler_service.exporters.loop_collector import LoopCollector
@@ -25,7 +26,6 @@ from profiler_service.exporters.service_collector import ServiceCollector, Uploa
 from profiler_service.exporters.step_collector import StepCollector
 from profiler_service.exporters.system_collector import SystemCollector
 from profiler_service.exporters.tf_collector import TFMemoryCollector
-from profiler_service.exporters.webhook_collector import WebhookCollector
 from profiler_service.lifecycle import LoopHealth
 from profiler_service.lookback.sampler import Sampler
 from profiler_service.models import Snapshot, SnapshotStatus, TriggerKind
@@ -33,7 +33,7 @@ from profiler_service.probes.steps import STEP_STATS, StepStats
 from profiler_service.store import SnapshotStore
 from profiler_service.targets import TargetKind
 from profiler_service.tenancy import EVERYWHERE, Reach
-from profiler_service.trigger.memory_watch import MemoryWatch
+from profiler_service.trigger.plugin import BuiltTrigger
 
 __all__ = ["CaptureMetrics", "ServiceMetrics"]
 
@@ -141,10 +141,9 @@ class ServiceMetrics:
         registry: CollectorRegistry,
         captures: CaptureMetrics,
         *,
-        alert_counts: Callable[[], dict[tuple[str, str], int]] = dict,
+        triggers: Iterable[BuiltTrigger] = (),
         annotation_counts: Callable[[], dict[str, int]] | None = None,
         sampler: Sampler | None = None,
-        memory_watch: MemoryWatch | None = None,
         gpu: GpuCollector | None = None,
         tf_memory: TFMemoryCollector | None = None,
         steps: StepStats = STEP_STATS,
@@ -156,7 +155,8 @@ class ServiceMetrics:
         self.gpu = gpu or GpuCollector()
         collectors = [
             ServiceCollector(controller, store, uploads),
-            WebhookCollector(alert_counts, annotation_counts),
+            *triggers,  # each brings its own counters (trigger/plugin.py)
+            AnnotationCollector(annotation_counts),
             SystemCollector(),
             self.gpu,
             ProcessCollector(registry=None),
@@ -166,7 +166,7 @@ class ServiceMetrics:
         if self.in_process:
             collectors += [StepCollector(steps), tf_memory or TFMemoryCollector()]
         if sampler is not None:
-            collectors.append(LookbackCollector(sampler, memory_watch))
+            collectors.append(LookbackCollector(sampler))
         for collector in collectors:
             self.registry.register(collector)
 

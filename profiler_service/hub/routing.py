@@ -29,7 +29,8 @@ from profiler_service.config import HubSettings
 from profiler_service.errors import Failed, ServiceError
 from profiler_service.hub.registry import SidecarRecord, SidecarRegistry
 from profiler_service.targets import TargetMatcher
-from profiler_service.trigger.alert_log import AlertLog, AlertOutcome, Outcome, Reason
+from profiler_service.trigger.alert_log import AlertLog, AlertOutcome, Reason
+from profiler_service.trigger.outcomes import Outcome
 from profiler_service.trigger.webhook_payload import (
     Source,
     WebhookAlert,

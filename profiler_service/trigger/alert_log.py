@@ -23,27 +23,15 @@ from typing import IO
 from pydantic import BaseModel, Field
 
 from profiler_service.models import utcnow
+from profiler_service.trigger.outcomes import Outcome
 
-__all__ = ["TRUNCATED", "AlertLog", "AlertOutcome", "Outcome", "Reason"]
+__all__ = ["TRUNCATED", "AlertLog", "AlertOutcome", "Reason"]
 
 log = logging.getLogger(__name__)
 
 TRUNCATED = "truncated"
 MAX_RECORDS_IN_MEMORY = 1000
 MAX_FILE_BYTES = 4 * 1024 * 1024
-
-
-class Outcome(StrEnum):
-    CAPTURED = "captured"
-    DEDUPLICATED = "deduplicated"
-    SKIPPED_BUSY = "skipped_busy"
-    THROTTLED = "throttled"
-    REJECTED = "rejected"
-    RESOLVED = "resolved"
-    # The fleet hub's own (hub/routing.py): no registered sidecar captures what the alert names,
-    # or the one that does did not answer.
-    NO_SIDECAR = "no_sidecar"
-    SIDECAR_UNREACHABLE = "sidecar_unreachable"
 
 
 class Reason(StrEnum):
@@ -61,24 +49,6 @@ class Reason(StrEnum):
     NO_ANSWER = "no_answer"
 
 
-# What each outcome means; docs/reference/errors-and-outcomes.md is generated from it.
-OUTCOME_MEANINGS = {
-    Outcome.CAPTURED: "A capture started; `snapshot_id` names it.",
-    Outcome.DEDUPLICATED: "The same alert (fingerprint) was captured within "
-    "`webhook_cooldown_s` (`reason`: `cooldown`); `snapshot_id` names that capture.",
-    Outcome.THROTTLED: "Another alert started a capture within `webhook_min_interval_s` "
-    "(`reason`: `min_interval`).",
-    Outcome.SKIPPED_BUSY: "The target is being captured (`reason`: `capture_in_progress`).",
-    Outcome.REJECTED: "Not captured; `reason`: `no_matching_target` (the detail lists the labels "
-    "tried, the targets and the rules), `invalid_duration`, `unknown_status`, or an API error "
-    "code.",
-    Outcome.RESOLVED: "A resolved alert: recorded, never captured.",
-    Outcome.NO_SIDECAR: "The fleet hub's: no registered sidecar captures what the alert names "
-    "(`reason`: `no_matching_sidecar`), or several do (`ambiguous_target`, the detail names "
-    "them); nothing was dialled.",
-    Outcome.SIDECAR_UNREACHABLE: "The fleet hub's: the sidecar that captures the alert's target "
-    "did not answer, or answered an error (`reason`: `no_answer`); no other sidecar is tried.",
-}
 
 
 class AlertOutcome(BaseModel):

@@ -21,8 +21,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
+
+from prometheus_client.metrics_core import CounterMetricFamily, Metric
 
 from profiler_service.capture.controller import CaptureController, CaptureRequest, StartOutcome
 from profiler_service.config import AlertSettings
@@ -30,7 +32,9 @@ from profiler_service.durations import parse_duration
 from profiler_service.errors import InvalidDuration
 from profiler_service.models import Trigger, TriggerKind
 from profiler_service.targets import TargetMatcher
-from profiler_service.trigger.alert_log import AlertLog, AlertOutcome, Outcome, Reason
+from profiler_service.trigger.alert_log import TRUNCATED, AlertLog, AlertOutcome, Reason
+from profiler_service.trigger.outcomes import Outcome
+from profiler_service.trigger.plugin import TriggerParts, TriggerPlugin
 from profiler_service.trigger.webhook_payload import (
     Source,
     WebhookAlert,
@@ -81,6 +85,29 @@ class AlertTrigger:
         # fingerprint -> (epoch seconds, snapshot id) of its last capture; survives restarts.
         self._captured = alert_log.recent_captures(clock() - settings.webhook_cooldown_s)
         self._last_capture_s = max((t for t, _ in self._captured.values()), default=None)
+
+    # A trigger (trigger/plugin.py): the webhook routes call it; nothing runs of its own.
+    def start(self) -> None:
+        pass
+
+    def stop(self, timeout_s: float | None = None) -> None:
+        pass
+
+    def collect(self) -> Iterator[Metric]:
+        """profiler_webhook_alerts_total{source, outcome}, from the alert log's counts."""
+        alerts = CounterMetricFamily(
+            "profiler_webhook_alerts",
+            "Webhook alerts by source (grafana, alertmanager) and outcome (captured, "
+            "deduplicated, skipped_busy, throttled, rejected, resolved; truncated: left out of "
+            "a payload by its sender).",
+            labels=["source", "outcome"],
+        )
+        counts = self.log.counts()
+        # Every series from 0, so increase() sees the first alert of each kind.
+        for source in Source:
+            for outcome in [*Outcome, TRUNCATED]:
+                alerts.add_metric([source, outcome], counts.get((source, outcome), 0))
+        yield alerts
 
     def handle(self, source: Source | str, payload: WebhookPayload) -> WebhookResult:
         """Decide every alert of one payload, record the outcomes, and say what was done."""
@@ -210,3 +237,15 @@ def _trigger(source: Source, alert: WebhookAlert, fingerprint: str) -> Trigger:
         dashboard_url=alert.dashboard_url,
         panel_url=alert.panel_url,
     )
+
+
+def _build(parts: TriggerParts) -> AlertTrigger:
+    """Always on: the webhook routes answer whether or not an alert rule points at them. Its
+    log (STORE/webhooks/alerts.jsonl) is closed with the service."""
+    log_path = parts.store.root / "webhooks" / "alerts.jsonl"
+    trigger = AlertTrigger(parts.settings.webhook, parts.controller, AlertLog(log_path).open())
+    parts.lifecycle.closing(trigger.close)
+    return trigger
+
+
+PLUGIN = TriggerPlugin("alerts", _build)

@@ -20,41 +20,27 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
-from enum import StrEnum
+from collections.abc import Callable, Iterator
+
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from profiler_service.analysis.fit import fit_line
-from profiler_service.capture.controller import (
-    CaptureController,
-    CaptureRequest,
-    StartOutcome,
-)
+from profiler_service.capture.controller import CaptureController, CaptureRequest
 from profiler_service.config import MemoryWatchSettings
 from profiler_service.lookback.ring import Sample, SampleRing
 from profiler_service.models import MemoryReading, Trigger, TriggerKind
+from profiler_service.trigger.outcomes import START_OUTCOMES, Outcome
+from profiler_service.trigger.plugin import TriggerParts, TriggerPlugin
 
 log = logging.getLogger(__name__)
 
-
-class WatchOutcome(StrEnum):
-    """What the watch did about a reading, as `profiler_memory_watch_captures_total` counts it."""
-
-    CAPTURED = "captured"
-    BUSY = "busy"
-    FAILED = "failed"
-
-
-_OUTCOME = {
-    StartOutcome.STARTED: WatchOutcome.CAPTURED,
-    StartOutcome.BUSY: WatchOutcome.BUSY,
-    StartOutcome.REJECTED: WatchOutcome.FAILED,
-}
 
 # (reading in use, its capacity, whether crossing the share counts) per memory the sources read.
 WATCHED = (
     ("memory_in_use_bytes", "memory_capacity_bytes", True),
     ("gpu_memory_used_bytes", "gpu_memory_total_bytes", False),
 )
+REASONS = ("share", "growth")
 MIN_WINDOW_SHARE = 0.5  # the window must be at least half full of samples before growth counts
 GROWTH_MIN_R2 = 0.6  # the rise must look like a line, not one spike in a noisy reading
 
@@ -78,10 +64,43 @@ class MemoryWatch:
         self.source_of = source_of
         first = controller.capture.target(None)
         self.target = settings.memory_watch_target or (first.name if first else None)
-        self.outcomes: Counter[tuple[str, WatchOutcome]] = Counter()  # (reason, outcome)
+        self.outcomes: Counter[tuple[str, Outcome]] = Counter()  # (reason, outcome)
         self.last: MemoryReading | None = None  # the most pressing reading, for /metrics
         self._cooldown_until = -float("inf")
         self._lock = threading.Lock()
+
+    # A trigger (trigger/plugin.py): it runs on the sampler's thread, nothing of its own.
+    def start(self) -> None:
+        pass
+
+    def stop(self, timeout_s: float | None = None) -> None:
+        pass
+
+    def collect(self) -> Iterator[Metric]:
+        """profiler_memory_watch_time_to_capacity_seconds{device}: the soonest projected
+        run-out; profiler_memory_watch_captures_total{reason, outcome}."""
+        to_capacity = GaugeMetricFamily(
+            "profiler_memory_watch_time_to_capacity",
+            "Seconds until the watched memory reaches capacity at its growth over the watch "
+            "window (absent while it does not grow).",
+            labels=["device"],
+            unit="seconds",
+        )
+        last = self.last
+        if last is not None and last.seconds_to_capacity is not None:
+            to_capacity.add_metric([last.device], last.seconds_to_capacity)
+        yield to_capacity
+        captures = CounterMetricFamily(
+            "profiler_memory_watch_captures",
+            "Memory watch decisions: reason share (crossed PROFILER_MEMORY_WATCH_SHARE) or "
+            "growth (full within PROFILER_MEMORY_WATCH_HORIZON_S); outcome captured, "
+            "skipped_busy (a capture was running), rejected.",
+            labels=["reason", "outcome"],
+        )
+        for reason in REASONS:
+            for outcome in START_OUTCOMES:
+                captures.add_metric([reason, outcome], self.outcomes.get((reason, outcome), 0))
+        yield captures
 
     def __call__(self, sample: Sample) -> None:
         readings = self.readings(sample)
@@ -156,7 +175,7 @@ class MemoryWatch:
                     ),
                 )
             )
-            outcome = _OUTCOME[result.outcome]
+            outcome = Outcome.of_start(result.outcome)
             if not result.started:
                 log.info("memory watch did not capture %s: %s", self.target, result.error)
             else:
@@ -187,3 +206,18 @@ def _growth_per_s(points: list[tuple[float, float]], minimum: float) -> float | 
         return None
     slope, r2 = fit_line(points)
     return slope if r2 >= GROWTH_MIN_R2 else 0.0
+
+
+def _build(parts: TriggerParts) -> MemoryWatch | None:
+    """On where the look-back sampler runs and `PROFILER_MEMORY_WATCH` is on: it hears every
+    sample."""
+    if parts.sampler is None or not parts.settings.watch.memory_watch:
+        return None
+    watch = MemoryWatch(
+        parts.settings.watch, parts.controller, parts.sampler.ring, parts.sampler.source_of
+    )
+    parts.sampler.listeners.append(watch)
+    return watch
+
+
+PLUGIN = TriggerPlugin("memory_watch", _build)

@@ -10,24 +10,18 @@ import logging
 import random
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
-from profiler_service.capture.controller import (
-    CaptureController,
-    CaptureRequest,
-    StartOutcome,
-)
+from prometheus_client.metrics_core import CounterMetricFamily, Metric
+
+from profiler_service.capture.controller import CaptureController, CaptureRequest
 from profiler_service.config import Schedule, ScheduleSettings
 from profiler_service.lifecycle import BackgroundLoop
 from profiler_service.models import Trigger, TriggerKind
+from profiler_service.trigger.outcomes import START_OUTCOMES, Outcome
+from profiler_service.trigger.plugin import TriggerPlugin
 
 log = logging.getLogger(__name__)
-# What a scheduled capture did, as the metrics count it.
-_OUTCOME = {
-    StartOutcome.STARTED: "started",
-    StartOutcome.BUSY: "skipped",
-    StartOutcome.REJECTED: "failed",
-}
 
 
 class CaptureScheduler:
@@ -42,7 +36,7 @@ class CaptureScheduler:
         self.clock = clock
         self.controller = controller
         self.rng = rng or random.Random()
-        self.outcomes: Counter[tuple[str, str]] = Counter()  # (target, started|skipped|failed)
+        self.outcomes: Counter[tuple[str, Outcome]] = Counter()  # (target, outcome)
         self._due: list[float] | None = None  # per schedule, on `clock`; set by the first round
         self._loop = BackgroundLoop("capture-scheduler", self.round)
 
@@ -61,7 +55,20 @@ class CaptureScheduler:
     def next_delay_s(self, schedule: Schedule) -> float:
         return schedule.interval_s + self.rng.uniform(0, schedule.jitter_s)
 
-    def fire(self, schedule: Schedule) -> str:
+    def collect(self) -> Iterator[Metric]:
+        """profiler_schedule_captures_total{target, outcome}: every scheduled target's from 0."""
+        captures = CounterMetricFamily(
+            "profiler_schedule_captures",
+            "Scheduled captures by target and outcome: captured, skipped_busy (the target was "
+            "being captured; the next comes at the next interval), rejected.",
+            labels=["target", "outcome"],
+        )
+        for target in sorted({s.target for s in self.settings.schedules}):
+            for outcome in START_OUTCOMES:
+                captures.add_metric([target, outcome], self.outcomes.get((target, outcome), 0))
+        yield captures
+
+    def fire(self, schedule: Schedule) -> Outcome:
         """Start one scheduled capture now; returns what happened (for logs and metrics)."""
         duration = schedule.duration_s or self.controller.bounds.duration_default_s
         result = self.controller.try_start(
@@ -73,7 +80,7 @@ class CaptureScheduler:
                 ),
             )
         )
-        outcome = _OUTCOME[result.outcome]
+        outcome = Outcome.of_start(result.outcome)
         if result.started:
             log.info("scheduled capture of %s started: %s", schedule.target, result.snapshot.id)
         else:
@@ -96,3 +103,8 @@ class CaptureScheduler:
             self._due[i] = now + self.next_delay_s(schedule)
             self.fire(schedule)
         return max(0.0, min(self._due) - self.clock())
+
+
+PLUGIN = TriggerPlugin(
+    "scheduler", lambda parts: CaptureScheduler(parts.settings.schedule, parts.controller)
+)

@@ -93,11 +93,11 @@ def test_the_scheduler_counts_the_refusal_and_its_next_capture_runs(make_service
     with full(store):
         clock.advance(60)
         assert loop.run_round() == 60
-        assert scheduler.outcomes == {("trainer", "failed"): 1}
+        assert scheduler.outcomes == {("trainer", "rejected"): 1}
         assert staged(store) == []
     clock.advance(60)
     assert loop.run_round() == 60
-    assert scheduler.outcomes == {("trainer", "failed"): 1, ("trainer", "started"): 1}
+    assert scheduler.outcomes == {("trainer", "rejected"): 1, ("trainer", "captured"): 1}
     assert loop.health.failures_total == 0  # refused, never raised
     [started] = service.store.entries()
     assert service.controller.wait(started, 30)
@@ -122,7 +122,7 @@ def test_the_memory_watch_counts_the_refusal_and_captures_when_space_is_back(mak
 
     with full(store):
         sample(0)
-    assert watch.outcomes[("share", "failed")] == 1
+    assert watch.outcomes[("share", "rejected")] == 1
     assert staged(store) == []
     clock.advance(1)
     sample(1)  # no cooldown after a refusal: the next sample captures

@@ -133,7 +133,7 @@ def test_a_busy_target_is_counted_and_tried_again():
     controller = RecordingController(busy=True)
     w, ring = watch(controller)
     feed(w, ring, [host(9.5 * GIB)] * 3)
-    assert w.outcomes[("share", "busy")] == 3
+    assert w.outcomes[("share", "skipped_busy")] == 3
     controller.busy = False
     feed(w, ring, [host(9.5 * GIB)], start=10)
     assert len(controller.requests) == 1

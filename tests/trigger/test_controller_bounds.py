@@ -135,9 +135,9 @@ def test_the_watch_and_the_schedules_cannot_exceed_the_bound_past_the_configurat
     )
     watch = MemoryWatch(too_long, controller, SampleRing(60))
     watch._capture(_reading())
-    assert watch.outcomes[("share", "failed")] == 1
+    assert watch.outcomes[("share", "rejected")] == 1
     scheduler = CaptureScheduler(ScheduleSettings(), controller)
-    assert scheduler.fire(Schedule(target="trainer", interval_s=600, duration_s=120)) == "failed"
+    assert scheduler.fire(Schedule(target="trainer", interval_s=600, duration_s=120)) == "rejected"
     assert held.started == [] and controller.in_flight() == []
 
 

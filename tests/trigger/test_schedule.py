@@ -37,14 +37,14 @@ def test_a_due_capture_starts_with_its_labels_and_a_busy_target_is_skipped(make_
     service, capturer = make(make_service, capture_labels={"cluster": "eu-1"})
     scheduler = CaptureScheduler(service.settings.schedule, service.controller)
     schedule = service.settings.schedule.schedules[0]
-    assert scheduler.fire(schedule) == "started"
+    assert scheduler.fire(schedule) == "captured"
     running = service.controller.in_flight()[0]
     assert running.trigger.kind == "schedule"
     assert running.trigger.labels == {"cluster": "eu-1", "model_version": "v7"}
-    assert scheduler.fire(schedule) == "skipped"  # not queued behind the running one
+    assert scheduler.fire(schedule) == "skipped_busy"  # not queued behind the running one
     capturer.release()
     assert service.controller.wait(running.id, 30)
-    assert scheduler.outcomes == {("trainer", "started"): 1, ("trainer", "skipped"): 1}
+    assert scheduler.outcomes == {("trainer", "captured"): 1, ("trainer", "skipped_busy"): 1}
 
 
 def test_the_loop_fires_when_due_and_stops_promptly(make_service, monkeypatch):
@@ -71,3 +71,17 @@ def test_no_schedules_means_no_thread(make_service):
     service = make_service()
     service.start()
     assert not service.scheduler._loop.running
+
+
+def test_the_schedule_s_outcomes_are_exported_from_zero_per_target(make_service):
+    service, capturer = make(make_service)
+    scheduler = service.scheduler
+    schedule = service.settings.schedule.schedules[0]
+    assert scheduler.fire(schedule) == "captured"
+    assert scheduler.fire(schedule) == "skipped_busy"
+    capturer.release()
+    body, _ = service.metrics.render(None)
+    lines = body.decode().splitlines()
+    for outcome, count in (("captured", 1), ("skipped_busy", 1), ("rejected", 0)):
+        series = f'profiler_schedule_captures_total{{outcome="{outcome}",target="trainer"}}'
+        assert f"{series} {count:.1f}" in lines, [x for x in lines if "schedule" in x]

@@ -1,0 +1,52 @@
+"""What a trigger brings to the service: how it is built from the service's parts, and, once
+built, its life (`start`/`stop`) and its metrics (`collect`). `service.py` builds every trigger
+of its one list (`TRIGGERS`), starts them with the rest, and registers their metrics.
+
+A new trigger is three files: its module (the trigger, its `PLUGIN`, its metrics; its outcomes
+are `outcomes.Outcome`'s), its settings group (config/, named on the `Settings` root), and the
+line that lists it in `service.TRIGGERS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
+
+    from profiler_service.capture.controller import CaptureController
+    from profiler_service.config import Settings
+    from profiler_service.lifecycle import Lifecycle
+    from profiler_service.lookback.sampler import Sampler
+    from profiler_service.store import SnapshotStore
+
+__all__ = ["BuiltTrigger", "TriggerParts", "TriggerPlugin"]
+
+
+@dataclass(frozen=True)
+class TriggerParts:
+    """What a trigger may be built from."""
+
+    settings: Settings
+    controller: CaptureController
+    store: SnapshotStore
+    sampler: Sampler | None  # the look-back ring's, where it runs
+    lifecycle: Lifecycle  # to close what the trigger opens (`closing`)
+
+
+class BuiltTrigger(Protocol):
+    def start(self) -> None: ...
+
+    def stop(self, timeout_s: float | None = None) -> None: ...
+
+    def collect(self) -> Iterator[Metric]:
+        """Its counters, each outcome from 0 (prometheus_client's custom collector)."""
+        ...
+
+
+@dataclass(frozen=True)
+class TriggerPlugin:
+    name: str  # the service's name for it: `service.triggers[name]`
+    build: Callable[[TriggerParts], BuiltTrigger | None]  # None: off by its settings
