@@ -80,8 +80,13 @@ class Comparison(BaseModel):
         change = self.step_change
         if metric is GateMetric.STEP_TIME and change and change.change_interval_95:
             return change.change_interval_95[0] > max_regression
-        ratio = self.ratio(metric)
-        return None if ratio is None else ratio > 1 + max_regression
+        return regressed(self.ratio(metric), max_regression)
+
+
+def regressed(ratio: float | None, max_regression: float) -> bool | None:
+    """The one verdict on a bare ratio (head / base): past `max_regression` (0.10 = 110 % of
+    base) is a regression; None when the ratio is unknown. The fleet page reads it too."""
+    return None if ratio is None else ratio > 1 + max_regression
 
 
 def gate_values(snapshot: Snapshot) -> dict[GateMetric, float | None]:

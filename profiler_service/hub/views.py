@@ -20,6 +20,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+from profiler_service.analysis.compare import regressed
 from profiler_service.config import ReportSettings
 from profiler_service.exporters import charts
 from profiler_service.exporters.report import SEVERITY_COLOURS, _environment
@@ -142,7 +143,7 @@ def fleet_view(
         base, head = job.baseline, job.latest
         if base is not None and base.step_time_ms and head.step_time_ms is not None:
             job.step_time_ratio = head.step_time_ms / base.step_time_ms
-            job.regressed = job.step_time_ratio > 1 + settings.regression_max_share
+            job.regressed = bool(regressed(job.step_time_ratio, settings.regression_max_share))
         for r in its:
             for rule in r.rules.split():
                 job.findings_by_rule[rule] = job.findings_by_rule.get(rule, 0) + 1
