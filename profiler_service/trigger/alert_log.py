@@ -6,12 +6,15 @@
 Counts are by (source, outcome) since the process started, as a Prometheus counter wants them;
 `counts()` is what `/metrics` reads. Alerts a sender left out of its payload (`truncatedAlerts`)
 are counted under the outcome `truncated`: they were never seen, but they are not hidden.
+`record()` never touches the disk (the webhook routes call it on the event loop): its lines go
+to a writer thread that appends them, in order.
 At start the last records are read back, so dedupe survives a restart.
 """
 
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 from collections import deque
 from collections.abc import Iterable
@@ -96,6 +99,8 @@ class AlertLog:
         self._lock = threading.Lock()
         self._file: IO[str] | None = None
         self._file_bytes = 0
+        self._pending: queue.SimpleQueue[str | threading.Event | None] = queue.SimpleQueue()
+        self._writer: threading.Thread | None = None
 
     def open(self) -> AlertLog:
         """Read back the newest records (current file and the rotated one), then append."""
@@ -117,6 +122,8 @@ class AlertLog:
             log.error("cannot append to the alert log %s (%s): kept in memory only", self.path, exc)
             return self
         self._file_bytes = self.path.stat().st_size
+        self._writer = threading.Thread(target=self._write, name="alert-log", daemon=True)
+        self._writer.start()
         return self
 
     def record(self, source: str, outcomes: Iterable[AlertOutcome], truncated: int = 0) -> None:
@@ -130,10 +137,29 @@ class AlertLog:
             if truncated:
                 key = (source, TRUNCATED)
                 self._counts[key] = self._counts.get(key, 0) + truncated
-            if self._file is not None and lines:
-                self._append("".join(lines))
+        if self._writer is not None and lines:
+            self._pending.put("".join(lines))
+
+    def _write(self) -> None:
+        """The writer thread: each payload's lines appended whole, in order, until `close()`."""
+        while (item := self._pending.get()) is not None:
+            if isinstance(item, threading.Event):
+                item.set()  # everything queued before it is written
+            else:
+                self._append(item)
+
+    def flush(self, timeout_s: float = 5.0) -> bool:
+        """Wait until what was recorded so far is in the file; False if it did not get there
+        within `timeout_s` (a disk that hangs)."""
+        if self._writer is None:
+            return True
+        written = threading.Event()
+        self._pending.put(written)
+        return written.wait(timeout_s)
 
     def _append(self, text: str) -> None:
+        if self._file is None:
+            return
         try:
             if self._file_bytes + len(text) > self.max_file_bytes and self._file_bytes > 0:
                 self._rotate()
@@ -171,7 +197,11 @@ class AlertLog:
         return out
 
     def close(self) -> None:
-        with self._lock:
-            if self._file is not None:
-                self._file.close()
-                self._file = None
+        """Append what is still queued, then close the file."""
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            self._pending.put(None)
+            writer.join(timeout=10)
+        if self._file is not None:
+            self._file.close()
+            self._file = None

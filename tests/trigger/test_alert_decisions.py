@@ -231,6 +231,7 @@ def test_the_alert_log_is_bounded_in_memory_and_on_disk(tmp_path, make_service):
     assert len(log.recent(1000)) == 50
     assert log.recent(1)[0].labels["pod"] == "x199"
     assert log.counts()[("alertmanager", "resolved")] == 200
+    assert log.flush()  # the writer thread appended every line
     assert path.stat().st_size <= 20_000
     assert path.with_name("alerts.jsonl.1").stat().st_size <= 20_000
     log.close()

@@ -75,6 +75,7 @@ def test_outcomes_are_listed_and_counted_and_persisted(client_for, tmp_path):
     listed = client.get("/webhooks/alerts").json()
     assert [a["outcome"] for a in listed["data"]] == ["resolved", "deduplicated", "captured"]
     assert listed["counts"] == {"alertmanager": {"captured": 1, "deduplicated": 1, "resolved": 1}}
+    assert client.app.state.service.alerts.log.flush()  # appended off the event loop
     persisted = (tmp_path / "store" / "webhooks" / "alerts.jsonl").read_text().splitlines()
     assert len(persisted) == 3
     metrics = client.get("/metrics").text

@@ -5,8 +5,9 @@ sidecar's `AlertTrigger` (capture here) or the hub's `FleetRouter` (route to a s
 
 The decisions run on the event loop, not a worker thread: they are in-memory and take tens of
 microseconds an alert (bench/bench_webhooks.py), and the thread hop cost more than they do under
-a storm. Only a decision to capture touches the disk (the store records the new snapshot), at most
-once per target at a time.
+a storm. The alert log appends from its own thread (trigger/alert_log.py). Only a decision to
+capture touches the disk on the loop (the store records the new snapshot): at most once per
+target at a time, and once per cooldown per alert.
 """
 
 from __future__ import annotations
