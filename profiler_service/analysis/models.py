@@ -1,4 +1,6 @@
 """The analysed summary and the findings: typed, stored in `snapshot.json`, served by the API.
+The summary's memory and device parts are modelled in memory_models.py and device_models.py
+(re-exported here: every reader imports the summary's models from this module).
 
 Units are in the names (`_ms`, `_us`, `_bytes`, `_pct` for 0-100, `_share` for 0-1).
 """
@@ -9,6 +11,64 @@ from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, Field
+
+from profiler_service.analysis.device_models import (
+    GpuActivity,
+    GpuCopies,
+    GpuDevice,
+    GpuKernels,
+    HostActivity,
+    HostLane,
+    Kernel,
+    Kernels,
+)
+from profiler_service.analysis.memory_models import (
+    AllocatorMemory,
+    KeptAllocation,
+    MemoryGrowth,
+    MemoryPoint,
+    MemoryUnrecorded,
+    OpAllocations,
+    PeakAllocation,
+)
+
+__all__ = [
+    "AllocatorMemory",
+    "EagerDispatch",
+    "Finding",
+    "GpuActivity",
+    "GpuCopies",
+    "GpuDevice",
+    "GpuKernels",
+    "HostActivity",
+    "HostLane",
+    "HostSummary",
+    "Impact",
+    "InputBound",
+    "InputIterator",
+    "InputOp",
+    "InputPipeline",
+    "KeptAllocation",
+    "Kernel",
+    "Kernels",
+    "MemoryGrowth",
+    "MemoryPoint",
+    "MemoryUnrecorded",
+    "OpAllocations",
+    "OpCategory",
+    "PeakAllocation",
+    "ProcessCpu",
+    "ProcessMemory",
+    "Severity",
+    "StepBreakdown",
+    "StepSample",
+    "StepTime",
+    "Summary",
+    "TfFunctionCalls",
+    "TfFunctions",
+    "TopOp",
+    "Utilisation",
+]
 
 
 class StepBreakdown(BaseModel):
@@ -128,102 +188,6 @@ class TopOp(BaseModel):
     eager: bool = False
 
 
-class MemoryPoint(BaseModel):
-    time_ms: float
-    bytes_in_use: int
-
-
-class MemoryGrowth(BaseModel):
-    """Memory in use at the same point of each step (its low point), fitted with a line.
-
-    The low point of a step is what survives it: the allocate-and-free sawtooth inside a step
-    does not move it, references kept across steps do.
-    """
-
-    basis: str  # "steps" (low point per marked step or group of steps) or "time" (no markers)
-    points: int  # low points compared
-    steps: int = 0  # steps they cover
-    bytes_per_step: float | None = None
-    bytes_per_s: float
-    r2: float  # how steady: 1.0 is a straight line
-    rising_share: float  # share of low points above the one (or two) before: memory.py
-    first_half_bytes_per_s: float
-    second_half_bytes_per_s: float
-    growth_bytes: int  # over the capture, by the fitted line
-    seconds_to_capacity: float | None = None  # from the peak, at this rate
-
-
-class KeptAllocation(BaseModel):
-    """Allocations of one op and shape made during the capture and never freed in it."""
-
-    op_name: str
-    shape: str = ""
-    count: int
-    bytes: int
-    first_time_ms: float  # from the first memory event of the capture
-
-
-class PeakAllocation(BaseModel):
-    """One of XProf's active allocations at the peak (made in the peak's step)."""
-
-    op_name: str
-    shape: str = ""
-    data_type: str = ""
-    bytes: int
-    occurrences: int = 1
-    step: int | None = None
-    time_ms: float  # from the start of the timeline
-
-
-class OpAllocations(BaseModel):
-    """What one op allocates on an allocator in each step, and the most of it alive at once."""
-
-    op_name: str
-    shapes: list[str] = Field(default_factory=list)  # its largest allocations' shapes
-    bytes_per_step: float
-    count_per_step: float
-    peak_alive_bytes: int  # the most bytes of its allocations alive at one time
-
-
-class AllocatorMemory(BaseModel):
-    allocator: str
-    peak_bytes_in_use: int
-    capacity_bytes: int | None = None
-    peak_share_of_capacity: float | None = None
-    fragmentation_share: float | None = None
-    timeline: list[MemoryPoint] = Field(default_factory=list)
-    # At the peak: bytes held by allocations from concat/stack-style ops (temporaries).
-    peak_temporaries_bytes: int = 0
-    peak_temporaries_ops: list[str] = Field(default_factory=list)
-    # Memory in use at each step's low point (see MemoryGrowth), and its fitted growth.
-    step_floors: list[MemoryPoint] = Field(default_factory=list)
-    growth: MemoryGrowth | None = None
-    # Made in the capture's first half and alive at its end, by op and shape, the largest
-    # first; read from the capture's memory events only when the low points grow.
-    kept_allocations: list[KeptAllocation] = Field(default_factory=list)
-    # Alive at the peak but allocated before the capture began (XProf's "preallocated").
-    alive_before_capture_bytes: int = 0
-    # XProf's active allocations at the peak, the largest first.
-    alive_at_peak: list[PeakAllocation] = Field(default_factory=list)
-    # What each op allocates per marked step, the most first; read from the capture's memory
-    # events where the steps rise and fall (step_allocations.py).
-    allocations_by_op: list[OpAllocations] = Field(default_factory=list)
-
-
-class MemoryUnrecorded(BaseModel):
-    """Hosts whose capture holds no allocator event: why, what turns them on, what that costs
-    (memory_events.py). The memory findings are silent there for want of data, not by verdict."""
-
-    hosts: list[str]
-    why: str
-    remedy: str
-    cost: str
-
-    @property
-    def sentence(self) -> str:
-        return f"{self.why} {self.remedy} {self.cost}"
-
-
 class ProcessMemory(BaseModel):
     """The job process's resident memory and the limit that kills it (from the look-back
     sampler, not XProf): on a CPU allocator this, not the host's memory, is the capacity."""
@@ -241,129 +205,6 @@ class ProcessCpu(BaseModel):
     cores_available: float
     cores_used: float | None = None
     source: str  # agent, proc (the job's /proc) or service (this process: the job's unknown)
-
-
-class Kernel(BaseModel):
-    name: str
-    op_name: str
-    occurrences: int
-    total_us: float
-    tensor_core_eligible: bool
-    uses_tensor_core: bool
-
-
-class Kernels(BaseModel):
-    total_us: float = 0.0
-    top: list[Kernel] = Field(default_factory=list)
-    # Time in kernels of ops that could use Tensor Cores but whose kernels did not.
-    eligible_unused_us: float = 0.0
-
-
-class HostActivity(StrEnum):
-    """What the host was doing, read from its traced events (gpu_activity.py)."""
-
-    INPUT = "input"  # waiting on tf.data: the step's get-next, what it runs, the input's copy
-    TRANSFER = "transfer"  # copying to or from the GPU itself: staging buffers, .numpy()
-    TF_OPS = "tf_ops"  # TF ops run on the host, kernel launches, copies, the TF runtime
-    PYTHON = "python"  # Python (when traced) and eager op-by-op dispatch
-    TF_DATA = "tf_data"  # tf.data's own threads preparing later elements (in the background)
-    NOTHING = "nothing"  # no traced host work: untraced Python, I/O, or waiting
-
-    @property
-    def label(self) -> str:
-        """How the report and the command line name it."""
-        return _HOST_ACTIVITY_LABELS[self]
-
-
-_HOST_ACTIVITY_LABELS = {
-    HostActivity.INPUT: "waiting on tf.data",
-    HostActivity.TRANSFER: "copies to and from the GPU",
-    HostActivity.TF_OPS: "TF ops and launches",
-    HostActivity.PYTHON: "Python/eager",
-    HostActivity.TF_DATA: "tf.data in the background",
-    HostActivity.NOTHING: "nothing traced",
-}
-
-
-class GpuCopies(BaseModel):
-    host_to_device_ms: float = 0.0
-    device_to_host_ms: float = 0.0
-    device_to_device_ms: float = 0.0  # within the GPU and peer to peer
-
-
-class GpuKernels(BaseModel):
-    count: int = 0
-    total_ms: float = 0.0
-    median_us: float | None = None
-    short_share: float = 0.0  # of kernels, under gpu_activity.SHORT_KERNEL_US
-    # Time in kernels of ops that can run on Tensor Cores (matmuls, convolutions), and in
-    # kernels whose names say they do (read from the device plane: XProf's kernel stats of
-    # older captures carry no op names).
-    tensor_core_eligible_ms: float = 0.0
-    tensor_core_ms: float = 0.0
-    # Of those eligible kernels, the ones whose names say they compute in 16 bits (fp16,
-    # bf16): where XProf cannot map a kernel to its op (XLA's command buffers, CUDA graphs),
-    # its precision figure misses them.
-    sixteen_bit_ms: float = 0.0
-
-
-class GpuDevice(BaseModel):
-    """One GPU over the capture, from its own plane: what ran on it and when."""
-
-    device: str  # /device:GPU:0, prefixed with the host when the capture has several
-    host: str = ""
-    vendor: str = "nvidia"  # nvidia, amd (the plane's device_vendor): gpu_models.Vendor
-    model: str | None = None  # where the figures below identify one
-    compute_capability: str | None = None
-    sm_count: int | None = None
-    memory_bytes: int | None = None
-    memory_bandwidth_gbps: float | None = None  # GB/s
-    clock_mhz: float | None = None
-    window_ms: float = 0.0  # the span of the capture's events on its host
-    busy_pct: float = 0.0  # kernels or copies running, of the window
-    kernel_pct: float = 0.0
-    idle_pct: float = 100.0
-    copies: GpuCopies = Field(default_factory=GpuCopies)
-    kernels: GpuKernels = Field(default_factory=GpuKernels)
-    busy_timeline_pct: list[float] = Field(default_factory=list)  # busy share per slice
-    # While this GPU was idle, what the host did: % of the window per HostActivity.
-    idle_while_host_pct: dict[str, float] = Field(default_factory=dict)
-
-
-class HostLane(BaseModel):
-    """What one host did over the capture, slice by slice (the report's host lane)."""
-
-    host: str
-    window_ms: float
-    slice_ms: float
-    activity: list[HostActivity] = Field(default_factory=list)  # the most of each slice
-    busy_pct: dict[str, float] = Field(default_factory=dict)  # % of the window per activity
-
-
-class GpuActivity(BaseModel):
-    devices: list[GpuDevice] = Field(default_factory=list)
-    hosts: list[HostLane] = Field(default_factory=list)
-    slices: int = 0
-
-    @property
-    def active(self) -> list[GpuDevice]:
-        """The GPUs that ran at least one kernel in the capture."""
-        return [d for d in self.devices if d.kernels.count]
-
-    def idle_while(self, activity: HostActivity) -> float:
-        """% of the capture the GPUs (the active ones, on average) idled while the host did
-        `activity`."""
-        active = self.active
-        if not active:
-            return 0.0
-        return round(
-            sum(d.idle_while_host_pct.get(activity.value, 0.0) for d in active) / len(active), 1
-        )
-
-    @property
-    def idle_pct(self) -> float | None:
-        active = self.active
-        return round(sum(d.idle_pct for d in active) / len(active), 1) if active else None
 
 
 class TfFunctionCalls(BaseModel):

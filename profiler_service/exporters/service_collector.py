@@ -163,7 +163,7 @@ class ServiceCollector:
             unit="bytes",
         )
         totals = {s.value: (0, 0, 0) for s in SnapshotStatus}
-        for status, count, size_bytes, pinned in self.store.index.totals_by_status():
+        for status, count, size_bytes, pinned in self.store.totals.totals_by_status():
             totals[status] = (count, size_bytes, pinned)
         for status, (count, size_bytes, _) in totals.items():
             snapshots.add_metric([status], count)
@@ -189,12 +189,12 @@ class ServiceCollector:
             )
 
     def _latest_for_targets(self) -> dict[str, LatestAnalysis]:
-        rows = self.store.index.latest_ready()
+        rows = self.store.totals.latest_ready()
         with self._lock:
             for target, (snapshot_id, created_at) in rows.items():
                 cached = self._latest.get(target)
                 if cached is None or cached.snapshot_id != snapshot_id:
-                    doc = self.store.index.doc(snapshot_id)
+                    doc = self.store.totals.doc(snapshot_id)
                     if doc is not None:
                         self._latest[target] = read_analysis(snapshot_id, created_at, doc)
             for gone in set(self._latest) - set(rows):
@@ -305,7 +305,7 @@ class ServiceCollector:
         with self._lock:
             cached = self._baselines.get(snapshot_id)
         if cached is None:
-            doc = self.store.index.doc(snapshot_id)
+            doc = self.store.totals.doc(snapshot_id)
             if doc is None:
                 return None
             created_at = json.loads(doc).get("created_at") or "1970-01-01T00:00:00+00:00"

@@ -178,13 +178,13 @@ def build_hub(settings: HubSettings) -> HubService:
     router = FleetRouter(settings, registry, alert_log)
     fleet_sync = FleetSync(catalogue, registry, settings.fleet.hub_sync_interval_s)
     ledger = LedgerBook(
-        store.index,
+        store.fleet,
         settings.ledger,
         link=_report_link(settings),
         version=lambda: fleet_sync.changes_total,
     )
     collector = FleetCollector(
-        settings.report, store.index, registry, alert_log, fleet_sync, ledger
+        settings.report, store.fleet, registry, alert_log, fleet_sync, ledger
     )
     tokens_file = settings.fleet.tokens_file
     tenants = TenantTokens(tokens_file) if tokens_file else None

@@ -47,7 +47,7 @@ from profiler_service.hub.registry import SidecarRegistry
 from profiler_service.hub.views import FleetView, FleetViewCache
 from profiler_service.lifecycle import LoopHealth
 from profiler_service.store.bucket_catalogue import RefreshStats
-from profiler_service.store.index import SnapshotIndex
+from profiler_service.store.queries import FleetIndex
 from profiler_service.tenancy import EVERYWHERE, Reach
 from profiler_service.trigger.alert_log import AlertLog
 
@@ -68,7 +68,7 @@ class FleetCollector:
     def __init__(
         self,
         settings: ReportSettings,
-        index: SnapshotIndex,
+        index: FleetIndex,
         registry: SidecarRegistry,
         alert_log: AlertLog,
         fleet_sync: SyncState,

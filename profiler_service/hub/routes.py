@@ -163,7 +163,7 @@ def read_fleet_page(
     if days == DEFAULT_DAYS:
         view = hub.metrics.collector.view()  # as of the last sync, shared with /metrics
     else:
-        view = fleet_view(hub.store.index, hub.settings.report, days, hub.fleet_sync.baseline_ids)
+        view = fleet_view(hub.store.fleet, hub.settings.report, days, hub.fleet_sync.baseline_ids)
     sidecars = reach.keep(hub.registry.live(), lambda s: s.namespace)
     ledger = None
     if hub.ledger is not None:  # the page's window, at least one ledger bucket

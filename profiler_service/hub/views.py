@@ -26,7 +26,8 @@ from profiler_service.exporters import charts
 from profiler_service.exporters.report import SEVERITY_COLOURS, _environment
 from profiler_service.hub.ledger import Ledger
 from profiler_service.hub.registry import SidecarRecord
-from profiler_service.store.index import FleetRow, SnapshotIndex
+from profiler_service.store.index import FleetRow
+from profiler_service.store.queries import FleetIndex
 from profiler_service.tenancy import Reach
 
 __all__ = ["FleetView", "FleetViewCache", "JobView", "fleet_view", "render_fleet"]
@@ -88,7 +89,7 @@ class FleetViewCache:
 
     def __init__(
         self,
-        index: SnapshotIndex,
+        index: FleetIndex,
         settings: ReportSettings,
         baselines: Callable[[], Collection[str]] = frozenset,
         max_age_s: float = 60.0,
@@ -110,7 +111,7 @@ class FleetViewCache:
 
 
 def fleet_view(
-    index: SnapshotIndex,
+    index: FleetIndex,
     settings: ReportSettings,
     days: float = DEFAULT_DAYS,
     baselines: Collection[str] = frozenset(),

@@ -68,6 +68,7 @@ from profiler_service.store.layout import (
     list_files,
     write_json,
 )
+from profiler_service.store.queries import FleetIndex, StoreTotals
 from profiler_service.store.recovery import reconcile_index, recover_interrupted
 from profiler_service.store.retention import select_evictions
 
@@ -187,6 +188,15 @@ class SnapshotStore:
         if self._index is None:
             raise RuntimeError("SnapshotStore.open() was not called")
         return self._index
+
+    # What readers beyond the API ask (store/queries.py): they read nothing else of the index.
+    @property
+    def totals(self) -> StoreTotals:
+        return self.index
+
+    @property
+    def fleet(self) -> FleetIndex:
+        return self.index
 
     def check_writable(self) -> None:
         probe = self.staging_dir / f".probe-{os.getpid()}-{threading.get_ident()}"

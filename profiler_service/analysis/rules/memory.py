@@ -130,8 +130,8 @@ def _to_capacity(m: AllocatorMemory, summary: Summary) -> float | None:
 
 
 def is_growing(m: AllocatorMemory, summary: Summary) -> bool:
-    """The memory_growth rule's reading of one allocator; step_temporaries, which says "not a
-    leak", is silent wherever this holds."""
+    """The memory_growth rule's reading of one allocator (step_temporaries, which says "not a
+    leak", is silenced wherever it fires)."""
     g = m.growth
     to_capacity = _to_capacity(m, summary)
     return bool(

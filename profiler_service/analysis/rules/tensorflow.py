@@ -14,7 +14,6 @@ from profiler_service.analysis.models import (
     Summary,
     TfFunctionCalls,
 )
-from profiler_service.analysis.rules.memory import is_growing
 from profiler_service.analysis.rules.registry import rule
 from profiler_service.analysis.step_allocations import step_swing_bytes
 
@@ -178,14 +177,13 @@ def xla_recompilation(summary: Summary) -> Finding | None:
     )
 
 
-def _sawtooth(m: AllocatorMemory, summary: Summary) -> bool:
+def _sawtooth(m: AllocatorMemory) -> bool:
     swing = step_swing_bytes(m)
     return bool(
         m.allocations_by_op
         and swing >= TEMPORARIES_MIN_SWING_BYTES
         and m.peak_bytes_in_use
         and swing >= TEMPORARIES_MIN_SWING_SHARE * m.peak_bytes_in_use
-        and not is_growing(m, summary)
     )
 
 
@@ -193,15 +191,15 @@ def _mib(n: float) -> str:
     return f"{n / 2**20:,.1f} MiB"
 
 
-@rule("step_temporaries")
+@rule("step_temporaries", silenced_by=("memory_growth",))
 def step_temporaries(summary: Summary) -> Finding | None:
     """Memory rises and falls inside every step without growing: the peak stands at least
     `TEMPORARIES_MIN_SWING_BYTES` and `TEMPORARIES_MIN_SWING_SHARE` of the peak above the steps'
     low point (info). Names the ops allocating the most per step, from the capture's memory
-    events. Silent where memory_growth reads the same allocator as growing: a low point that
-    steps up once is still a sawtooth, one that climbs step after step is a leak.
+    events. Silenced by memory_growth: a low point that steps up once is still a sawtooth, one
+    that climbs step after step is a leak, and a capture that leaks is not told "not a leak".
     """
-    sawtooth = [m for m in summary.memory if _sawtooth(m, summary)]
+    sawtooth = [m for m in summary.memory if _sawtooth(m)]
     if not sawtooth:
         return None
     m = max(sawtooth, key=step_swing_bytes)

@@ -1,0 +1,42 @@
+"""What the store's readers beyond the API ask of its index, as protocols: the sidecar's metrics
+(`StoreTotals`) and the fleet hub's page, metrics and ledger (`FleetIndex`). They are handed the
+index through these (`SnapshotStore.totals`, `SnapshotStore.fleet`) and depend on nothing else
+of it, so another index (the hub's shared one, on a database) answers them the same way.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Protocol
+
+from profiler_service.store.index import FleetRow
+
+__all__ = ["FleetIndex", "StoreTotals"]
+
+
+class StoreTotals(Protocol):
+    def totals_by_status(self) -> list[tuple[str, int, int, int]]:
+        """(status, snapshots, bytes, pinned) per status of this store's own snapshots."""
+        ...
+
+    def latest_ready(self) -> dict[str, tuple[str, str]]:
+        """{target: (id, created_at)} of each target's newest ready snapshot."""
+        ...
+
+    def doc(self, snapshot_id: str) -> str | None:
+        """The stored snapshot.json text, unparsed."""
+        ...
+
+
+class FleetIndex(Protocol):
+    def fleet_rows(self, since: datetime) -> list[FleetRow]:
+        """Every ready snapshot created since `since`, oldest first."""
+        ...
+
+    def fleet_row(self, snapshot_id: str) -> FleetRow | None:
+        """One ready snapshot as `fleet_rows` reads it, whenever it was taken (a baseline)."""
+        ...
+
+    def count_by_status(self) -> list[tuple[str | None, str, int]]:
+        """(namespace, status, snapshots) of every snapshot indexed."""
+        ...
