@@ -114,3 +114,13 @@ def test_a_cheap_capture_says_nothing_more():
     counts = {float(t): 100.0 for t in range(-9, 1)} | {1.0: 97.0, 2.0: 97.0}
     cost = capture_cost(ring(times, counts), T0, T0 + timedelta(seconds=2))
     assert cost.ratio == pytest.approx(1000 / 97 / 10, 1e-3) and cost.note is None
+
+
+def test_steps_longer_than_a_sample_are_timed_from_one_step_s_end_to_the_next():
+    # 2.5 s steps: the ring holds a sample only where a step ended, each over the time since
+    # the one before; while traced, a step took 3 s.
+    ends = [-10.0, -7.5, -5.0, -2.5, 0.0, 3.0]
+    times = {t: 2500.0 for t in ends[:-1]} | {3.0: 3000.0}
+    cost = capture_cost(ring(times, dict.fromkeys(ends, 1.0)), T0, T0 + timedelta(seconds=3))
+    assert (cost.step_ms_before, cost.step_ms_during) == (2500.0, 3000.0)
+    assert cost.ratio == pytest.approx(1.2) and cost.steps_during == 1
