@@ -57,7 +57,6 @@ class ServiceCore:
         return service.triggers["alerts"]  # type: ignore[return-value]
 
 
-
 def get_service(request: Request) -> Service:
     return request.app.state.service
 

@@ -23,11 +23,15 @@ from pathlib import Path
 
 from profiler_service.analysis.analyzer import XprofAnalyzer
 from profiler_service.analysis.models import ProcessCpu, ProcessMemory
-from profiler_service.analysis.verification import step_change, verify
 from profiler_service.capture.capturer import Captured, CaptureFailed, CaptureJob, Capturer
 from profiler_service.capture.cost import snapshot_cost
 from profiler_service.capture.discovery import resolve_workers
 from profiler_service.capture.remote import connect_error
+from profiler_service.capture.snapshot_steps import (
+    begin_lead_up,
+    complete_lead_up,
+    verify_against_history,
+)
 from profiler_service.config import BoundsSettings, CaptureSettings
 from profiler_service.durations import format_seconds
 from profiler_service.errors import (
@@ -301,7 +305,7 @@ class CaptureController:
                 snapshot.capture.lookback_ms = max(
                     0, round((snapshot.capture_started_at - began).total_seconds() * 1000)
                 )
-            pending = self._begin_lead_up(snapshot)
+            pending = begin_lead_up(self.lead_up, snapshot)
             run_dir = self.store.adopt_capture(snapshot, captured.paths)
             snapshot.status = SnapshotStatus.ANALYZING
             self.store.update(snapshot)
@@ -315,17 +319,17 @@ class CaptureController:
                     f"{found} workers were discovered; the first {len(target.workers)} were "
                     "captured (PROFILER_CAPTURE_MAX_WORKERS)"
                 )
-            self._complete_lead_up(snapshot, pending)
+            complete_lead_up(snapshot, pending)
             snapshot.capture.cost = snapshot_cost(snapshot)
-            self._verify(snapshot)
+            verify_against_history(self.store, snapshot)
             self.store.publish(snapshot)
             log.info("snapshot %s ready (%s)", snapshot.id, snapshot.target)
         except PipelineFailure as exc:  # CaptureFailed, AnalysisFailed (whose files are kept)
-            self._complete_lead_up(snapshot, pending)
+            complete_lead_up(snapshot, pending)
             self._fail(snapshot, exc.code, exc.detail, keep_files=exc.keep_files)
         except Exception as exc:
             log.exception("snapshot %s failed unexpectedly", snapshot.id)
-            self._complete_lead_up(snapshot, pending)
+            complete_lead_up(snapshot, pending)
             self._fail(
                 snapshot,
                 SnapshotErrorCode.INTERNAL_ERROR,
@@ -338,50 +342,6 @@ class CaptureController:
                 self._done.pop(snapshot.id, None)
             self._notify(snapshot)
             active.done.set()
-
-    def _verify(self, snapshot: Snapshot) -> None:
-        """Name the job's previous snapshot, and check the findings of its last one that raised
-        any against this one (analysis/verification.py). A store that cannot be read leaves
-        the snapshot unverified, never failed."""
-        try:
-            history = self.store.job_history(snapshot)
-            if not history:
-                return
-            snapshot.previous_id = history[0][0]
-            earlier_id = next((i for i, found in history if found), None)
-            if earlier_id is None:
-                return
-            earlier = self.store.get(earlier_id)
-        except Exception:
-            log.exception("could not read the history of %s's job", snapshot.id)
-            return
-        change = step_change(earlier.summary, snapshot.summary, seed=earlier.id + snapshot.id)
-        snapshot.verified_against = earlier.id
-        snapshot.step_change = change
-        snapshot.verification = verify(earlier.findings, snapshot.findings, change)
-
-    def _begin_lead_up(self, snapshot: Snapshot) -> PendingLeadUp | None:
-        """The ring's part now (the analysis reads the job's memory from it); Prometheus's part
-        runs on beside the analysis."""
-        if self.lead_up is None:
-            return None
-        try:
-            pending = self.lead_up(snapshot)
-            if pending is not None:
-                pending.start()  # Prometheus's queries, beside the analysis
-        except Exception:  # the lead-up is context: it never fails a capture
-            log.exception("could not record the lead-up of snapshot %s", snapshot.id)
-            return None
-        snapshot.lead_up = pending.now if pending is not None else None
-        return pending
-
-    def _complete_lead_up(self, snapshot: Snapshot, pending: PendingLeadUp | None) -> None:
-        if pending is None:
-            return
-        try:
-            snapshot.lead_up = pending.result()
-        except Exception:
-            log.exception("could not complete the lead-up of snapshot %s", snapshot.id)
 
     def _notify(self, snapshot: Snapshot) -> None:
         for callback in self.on_finished:

@@ -15,6 +15,7 @@ from profiler_service.lookback.sampler import Sampler
 
 __all__ = ["LookbackCollector"]
 
+
 class LookbackCollector:
     def __init__(self, sampler: Sampler):
         self.sampler = sampler

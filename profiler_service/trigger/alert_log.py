@@ -52,8 +52,6 @@ class Reason(StrEnum):
     NO_ANSWER = "no_answer"
 
 
-
-
 class AlertOutcome(BaseModel):
     """What was done with one alert; kept in the alert log and answered to the sender."""
 

@@ -25,6 +25,7 @@ from profiler_service.analysis.verification import (
     step_change,
     verify,
 )
+from profiler_service.capture.snapshot_steps import verify_against_history
 from profiler_service.models import CaptureOptions, Snapshot, SnapshotStatus, Trigger
 from profiler_service.store.snapshot_store import SnapshotStore
 
@@ -143,14 +144,14 @@ def test_a_snapshot_names_its_jobs_previous_and_is_checked_against_its_last_with
     make_service,
 ):
     service = make_service()
-    store, controller = service.store, service.controller
+    store = service.store
     slow = captured(noisy(76, 40, 1))
     publish(store, snapshot(1, slow, [finding("input_bound", 0.96, input_share_pct=96.0)]))
     publish(store, snapshot(2, slow, []))  # the same job, nothing found (a quiet hour)
     publish(store, snapshot(3, slow, [], namespace="other"))  # another namespace's job
     publish(store, snapshot(4, slow, [], workload="other"))  # another workload's
     fixed = snapshot(5, captured(noisy(3, 40, 2)), [])
-    controller._verify(fixed)
+    verify_against_history(store, fixed)
     assert fixed.previous_id == "20261202-120000-trainer-000002"
     assert fixed.verified_against == "20261201-120000-trainer-000001"
     [checked] = fixed.verification
@@ -163,7 +164,7 @@ def test_a_snapshot_names_its_jobs_previous_and_is_checked_against_its_last_with
 def test_the_first_snapshot_of_a_job_has_nothing_to_verify(make_service):
     service = make_service()
     first = snapshot(1, captured([10.0] * 5), [finding("retracing", 0.3)])
-    service.controller._verify(first)
+    verify_against_history(service.store, first)
     assert first.previous_id is None and first.verification == []
 
 

@@ -1,0 +1,67 @@
+"""Two steps of a capture's snapshot between its trace and its publication, each of which may
+fail without failing the snapshot: its lead-up (the minutes before the trace) and its check
+against the job's history (what became of the last findings). The controller runs them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from profiler_service.analysis.verification import step_change, verify
+from profiler_service.lookback.models import PendingLeadUp
+from profiler_service.models import Snapshot
+from profiler_service.store import SnapshotStore
+
+__all__ = ["begin_lead_up", "complete_lead_up", "verify_against_history"]
+
+log = logging.getLogger(__name__)
+
+
+def begin_lead_up(
+    recorder: Callable[[Snapshot], PendingLeadUp | None] | None, snapshot: Snapshot
+) -> PendingLeadUp | None:
+    """The ring's part now (the analysis reads the job's memory from it); Prometheus's part
+    runs on beside the analysis."""
+    if recorder is None:
+        return None
+    try:
+        pending = recorder(snapshot)
+        if pending is not None:
+            pending.start()  # Prometheus's queries, beside the analysis
+    except Exception:  # the lead-up is context: it never fails a capture
+        log.exception("could not record the lead-up of snapshot %s", snapshot.id)
+        return None
+    snapshot.lead_up = pending.now if pending is not None else None
+    return pending
+
+
+def complete_lead_up(snapshot: Snapshot, pending: PendingLeadUp | None) -> None:
+    if pending is None:
+        return
+    try:
+        snapshot.lead_up = pending.result()
+    except Exception:
+        log.exception("could not complete the lead-up of snapshot %s", snapshot.id)
+
+
+def verify_against_history(store: SnapshotStore, snapshot: Snapshot) -> None:
+    """Name the job's previous snapshot, and check the findings of its last one that raised
+    any against this one (analysis/verification.py). A store that cannot be read leaves the
+    snapshot unverified, never failed."""
+    try:
+        history = store.job_history(snapshot)
+        if not history:
+            return
+        snapshot.previous_id = history[0][0]
+        earlier_id = next((i for i, found in history if found), None)
+        if earlier_id is None:
+            return
+        earlier = store.get(earlier_id)
+    except Exception:
+        log.exception("could not read the history of %s's job", snapshot.id)
+        return
+    change = step_change(earlier.summary, snapshot.summary, seed=earlier.id + snapshot.id)
+    snapshot.verified_against = earlier.id
+    snapshot.step_change = change
+    snapshot.verification = verify(earlier.findings, snapshot.findings, change)
