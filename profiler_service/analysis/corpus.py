@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
+from profiler_service.analysis.evidence import InputBoundEvidence
 from profiler_service.analysis.text_report import describe_devices
 
 if TYPE_CHECKING:
@@ -132,10 +133,11 @@ def row_of(result: AnalysisResult) -> dict:
     verdict["input_share_pct"] = pipeline.input_share_pct
     found = next((f for f in result.findings if f.rule == "input_bound"), None)
     if found is not None:
+        evidence = InputBoundEvidence.model_validate(found.evidence)
         verdict = {
-            key: found.evidence[key]
-            for key in ("classification", "input_share_pct", "source")
-            if key in found.evidence
+            "classification": evidence.classification,
+            "input_share_pct": evidence.input_share_pct,
+            "source": evidence.source,
         }
     return {
         "devices": describe_devices(summary),

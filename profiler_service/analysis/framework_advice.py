@@ -10,6 +10,7 @@ evidence and impact stay as the rules made them.
 
 from __future__ import annotations
 
+from profiler_service.analysis.evidence import InputBoundEvidence
 from profiler_service.analysis.framework import Framework
 from profiler_service.analysis.models import Finding, HostActivity, Summary
 
@@ -170,7 +171,8 @@ def _jax_advice(finding: Finding, summary: Summary, keras: bool) -> str | None:
     if keras and finding.rule in KERAS3_JAX_ADVICE:
         return KERAS3_JAX_ADVICE[finding.rule]
     if finding.rule == "input_bound":
-        return _JAX_GENERIC_INPUT if finding.evidence.get("generic_advice") else None
+        generic = InputBoundEvidence.model_validate(finding.evidence).generic_advice
+        return _JAX_GENERIC_INPUT if generic else None
     if finding.rule == "device_idle":
         meanwhile = finding.evidence.get("idle_while_host_pct") or {}
         if not meanwhile:

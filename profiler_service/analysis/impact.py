@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from profiler_service.analysis.evidence import InputBoundEvidence
 from profiler_service.analysis.models import Finding, Impact, Summary
 
 ImpactModel = Callable[[Finding, Summary], Impact]
@@ -127,19 +128,21 @@ def input_wait(finding: Finding, summary: Summary) -> Impact:
     cost (`INPUT_PARALLEL_OVERHEAD` more), or, where Python decoding holds the GIL, no
     parallelism at all (P = 1), only the overlap with C."""
     now = summary.step_time.avg_ms
-    wait_share = min(max((finding.evidence.get("input_share_pct") or 0.0) / 100, 0.0), 1.0)
+    evidence = InputBoundEvidence.model_validate(finding.evidence)
+    wait_share = min(max(evidence.input_share_pct / 100, 0.0), 1.0)
     if not now or wait_share <= 0:
         return nothing(summary, "the capture holds no step time to save from")
     wait, compute = now * wait_share, now * (1 - wait_share)
     cores, source = _cores_for_input(summary)
     p_now = min(_slowest_parallelism(summary), cores)
-    python = bool(finding.evidence.get("python_in_pipeline"))
+    python = evidence.python_in_pipeline
     # No faster than the step's whole work spread over the cores: a pipeline that decodes on
     # the CPU takes the cores the step would use.
     after = max(compute, wait * p_now / cores, now / cores)
     least = max(compute, wait) if python else min(now, after * (1 + INPUT_PARALLEL_OVERHEAD))
     saving, low = 1 - after / now, 1 - least / now
-    where = "the GPU's idle time in the tf.data iterator" if _on_gpu(finding) else "the input wait"
+    on_gpu = evidence.source == "gpu_idle_in_iterator"
+    where = "the GPU's idle time in the tf.data iterator" if on_gpu else "the input wait"
     return Impact(
         step_ms_now=now,
         step_ms_after=round(after, 3),
@@ -312,7 +315,3 @@ def memory(finding: Finding, summary: Summary) -> Impact:
 def unmeasured(finding: Finding, summary: Summary) -> Impact:
     """Where to look, or how to capture better: no saving can be predicted from the capture."""
     return nothing(summary, "it says where to look or how to capture, not what a fix removes")
-
-
-def _on_gpu(finding: Finding) -> bool:
-    return finding.evidence.get("source") == "gpu_idle_in_iterator"

@@ -16,7 +16,7 @@ from typing import Any
 from profiler_service.analysis import impact
 from profiler_service.analysis.models import Severity
 from profiler_service.analysis.rules import RULES
-from profiler_service.analysis.rules.registry import SILENCED_BY
+from profiler_service.analysis.rules.registry import EVIDENCE, SILENCED_BY
 from profiler_service.docs_reference.markdown import code, table
 
 INTRO = """# Findings
@@ -56,7 +56,33 @@ def render() -> str:
         )
     header = ["rule", "fires when", "severity", "thresholds", "what its fix saves",
               "silent where this fired", "defined in"]  # fmt: skip
-    return INTRO + table(header, rows)
+    return INTRO + table(header, rows) + evidence_section()
+
+
+def evidence_section() -> str:
+    """The typed evidence of the rules that declare it (`@rule(..., evidence=Model)`,
+    analysis/evidence.py): each field, its type, what it holds."""
+    if not EVIDENCE:
+        return ""
+    parts = [
+        "\n## Evidence\n\n"
+        "What a finding read, field by field, for the rules that declare its model "
+        "(`profiler_service/analysis/evidence.py`); the others' evidence is described in their "
+        "docstrings.\n"
+    ]
+    for name, model in EVIDENCE.items():
+        rows = [
+            (code(field), code(_type_name(info.annotation)), info.description or "")
+            for field, info in model.model_fields.items()
+        ]
+        parts.append(f"\n### {code(name)}\n\n" + table(["field", "type", "holds"], rows))
+    return "".join(parts)
+
+
+def _type_name(annotation: Any) -> str:
+    """`str or None`: a table cell holds no `|`."""
+    text = getattr(annotation, "__name__", None) if isinstance(annotation, type) else None
+    return (text or str(annotation).replace("typing.", "")).replace(" | ", " or ")
 
 
 def saves_when(name: str) -> str:

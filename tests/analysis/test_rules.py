@@ -51,6 +51,7 @@ from profiler_service.analysis.rules import (
 from profiler_service.analysis.rules import (
     gpu as gpu_rules,
 )
+from profiler_service.analysis.rules.registry import EVIDENCE
 
 EXPECTED_RULES = {
     "input_bound",
@@ -871,3 +872,12 @@ def test_balanced_workers_and_single_hosts_have_no_straggler():
     assert run("straggler", tiny) is None
     assert run("straggler", cpu(per_host=[worker("w0", 90)])) is None
     assert run("straggler", cpu()) is None
+
+
+def test_a_declared_evidence_model_is_what_the_finding_holds():
+    """A rule that declares its evidence's model fills every field of it, and nothing else
+    (its readers read it by attribute; the catalogue lists the fields)."""
+    [finding] = evaluate(cpu_only_capture())
+    model = EVIDENCE[finding.rule]
+    assert set(finding.evidence) == set(model.model_fields)
+    assert model.model_validate(finding.evidence).model_dump() == finding.evidence

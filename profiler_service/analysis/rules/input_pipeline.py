@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from profiler_service.analysis.evidence import InputBoundEvidence
 from profiler_service.analysis.models import (
     Finding,
     HostActivity,
@@ -41,7 +42,7 @@ def gpu_input_verdict(summary: Summary) -> tuple[InputBound, float] | None:
     return level, waited
 
 
-@rule("input_bound")
+@rule("input_bound", evidence=InputBoundEvidence)
 def input_bound(summary: Summary) -> Finding | None:
     """XProf classifies the job HIGHLY (input > 20 % of step time: critical) or MODERATELY
     (> 5 %: warning) input-bound; names the slowest tf.data stage and whether Python runs in
@@ -80,19 +81,19 @@ def input_bound(summary: Summary) -> Finding | None:
     return Finding(
         severity=severity,
         title=f"Your input pipeline is the bottleneck: {pct:g}% {waits}{where}",
-        evidence={
-            "input_share_pct": pct,
-            "source": "gpu_idle_in_iterator" if from_gpu else "xprof",
-            "xprof_conclusion": summary.input_pipeline.conclusion if from_gpu else None,
-            "classification": pipeline.classification.value,
-            "step_time_ms_avg": summary.step_time.avg_ms,
-            "input_ms_avg": summary.step_time.breakdown_avg.input_ms,
-            "slowest_stage": pipeline.slowest_stage,
-            "slowest_input_op": slowest,
-            "python_in_pipeline": pipeline.python_in_pipeline,
-            "stage_time_us": pipeline.stage_time_us,
+        evidence=InputBoundEvidence(
+            input_share_pct=pct,
+            source="gpu_idle_in_iterator" if from_gpu else "xprof",
+            xprof_conclusion=summary.input_pipeline.conclusion if from_gpu else None,
+            classification=pipeline.classification.value,
+            step_time_ms_avg=summary.step_time.avg_ms,
+            input_ms_avg=summary.step_time.breakdown_avg.input_ms,
+            slowest_stage=pipeline.slowest_stage,
+            slowest_input_op=slowest,
+            python_in_pipeline=pipeline.python_in_pipeline,
+            stage_time_us=pipeline.stage_time_us,
             **advice.evidence,
-        },
+        ).model_dump(),
         recommendation=recommendation,
         docs=DOCS,
         impact_share=pct / 100,

@@ -10,6 +10,8 @@ import functools
 import logging
 from collections.abc import Callable
 
+from pydantic import BaseModel
+
 from profiler_service.analysis import impact
 from profiler_service.analysis.framework_advice import speak
 from profiler_service.analysis.models import Finding, Summary
@@ -21,16 +23,27 @@ RULES: dict[str, Rule] = {}
 # rule -> the rules whose finding silences it (their finding says the same, or says that what
 # it reads cannot be trusted); the registry applies it, the rules never call each other.
 SILENCED_BY: dict[str, tuple[str, ...]] = {}
+# rule -> the model of its finding's `evidence`, where it declares one: the rule fills it, the
+# readers (impact models, advice, the corpus) read it typed, the catalogue lists its fields.
+EVIDENCE: dict[str, type[BaseModel]] = {}
 
 
-def rule(name: str, *, silenced_by: tuple[str, ...] = ()) -> Callable[[Rule], Rule]:
+def rule(
+    name: str,
+    *,
+    silenced_by: tuple[str, ...] = (),
+    evidence: type[BaseModel] | None = None,
+) -> Callable[[Rule], Rule]:
     """Register a rule under `name`, the one place its name is written: the registry stamps it
-    on every finding the rule returns, and skips it where a rule of `silenced_by` fired."""
+    on every finding the rule returns, and skips it where a rule of `silenced_by` fired.
+    `evidence`: the model its finding's evidence is checked against."""
 
     def register(func: Rule) -> Rule:
         if name in RULES:
             raise ValueError(f"rule {name!r} registered twice")
         SILENCED_BY[name] = tuple(silenced_by)
+        if evidence is not None:
+            EVIDENCE[name] = evidence
 
         @functools.wraps(func)
         def stamped(summary: Summary) -> Finding | None:
