@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["InputBoundEvidence"]
+__all__ = ["DeviceIdleEvidence", "InputBoundEvidence"]
 
 
 class InputBoundEvidence(BaseModel):
@@ -49,4 +49,22 @@ class InputBoundEvidence(BaseModel):
     pipeline_has: list[str] = Field(default_factory=list, description="what it already has")
     generic_advice: bool = Field(
         False, description="no iterator was named: the advice is the usual list"
+    )
+
+
+class DeviceIdleEvidence(BaseModel):
+    """device_idle: how idle the accelerator was and, on a GPU, what the host did meanwhile."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    device_idle_pct: float = Field(description="the share of the time the device idled")
+    device_duty_cycle_pct: float | None = Field(None, description="XProf's device duty cycle")
+    bottleneck: str | None = Field(None, description="the summary's bottleneck")
+    idle_while_host_pct: dict[str, float] | None = Field(
+        None,
+        description="on a GPU: the share of the capture it idled while the host did each "
+        "activity (input, transfer, tf_ops, python, tf_data, nothing)",
+    )
+    gpus: dict[str, float] | None = Field(
+        None, description="on a GPU: each active GPU's idle share"
     )

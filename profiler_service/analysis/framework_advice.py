@@ -10,7 +10,7 @@ evidence and impact stay as the rules made them.
 
 from __future__ import annotations
 
-from profiler_service.analysis.evidence import InputBoundEvidence
+from profiler_service.analysis.evidence import DeviceIdleEvidence, InputBoundEvidence
 from profiler_service.analysis.framework import Framework
 from profiler_service.analysis.models import Finding, HostActivity, Summary
 
@@ -174,7 +174,7 @@ def _jax_advice(finding: Finding, summary: Summary, keras: bool) -> str | None:
         generic = InputBoundEvidence.model_validate(finding.evidence).generic_advice
         return _JAX_GENERIC_INPUT if generic else None
     if finding.rule == "device_idle":
-        meanwhile = finding.evidence.get("idle_while_host_pct") or {}
+        meanwhile = DeviceIdleEvidence.model_validate(finding.evidence).idle_while_host_pct or {}
         if not meanwhile:
             return None
         cause = HostActivity(max(meanwhile, key=meanwhile.get))

@@ -17,6 +17,7 @@ from tensorflow.tsl.profiler.protobuf import xplane_pb2
 from xprof.protobuf import overview_page_pb2
 
 from profiler_service.analysis import rules
+from profiler_service.analysis.evidence import DeviceIdleEvidence
 from profiler_service.analysis.gpu_activity import SLICES, read_gpu_activity
 from profiler_service.analysis.models import (
     GpuActivity,
@@ -30,6 +31,7 @@ from profiler_service.analysis.models import (
 )
 from profiler_service.analysis.rules import gpu as gpu_rules
 from profiler_service.analysis.rules import input_pipeline
+from profiler_service.analysis.rules.registry import EVIDENCE
 from profiler_service.analysis.summary import AnalysisResult, analyse_run
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "gpu-captures"
@@ -142,6 +144,12 @@ def test_a_gpu_waiting_on_input_is_idle_and_says_so(tmp_path):
     assert "GeForce RTX 2060" in idle.title
     assert "prefetch" in idle.recommendation
     assert found["kernel_launch_bound"].evidence["kernels_per_step"] == 144
+    # The rules that declare their evidence's model fill every field of it (a real capture).
+    for rule in ("device_idle", "input_bound"):
+        model = EVIDENCE[rule]
+        assert set(found[rule].evidence) == set(model.model_fields), rule
+    meanwhile = DeviceIdleEvidence.model_validate(idle.evidence).idle_while_host_pct
+    assert max(meanwhile, key=meanwhile.get) == "input"  # what the title names
 
 
 def test_a_busy_gpu_is_not_idle_launch_bound_or_input_bound(tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from profiler_service.analysis.evidence import DeviceIdleEvidence
 from profiler_service.analysis.models import (
     Finding,
     HostActivity,
@@ -23,7 +24,7 @@ def _has_device(summary: Summary) -> bool:
     return (summary.utilisation.hardware_type or "CPU_ONLY") != "CPU_ONLY"
 
 
-@rule("device_idle", silenced_by=("device_trace_missing",))
+@rule("device_idle", silenced_by=("device_trace_missing",), evidence=DeviceIdleEvidence)
 def device_idle(summary: Summary) -> Finding | None:
     """The accelerator is idle at least `DEVICE_IDLE_WARNING_PCT` % of the time (warning),
     `DEVICE_IDLE_CRITICAL_PCT` % (critical); silent on CPU-only captures and on GPU captures
@@ -36,19 +37,19 @@ def device_idle(summary: Summary) -> Finding | None:
     if not _has_device(summary) or idle is None or idle < DEVICE_IDLE_WARNING_PCT:
         return None
     severity = Severity.CRITICAL if idle >= DEVICE_IDLE_CRITICAL_PCT else Severity.WARNING
-    evidence = {
-        "device_idle_pct": idle,
-        "device_duty_cycle_pct": summary.utilisation.device_duty_cycle_pct,
-        "bottleneck": summary.bottleneck,
-    }
+    evidence = DeviceIdleEvidence(
+        device_idle_pct=idle,
+        device_duty_cycle_pct=summary.utilisation.device_duty_cycle_pct,
+        bottleneck=summary.bottleneck,
+    )
     name = summary.utilisation.device_type or "device"
     title = f"The {name} is idle {idle:g}% of the time"
     advice = IDLE_ADVICE[None]
     if gpu is not None and gpu.active and summary.utilisation.device_idle_pct is None:
         meanwhile = {act: gpu.idle_while(act) for act in HostActivity}
         cause = max(meanwhile, key=lambda act: meanwhile[act])
-        evidence["idle_while_host_pct"] = {act.value: pct for act, pct in meanwhile.items()}
-        evidence["gpus"] = {d.device: d.idle_pct for d in gpu.active}
+        evidence.idle_while_host_pct = {act.value: pct for act, pct in meanwhile.items()}
+        evidence.gpus = {d.device: d.idle_pct for d in gpu.active}
         model = gpu.active[0].model
         name = f"GPU ({model})" if model else "GPU"
         title = (
@@ -59,7 +60,7 @@ def device_idle(summary: Summary) -> Finding | None:
     return Finding(
         severity=severity,
         title=title,
-        evidence=evidence,
+        evidence=evidence.model_dump(),
         recommendation=advice,
         docs="https://www.tensorflow.org/guide/gpu_performance_analysis",
         impact_share=idle / 100,
