@@ -4,9 +4,12 @@ sidecar beside it, and how its processes are told apart and weighed."""
 from __future__ import annotations
 
 import json
+import math
 import os
+import random
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -128,3 +131,18 @@ def role(child: psutil.Process) -> str:
     if "analysis.worker" in cmdline:
         return "analysis"
     return "capture" if "remote_child" in cmdline else "other"
+
+
+def paired_interval(
+    arm: list[float], bare: list[float], draws: int = 2000
+) -> tuple[float, float, float]:
+    """The median of the rounds' arm/bare ratios (each round runs both arms back to back, so
+    the ratio cancels what the round shares), its 95 % bootstrap interval's low end and
+    half-width; an infinite half-width with fewer than 3 rounds."""
+    ratios = [a / b for a, b in zip(arm, bare, strict=False)]
+    if len(ratios) < 3:
+        return (statistics.median(ratios) if ratios else math.nan), math.nan, math.inf
+    rng = random.Random(0)
+    medians = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(draws))
+    low, high = medians[int(0.025 * draws)], medians[int(0.975 * draws) - 1]
+    return statistics.median(ratios), low, (high - low) / 2

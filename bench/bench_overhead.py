@@ -42,7 +42,6 @@ import argparse
 import logging
 import math
 import os
-import random
 import statistics
 import subprocess
 import sys
@@ -55,7 +54,7 @@ from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
-from bench_common import free_port, record
+from bench_common import free_port, paired_interval, record
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -403,21 +402,6 @@ def main() -> None:
         print(f"  {label}: {ratio:.3f} ({ratio - previous:+.3f})")
         previous = ratio
     ring_cost()
-
-
-def paired_interval(
-    arm: list[float], bare: list[float], draws: int = 2000
-) -> tuple[float, float, float]:
-    """The median of the rounds' arm/bare ratios (each round runs both arms back to back, so
-    the ratio cancels what the round shares), its 95 % bootstrap interval's low end and
-    half-width; an infinite half-width with fewer than 3 rounds."""
-    ratios = [a / b for a, b in zip(arm, bare, strict=False)]
-    if len(ratios) < 3:
-        return (statistics.median(ratios) if ratios else math.nan), math.nan, math.inf
-    rng = random.Random(0)
-    medians = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(draws))
-    low, high = medians[int(0.025 * draws)], medians[int(0.975 * draws) - 1]
-    return statistics.median(ratios), low, (high - low) / 2
 
 
 def ring_cost(seconds: float = 300) -> None:

@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/bench_tracers.py [--workloads input-bound compute-bound]
                                             [--rounds 3] [--seconds 4]
+                                            [--precision 0.025 --max-rounds 30]
 
 For each workload (the demo job's own dataset and model), a real Keras job trains in this
 process with TF's profiler server started, as in a job a sidecar captures. Each round runs one
@@ -44,7 +45,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras
 import tensorflow as tf
-from bench_common import free_port, record
+from bench_common import free_port, paired_interval, record
 
 from profiler_service.analysis.summary import analyse_run
 from profiler_service.capture.capturer import CaptureJob
@@ -152,7 +153,9 @@ def capture(config, seconds: float, server: str, logdir: Path) -> list[Path]:
     return RemoteCapturer().capture(job).paths
 
 
-def run_workload(workload: str, rounds: int, seconds: float, root: Path) -> dict[str, Arm]:
+def run_workload(
+    workload: str, rounds: int, seconds: float, root: Path, precision: float, max_rounds: int
+) -> dict[str, Arm]:
     if workload == "input-bound":
         dataset, model = input_bound_dataset(), build_model(width=64)
     else:
@@ -165,7 +168,8 @@ def run_workload(workload: str, rounds: int, seconds: float, root: Path) -> dict
     tf.profiler.experimental.server.start(port)
     arms = {name: Arm() for name in CONFIGS}
     names = list(CONFIGS)
-    for r in range(rounds):
+    r = 0
+    while r < rounds or (precision > 0 and r < max_rounds and widest(arms) > precision):
         for name in names[r % len(names) :] + names[: r % len(names)]:
             config, logdir = CONFIGS[name], root / f"{workload}-{r}-{name.replace(' ', '-')}"
             window: dict[str, object] = {}
@@ -209,14 +213,21 @@ def run_workload(workload: str, rounds: int, seconds: float, root: Path) -> dict
             arm.sizes.append(sum(p.stat().st_size for p in files))
             if files:
                 arm.last_run = files[0].parent
+        r += 1
         print(
-            f"{workload} round {r + 1}: "
+            f"{workload} round {r}: "
             + ", ".join(
                 f"{k} {v.per_step[-1] * 1000:.2f} ms" for k, v in arms.items() if v.per_step
             ),
             flush=True,
         )
     return arms
+
+
+def widest(arms: dict[str, Arm]) -> float:
+    """The widest 95 % half-width of the configurations' paired ratios to bare."""
+    bare = arms["bare"].per_step
+    return max(paired_interval(a.per_step, bare)[2] for n, a in arms.items() if n != "bare")
 
 
 def report(workload: str, arms: dict[str, Arm]) -> None:
@@ -284,6 +295,11 @@ def report(workload: str, arms: dict[str, Arm]) -> None:
             f"{s.step_time.count:>5}  {fired}",
             flush=True,
         )
+    print("each configuration against bare, round by round (paired): median ratio [95% interval]:")
+    for name, arm in arms.items():
+        if name != "bare":
+            mid, low, half = paired_interval(arm.per_step, bare)
+            print(f"  {name:>14}: {mid:.3f} [{low:.3f}, {low + 2 * half:.3f}]")
 
 
 def main() -> None:
@@ -294,7 +310,16 @@ def main() -> None:
         default=["input-bound", "compute-bound"],
         choices=["input-bound", "compute-bound"],
     )
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=3, help="at least this many rounds")
+    parser.add_argument(
+        "--precision",
+        type=float,
+        default=0.0,
+        help="then keep going until every configuration's ratio to bare is known to +-this "
+        "(the 95%% bootstrap interval's half-width over the rounds' paired ratios), e.g. 0.025 "
+        "to tell 5%% from noise; 0: exactly --rounds",
+    )
+    parser.add_argument("--max-rounds", type=int, default=30, help="bound for --precision")
     parser.add_argument("--seconds", type=float, default=4.0, help="each capture's duration")
     parser.add_argument(
         "--configs", nargs="+", choices=list(CONFIGS), default=list(CONFIGS), help="bare is kept"
@@ -305,7 +330,10 @@ def main() -> None:
     warnings.filterwarnings("ignore")
     root = Path(tempfile.mkdtemp(prefix="bench-tracers-"))
     try:
-        results = {w: run_workload(w, args.rounds, args.seconds, root) for w in args.workloads}
+        results = {
+            w: run_workload(w, args.rounds, args.seconds, root, args.precision, args.max_rounds)
+            for w in args.workloads
+        }
         for workload, arms in results.items():
             report(workload, arms)
     finally:
