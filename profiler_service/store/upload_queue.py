@@ -13,13 +13,12 @@ done by the same thread and retried like an upload.
 
 Manifests (manifest.py): after each pass of the queue, a sidecar rewrites its manifest, the
 `snapshot.json` of every snapshot it holds and has copied, each with the version the bucket gave
-it; the hub's catalogue reads them on a first sync.
+it, and copies its baselines (`SidecarRecords`); the hub's catalogue reads them on a first sync.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import threading
 import time
@@ -28,10 +27,9 @@ from typing import TYPE_CHECKING
 
 from profiler_service.lifecycle import BackgroundLoop
 from profiler_service.models import is_snapshot_id
-from profiler_service.store.baselines import fleet_baselines_path
 from profiler_service.store.bucket_catalogue import BucketCatalogue, brief
 from profiler_service.store.events import StoreEvent, StoreEventKind
-from profiler_service.store.manifest import ManifestEntry, decode, encode, manifest_path
+from profiler_service.store.sidecar_records import SidecarRecords
 from profiler_service.store.snapshot_store import SnapshotStore
 
 if TYPE_CHECKING:
@@ -64,13 +62,7 @@ class UploadQueue:
         self._wake = threading.Event()
         self._retry_s = 0.0  # the loop's wait after a refused pass
         self._loop = BackgroundLoop("store-mirror", self._round, wake=self._wake, join_s=15)
-        # Our manifest: what we copied (each doc as written, with its version).
-        self._lock = threading.Lock()
-        self.manifest = manifest_path(sidecar) if sidecar else None
-        self.baselines_path = fleet_baselines_path(sidecar) if sidecar else None
-        self._baselines_copied: dict[str, str] | None = None
-        self._written: dict[str, ManifestEntry] | None = None  # None: not read back yet
-        self._manifest_dirty = sidecar is not None
+        self.records = SidecarRecords(store, bucket, catalogue, self.uploading, sidecar)
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -100,10 +92,8 @@ class UploadQueue:
         waits."""
         if event.kind in (StoreEventKind.PUBLISHED, StoreEventKind.UPDATED):
             self.queue_upload(event.snapshot.id)
-        elif event.kind is StoreEventKind.EVICTED and self.manifest is not None:
-            with self._lock:
-                self._manifest_dirty = True  # it leaves our manifest
-            self._wake.set()
+        elif event.kind is StoreEventKind.EVICTED and self.records.evicted():
+            self._wake.set()  # it leaves our manifest
 
     # ---- the queue -------------------------------------------------------------------------
 
@@ -155,11 +145,12 @@ class UploadQueue:
         """One pass over the queue, the manifest and the baselines; None (until woken) when
         the bucket took it all, else the next attempt's wait, doubling up to `retry_max_s`."""
         self._wake.clear()
+        records = self.records
         if (
-            self.read_back_manifest()
+            records.read_back_manifest()
             and self.sync_pending()
-            and self.write_manifest()
-            and self.copy_baselines()
+            and records.write_manifest()
+            and records.copy_baselines()
         ):
             self._retry_s = 0.0
             return None
@@ -222,14 +213,7 @@ class UploadQueue:
             sent = 0
         else:
             sent, entry = self.bucket.upload_snapshot(stored.files_dir, stored.snapshot)
-        if self.manifest is not None:
-            written = ManifestEntry(
-                entry.id, entry.location, entry.version, stored.snapshot.model_dump_json()
-            )
-            with self._lock:
-                if self._written is not None:
-                    self._written[snapshot_id] = written
-                self._manifest_dirty = True
+        self.records.uploaded(entry, stored.snapshot)
         self.uploads_total += 1
         log.info(
             "snapshot %s uploaded to %s (%d bytes in %.1f s)",
@@ -238,60 +222,3 @@ class UploadQueue:
             sent,
             time.monotonic() - started,
         )
-
-    # ---- our manifest and baselines --------------------------------------------------------
-
-    def write_manifest(self) -> bool:
-        """Rewrite our manifest if what we hold and copied changed; False when the bucket
-        refused (retried with the queue)."""
-        if self.manifest is None or not self._manifest_dirty:
-            return True
-        try:
-            local = self.catalogue.local_ids()
-            pending = self.uploading()
-            with self._lock:
-                self._manifest_dirty = False
-                entries = [
-                    e
-                    for i, e in sorted((self._written or {}).items())
-                    if i in local and i not in pending
-                ]
-            self.bucket.put_record(self.manifest, encode(entries))
-        except Exception as exc:
-            self._manifest_dirty = True
-            log.warning("could not write the manifest to %s: %s", self.bucket.url, brief(exc))
-            return False
-        return True
-
-    def copy_baselines(self) -> bool:
-        """Copy STORE/baselines.json beside the snapshots when it changed (for the fleet)."""
-        if self.baselines_path is None:
-            return True
-        baselines = self.store.baselines.all()
-        if baselines == self._baselines_copied:
-            return True
-        namespace = self.baselines_path.rsplit("/", 1)[1].split(".", 1)[0]
-        doc = {"namespace": None if namespace == "_" else namespace, "baselines": baselines}
-        try:
-            self.bucket.put_record(self.baselines_path, json.dumps(doc, sort_keys=True).encode())
-        except Exception as exc:
-            log.warning("could not copy the baselines to %s: %s", self.bucket.url, brief(exc))
-            return False
-        self._baselines_copied = baselines
-        return True
-
-    def read_back_manifest(self) -> bool:
-        """Once, before the first copies: the lines of our last manifest still true (held,
-        copied as is), so a restart does not drop them. False when the bucket refused."""
-        if self.manifest is None or self._written is not None:
-            return True
-        try:
-            data = self.bucket.read_paths([self.manifest]).get(self.manifest, b"")
-        except Exception as exc:
-            log.warning("could not read the manifest from %s: %s", self.bucket.url, brief(exc))
-            return False
-        local = self.catalogue.local_ids()
-        pending = self.uploading()
-        with self._lock:
-            self._written = {e.id: e for e in decode(data) if e.id in local and e.id not in pending}
-        return True
