@@ -146,3 +146,18 @@ def paired_interval(
     medians = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(draws))
     low, high = medians[int(0.025 * draws)], medians[int(0.975 * draws) - 1]
     return statistics.median(ratios), low, (high - low) / 2
+
+
+def add_rounds_arguments(parser, rounds: int, max_rounds: int, what: str) -> None:
+    """--rounds, --precision and --max-rounds: at least `rounds` rounds, then more until `what`
+    (whose ratio to bare) is known to +-precision."""
+    parser.add_argument("--rounds", type=int, default=rounds, help="at least this many rounds")
+    parser.add_argument(
+        "--precision",
+        type=float,
+        default=0.0,
+        help=f"then keep going until {what} ratio to bare is known to +-this (the 95%% "
+        "bootstrap interval's half-width over the rounds' paired ratios), e.g. 0.025 to tell "
+        "5%% from noise; 0: exactly --rounds",
+    )
+    parser.add_argument("--max-rounds", type=int, default=max_rounds, help="bound for --precision")

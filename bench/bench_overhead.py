@@ -54,7 +54,7 @@ from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
-from bench_common import free_port, paired_interval, record
+from bench_common import add_rounds_arguments, free_port, paired_interval, record
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -99,16 +99,7 @@ def dataset(batch_size: int = 128) -> tf.data.Dataset:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5, help="at least this many rounds")
-    parser.add_argument(
-        "--precision",
-        type=float,
-        default=0.0,
-        help="then keep going until the capture arm's ratio to bare is known to +-this (the "
-        "95%% bootstrap interval's half-width over the rounds' paired ratios), e.g. 0.025 to "
-        "tell 5%% from noise; 0: exactly --rounds",
-    )
-    parser.add_argument("--max-rounds", type=int, default=60, help="bound for --precision")
+    add_rounds_arguments(parser, rounds=5, max_rounds=60, what="the capture arm's")
     parser.add_argument("--steps", type=int, default=400, help="steps per arm per round")
     parser.add_argument("--width", type=int, default=256, help="hidden layer width")
     parser.add_argument("--lookback-trace", type=float, default=1.0, help="rotation, seconds")

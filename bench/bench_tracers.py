@@ -45,7 +45,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras
 import tensorflow as tf
-from bench_common import free_port, paired_interval, record
+from bench_common import add_rounds_arguments, free_port, paired_interval, record
 
 from profiler_service.analysis.summary import analyse_run
 from profiler_service.capture.capturer import CaptureJob
@@ -310,16 +310,7 @@ def main() -> None:
         default=["input-bound", "compute-bound"],
         choices=["input-bound", "compute-bound"],
     )
-    parser.add_argument("--rounds", type=int, default=3, help="at least this many rounds")
-    parser.add_argument(
-        "--precision",
-        type=float,
-        default=0.0,
-        help="then keep going until every configuration's ratio to bare is known to +-this "
-        "(the 95%% bootstrap interval's half-width over the rounds' paired ratios), e.g. 0.025 "
-        "to tell 5%% from noise; 0: exactly --rounds",
-    )
-    parser.add_argument("--max-rounds", type=int, default=30, help="bound for --precision")
+    add_rounds_arguments(parser, rounds=3, max_rounds=30, what="every configuration's")
     parser.add_argument("--seconds", type=float, default=4.0, help="each capture's duration")
     parser.add_argument(
         "--configs", nargs="+", choices=list(CONFIGS), default=list(CONFIGS), help="bare is kept"

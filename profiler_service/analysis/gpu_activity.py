@@ -18,6 +18,14 @@ from typing import Any
 
 import numpy as np
 
+from profiler_service.analysis.device_models import (
+    GpuActivity,
+    GpuCopies,
+    GpuDevice,
+    GpuKernels,
+    HostActivity,
+    HostLane,
+)
 from profiler_service.analysis.gpu_models import (
     COPY_DIRECTION,
     COPY_EVENT,
@@ -30,14 +38,6 @@ from profiler_service.analysis.gpu_models import (
 )
 from profiler_service.analysis.host_activity import Intervals
 from profiler_service.analysis.host_events import read_host_events
-from profiler_service.analysis.models import (
-    GpuActivity,
-    GpuCopies,
-    GpuDevice,
-    GpuKernels,
-    HostActivity,
-    HostLane,
-)
 from profiler_service.analysis.xplane import (
     GPU_PLANE_PREFIX,
     CaptureFile,
