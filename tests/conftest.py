@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from helpers import RECORDS_MEMORY, Job, ServiceProcess, free_port, start_job, start_service
+from postgres_server import PostgresServer
 
 from profiler_service.capture.capturer import Capturer
 from profiler_service.config import Settings
@@ -153,3 +154,12 @@ def make_service(tmp_path: Path) -> Iterator[Callable[..., Service]]:
         for snapshot in service.controller.in_flight():
             service.controller.wait(snapshot.id, 10)
         service.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    """One real PostgreSQL server for the session (tests/postgres_server.py); each test that
+    needs an index asks it for a database of its own."""
+    server = PostgresServer().start()
+    yield server
+    server.stop()

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
+from datetime import UTC, datetime
+
 from pydantic import BaseModel, Field
 
 from profiler_service.analysis.models import Severity
 from profiler_service.analysis.verification import StepChange, Verification
 from profiler_service.config import ReportSettings
 from profiler_service.exporters.links import SnapshotLinks, snapshot_links
-from profiler_service.models import Snapshot, SnapshotHead
+from profiler_service.models import Snapshot, SnapshotHead, is_snapshot_id
 
 
 class ErrorPublic(BaseModel):
@@ -48,6 +51,12 @@ class _Listed(SnapshotHead):
     step_change: StepChange | None = None
 
 
+def list_item_json(snapshot: Snapshot) -> str:
+    """What `GET /profiles` lists of a snapshot, as the JSON `snapshots_page_json` splices (the
+    hub's database index keeps this, not the whole document)."""
+    return _Listed.model_validate(snapshot, from_attributes=True).model_dump_json()
+
+
 class SnapshotListItem(_Listed):
     """A snapshot in `GET /profiles`: everything but its summary, lead-up and findings'
     evidence (20-40 KB of a snapshot.json, a few hundred bytes here); the whole at
@@ -61,6 +70,11 @@ class SnapshotsPublic(BaseModel):
     count: int
     limit: int
     offset: int
+    next: str | None = Field(
+        None,
+        description="When the page is full: the `before` of the next page (`<created_at>,<id>` "
+        "of its last item; keyset paging, which stays fast however deep it goes)",
+    )
 
 
 def snapshots_page_json(
@@ -68,12 +82,30 @@ def snapshots_page_json(
 ) -> str:
     """A `SnapshotsPublic` as JSON from stored snapshot.json texts: each read as a list item
     (the summary and the lead-up are skipped, not validated) with its links spliced in."""
-    items = []
+    items, last = [], None
     for doc in docs:
-        item = _Listed.model_validate_json(doc)
+        item = last = _Listed.model_validate_json(doc)
         links = snapshot_links(item, settings)
         items.append(f'{item.model_dump_json()[:-1]},"links":{links.model_dump_json()}}}')
-    return f'{{"data":[{",".join(items)}],"count":{count},"limit":{limit},"offset":{offset}}}'
+    cursor = json.dumps(page_cursor(last)) if last is not None and len(docs) >= limit else "null"
+    return (
+        f'{{"data":[{",".join(items)}],"count":{count},"limit":{limit},"offset":{offset},'
+        f'"next":{cursor}}}'
+    )
+
+
+def page_cursor(item: SnapshotHead) -> str:
+    """The keyset of a listed snapshot: what `before` takes to list what is older."""
+    return f"{item.created_at.astimezone(UTC).isoformat()},{item.id}"
+
+
+def parse_cursor(text: str) -> tuple[datetime, str]:
+    """`before` as (created_at, id); ValueError when it is not `<ISO 8601 time>,<id>`."""
+    when, sep, snapshot_id = text.rpartition(",")
+    if not sep or not is_snapshot_id(snapshot_id):
+        raise ValueError(f"before {text!r} is not <created_at>,<id> (a page's `next`)")
+    created = datetime.fromisoformat(when.replace(" ", "+"))  # a `+` a query string decoded
+    return (created if created.tzinfo else created.replace(tzinfo=UTC)).astimezone(UTC), snapshot_id
 
 
 class HealthPublic(BaseModel):

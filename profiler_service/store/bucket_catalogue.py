@@ -55,6 +55,8 @@ class RefreshStats:
     duration_s: float = 0.0
     manifests: int = 0  # manifests read
     from_manifests: int = 0  # snapshots indexed from them (the rest: one read each)
+    full: bool = True  # the whole bucket listed (else only what was taken since a cursor)
+    skipped: str | None = None  # why it did not run, when another replica synced instead
 
 
 class OwnChanges(Protocol):

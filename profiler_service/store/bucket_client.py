@@ -203,13 +203,17 @@ class BucketClient:
 
     # ---- reading ---------------------------------------------------------------------------
 
-    def list_snapshots(self) -> dict[str, RemoteEntry]:
-        """Every complete snapshot in the bucket (a prefix without `snapshot.json` is absent)."""
+    def list_snapshots(self, start_after: str | None = None) -> dict[str, RemoteEntry]:
+        """Every complete snapshot in the bucket (a prefix without `snapshot.json` is absent).
+
+        `start_after`: only the ids that sort after it (ids begin with the time they were taken:
+        `20261205-231500` lists what was taken since). On S3 that is a listing from there
+        (`StartAfter`), not of the whole bucket; elsewhere the whole listing, filtered."""
         self.fs.invalidate_cache()
         found: dict[str, RemoteEntry] = {}
         for location, parent in ((FAILED, "failed"), (READY, "plugins/profile")):
             base = f"{self.root}/{parent}"
-            for path, info in self._find(base, detail=True).items():
+            for path, info in self._find_after(base, start_after):
                 rel = posixpath.relpath(self.fs._strip_protocol(path), base)
                 snapshot_id, _, name = rel.partition("/")
                 if name != SNAPSHOT_FILE or not is_snapshot_id(snapshot_id):
@@ -217,6 +221,35 @@ class BucketClient:
                 # ready wins over a stale failed record of the same id
                 found[snapshot_id] = RemoteEntry(snapshot_id, location, _version(info))
         return found
+
+    def _find_after(self, base: str, start_after: str | None) -> Iterator[tuple[str, Any]]:
+        """(path, info) of every object under `base` whose name after it sorts after
+        `start_after`."""
+        if start_after and self.protocol in ("s3", "s3a"):
+            yield from self._s3_list_after(base, start_after)
+            return
+        for path, info in self._find(base, detail=True).items():
+            if (
+                not start_after
+                or posixpath.relpath(self.fs._strip_protocol(path), base) > start_after
+            ):
+                yield path, info
+
+    def _s3_list_after(self, base: str, start_after: str) -> Iterator[tuple[str, Any]]:
+        """ListObjectsV2 from `start_after` on, page by page (s3fs lists from the start)."""
+        bucket, _, key = base.partition("/")
+        prefix = f"{key}/" if key else ""
+        token = None
+        while True:
+            ask = {"Bucket": bucket, "Prefix": prefix, "StartAfter": prefix + start_after}
+            if token:
+                ask["ContinuationToken"] = token
+            page = self.fs.call_s3("list_objects_v2", **ask)
+            for obj in page.get("Contents", []):
+                yield f"{bucket}/{obj['Key']}", {"ETag": obj.get("ETag"), "size": obj.get("Size")}
+            token = page.get("NextContinuationToken")
+            if not page.get("IsTruncated") or not token:
+                return
 
     def read_docs(self, entries: list[RemoteEntry]) -> dict[str, bytes]:
         """The `snapshot.json` bytes of each entry (fetched concurrently where fsspec can)."""

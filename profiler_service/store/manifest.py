@@ -77,7 +77,8 @@ class ManifestReader:
     def __init__(self, mirror: BucketClient, own: str | None = None):
         self.mirror = mirror
         self.own = own  # a sidecar's own manifest: what it lists it holds already
-        self._read: dict[str, int] = {}  # path -> version last read
+        # path -> version last read (the hub keeps them in its index between syncs)
+        self.versions: dict[str, int] = {}
 
     def matching(
         self, wanted: dict[str, RemoteEntry], stats: Any
@@ -85,8 +86,10 @@ class ManifestReader:
         """Batches of (listed entry, its doc) for the lines of changed manifests whose version
         is the one listed; counts `stats.manifests` and `stats.read_s`."""
         listed = self.mirror.list_records(MANIFESTS_PREFIX)
-        self._read = {p: v for p, v in self._read.items() if p in listed}
-        changed = [p for p, v in sorted(listed.items()) if self._read.get(p) != v and p != self.own]
+        self.versions = {p: v for p, v in self.versions.items() if p in listed}
+        changed = [
+            p for p, v in sorted(listed.items()) if self.versions.get(p) != v and p != self.own
+        ]
         seen: set[str] = set()
         for first in range(0, len(changed), MANIFEST_BATCH):
             paths = changed[first : first + MANIFEST_BATCH]
@@ -106,5 +109,5 @@ class ManifestReader:
                         seen.add(entry.id)
                         batch.append((want, entry.doc))
                 if path in data:
-                    self._read[path] = listed[path]
+                    self.versions[path] = listed[path]
             yield batch

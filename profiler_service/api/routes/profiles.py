@@ -16,9 +16,10 @@ from profiler_service.api.schemas import (
     ERROR_RESPONSES,
     SnapshotPublic,
     SnapshotsPublic,
+    parse_cursor,
     snapshots_page_json,
 )
-from profiler_service.errors import FileNotFound, SnapshotNotFound
+from profiler_service.errors import FileNotFound, InvalidRequest, SnapshotNotFound
 from profiler_service.exporters.report import render_report
 from profiler_service.models import SnapshotStatus, TriggerKind, is_snapshot_id
 from profiler_service.store import SnapshotQuery
@@ -57,6 +58,14 @@ def list_profiles(
     until: Annotated[datetime | None, Query(description="created before (ISO 8601)")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: Annotated[int, Query(ge=0, le=2**63 - 1)] = 0,  # SQLite's INTEGER; fuzzing found it
+    before: Annotated[
+        str | None,
+        Query(
+            description="only what is older than this `<created_at>,<id>`: the previous page's "
+            "`next` (keyset paging; fast at any depth, where a large `offset` is not)",
+            max_length=200,
+        ),
+    ] = None,
 ) -> Response:
     """List snapshots, newest first, without their analysis (a page of 50 in kilobytes).
 
@@ -76,6 +85,7 @@ def list_profiles(
             until=_utc(until),
             limit=limit,
             offset=offset,
+            before=_cursor(before),
         )
     )
     page = snapshots_page_json(docs, total, limit, offset, settings.report)
@@ -124,6 +134,15 @@ def read_profile_file(snapshot_id: SnapshotId, name: str, store: ReaderDep) -> R
             },
         )
     return FileResponse(path, media_type="application/octet-stream", filename=path.name)
+
+
+def _cursor(before: str | None) -> tuple[datetime, str] | None:
+    if before is None:
+        return None
+    try:
+        return parse_cursor(before)
+    except ValueError as exc:
+        raise InvalidRequest(str(exc)) from None
 
 
 def _utc(value: datetime | None) -> datetime | None:

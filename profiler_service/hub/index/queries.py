@@ -1,0 +1,87 @@
+"""What the hub reads from its fleet index: a listing page (filters, keyset or offset paging)
+and the fleet view's rows and counts (`store/queries.py`'s `FleetIndex`), from columns only.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from profiler_service.hub.index.database import FleetDatabase, utc
+from profiler_service.hub.index.schema import findings, snapshots
+from profiler_service.store.index import FleetRow, SnapshotQuery
+
+__all__ = ["IndexQueries"]
+
+_FLEET_COLUMNS = [
+    snapshots.c[name]
+    for name in (
+        "id", "namespace", "target", "pod", "created_at", "step_time_ms", "bottleneck", "rules",
+        "findings", "pinned", "workload", "gpu_waste",
+    )
+]  # fmt: skip
+_EQUAL = ("status", "trigger", "target", "pod", "namespace", "workload")
+
+
+def _fleet_row(row: Any) -> FleetRow:
+    values = list(row)
+    values[4] = utc(values[4]).isoformat()
+    values[9] = bool(values[9])
+    return FleetRow(*values)
+
+
+class IndexQueries:
+    def __init__(self, db: FleetDatabase):
+        self.db = db
+
+    def list_items(self, q: SnapshotQuery) -> tuple[list[str], int]:
+        """One page of list items (JSON texts), newest first, and how many matched."""
+        s = snapshots
+        where: list[Any] = [s.c[name] == getattr(q, name) for name in _EQUAL if getattr(q, name)]
+        if q.namespaces is not None:
+            where.append(s.c.namespace.in_(sorted(q.namespaces)))
+        for column, value in ((findings.c.rule, q.rule), (findings.c.severity, q.severity)):
+            if value is not None:
+                where.append(sa.exists().where(findings.c.snapshot_id == s.c.id, column == value))
+        if q.since is not None:
+            where.append(s.c.created_at >= utc(q.since))
+        if q.until is not None:
+            where.append(s.c.created_at < utc(q.until))
+        page = sa.select(s.c.item).where(*where)
+        if q.before is not None:
+            created, snapshot_id = q.before
+            page = page.where(sa.tuple_(s.c.created_at, s.c.id) < (utc(created), snapshot_id))
+        page = page.order_by(s.c.created_at.desc(), s.c.id.desc()).limit(q.limit).offset(q.offset)
+        count = sa.select(sa.func.count()).select_from(s).where(*where)
+        with self.db.connect() as conn:
+            items = list(conn.execute(page).scalars())
+            total = conn.execute(count).scalar() or 0
+        return items, total
+
+    # ---- the fleet view (store/queries.py FleetIndex) -------------------------------------
+
+    def fleet_rows(self, since: datetime) -> list[FleetRow]:
+        query = (
+            sa.select(*_FLEET_COLUMNS)
+            .where(snapshots.c.status == "ready", snapshots.c.created_at >= utc(since))
+            .order_by(snapshots.c.created_at, snapshots.c.id)
+        )
+        with self.db.connect() as conn:
+            return [_fleet_row(r) for r in conn.execute(query)]
+
+    def fleet_row(self, snapshot_id: str) -> FleetRow | None:
+        query = sa.select(*_FLEET_COLUMNS).where(
+            snapshots.c.status == "ready", snapshots.c.id == snapshot_id
+        )
+        with self.db.connect() as conn:
+            row = conn.execute(query).first()
+        return _fleet_row(row) if row else None
+
+    def count_by_status(self) -> list[tuple[str | None, str, int]]:
+        query = sa.select(snapshots.c.namespace, snapshots.c.status, sa.func.count()).group_by(
+            snapshots.c.namespace, snapshots.c.status
+        )
+        with self.db.connect() as conn:
+            return [tuple(r) for r in conn.execute(query)]  # type: ignore[misc]
