@@ -119,7 +119,7 @@ def main() -> int:
         rows.sort(key=lambda r: r.created_at)
         settings = LedgerSettings(hub_prometheus_url=url, hub_prometheus_timeout_s=300,
                                   hub_gpu_hour_prices="A100=2.9,H100=4.5,*=2")  # fmt: skip
-        known = settings.model_copy(update={"hub_gpu_scrape_interval_s": args.interval})
+        known = settings.model_copy(update={"gpu_scrape_interval_s": args.interval})
         figures: dict[str, list[float]] = {
             "queries 7d": [], "ledger 7d": [], "ledger 24h": [], "ledger 7d, interval set": [],
             "ledger 7d, by presence": [],

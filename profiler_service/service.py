@@ -135,7 +135,7 @@ def build_service(
     lifecycle.closing(store.close)
     continuous = None
     if capturers is None:
-        remote = RemoteCapturer(settings.capture.capture_url)
+        remote = RemoteCapturer(settings.capture.url)
         if settings.lookback.lookback_trace_s > 0:
             from profiler_service.capture.continuous import ContinuousCapturer  # grpcio
 
@@ -153,13 +153,13 @@ def build_service(
     analysis = settings.analysis
     analyzer = XprofAnalyzer(
         timeout_s=settings.bounds.analysis_timeout_s,
-        python=analysis.analysis_python,
+        python=analysis.python,
         max_memory_bytes=lambda: analysis_memory_limit(analysis),
         workers=WarmWorkers(
-            str(analysis.analysis_python) if analysis.analysis_python else None,
-            max_jobs=analysis.analysis_worker_max_jobs,
-            recycle_bytes=analysis.analysis_worker_recycle_bytes,
-            idle_s=analysis.analysis_worker_idle_s,
+            str(analysis.python) if analysis.python else None,
+            max_jobs=analysis.worker_max_jobs,
+            recycle_bytes=analysis.worker_recycle_bytes,
+            idle_s=analysis.worker_idle_s,
         ),
     )
     lifecycle.closing(analyzer.close)
@@ -188,14 +188,14 @@ def build_service(
         if built is not None:
             service.triggers[plugin.name] = built
     registration = settings.registration
-    if registration.hub_url or (registration.hub_register_in_bucket and bucket is not None):
+    if registration.url or (registration.register_in_bucket and bucket is not None):
         from profiler_service.hub.registration import HubRegistration, sidecar_record
 
         service.registration = HubRegistration(
             registration,
             sidecar_record(settings),
             settings.server.hub_token,
-            bucket if registration.hub_register_in_bucket else None,
+            bucket if registration.register_in_bucket else None,
         )
     service.metrics = ServiceMetrics(
         controller,
@@ -219,8 +219,8 @@ MIN_ANALYSIS_MEMORY = 256 * 2**20
 def analysis_memory_limit(settings: AnalysisSettings) -> int:
     """PROFILER_ANALYSIS_MAX_MEMORY_BYTES, else 3/4 of what this process's cgroup limit (else
     the host's memory) leaves beside this process: the training job itself, for the agent."""
-    if settings.analysis_max_memory_bytes:
-        return settings.analysis_max_memory_bytes
+    if settings.max_memory_bytes:
+        return settings.max_memory_bytes
     left = memory_limit_bytes() - psutil.Process().memory_info().rss
     return max(MIN_ANALYSIS_MEMORY, left * 3 // 4)
 
@@ -229,7 +229,7 @@ def build_sampler(
     settings: Settings, gpu: GpuCollector, tf_memory: TFMemoryCollector
 ) -> Sampler | None:
     """The look-back sources each mode can read (lookback/sources.py has the table)."""
-    lookback, capacity = settings.lookback, settings.watch.memory_watch_capacity_bytes
+    lookback, capacity = settings.lookback, settings.watch.capacity_bytes
     if lookback.lookback_s <= 0:
         return None
     if any(t.kind is TargetKind.IN_PROCESS for t in settings.capture.targets):

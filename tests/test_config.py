@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
+from pydantic_settings import EnvSettingsSource
 
 from profiler_service.config import (
     BoundsSettings,
     CaptureSettings,
     HubSettings,
+    MemoryWatchSettings,
     ServerSettings,
     Settings,
 )
@@ -265,8 +268,57 @@ def test_every_variable_keeps_its_name_in_exactly_one_group():
     names = {**Settings.owners, **HubSettings.owners}
     assert sorted(names) == sorted(NAMES)
     for root in (Settings, HubSettings):
-        for name, group in root.owners.items():
-            assert name in root.groups()[group].model_fields
+        for name, (group, field) in root.owners.items():
+            assert root.groups()[group].model_fields[field].validation_alias == name
+
+
+def test_a_group_names_its_fields_without_its_prefix_and_its_settings_with_it():
+    """A field's outward name is the group's prefix and its own, or the one it names; the
+    outward names are the configuration page's, each read from PROFILER_<NAME> alone (not
+    from a variable named after the field)."""
+    named = {"memory_watch": "enabled", "tokens_file": "tokens_file"} | {
+        f"capture_{f}": f for f in ("url", "attempts", "max_workers", "labels")
+    }
+    page = (Path(__file__).parents[1] / "docs/reference/configuration.md").read_text()
+    documented = re.findall(r"^\| `PROFILER_([A-Z0-9_]+)`", page, re.M)
+    outward = []
+    for root in (Settings, HubSettings):
+        for group in root.groups().values():
+            for name, field in group.outward().items():
+                assert (name, field) in named.items() or name == group.prefix + field, field
+                outward.append(name)
+    assert sorted({n.upper() for n in outward}) == sorted(documented)
+    for group in {*Settings.groups().values(), *HubSettings.groups().values()}:
+        with pytest.MonkeyPatch.context() as env:
+            for field in group.outward().values():
+                for decoy in (f"PROFILER_{field.upper()}", field.upper()):
+                    env.setenv(decoy, "decoy")
+            for name in group.outward():
+                env.setenv(f"PROFILER_{name.upper()}", f"v-{name}")
+            source = EnvSettingsSource(group)
+            for name, field in group.outward().items():
+                value, _, _ = source.get_field_value(group.model_fields[field], field)
+                assert value == f"v-{name}", (group, field)
+
+
+def test_the_watch_share_is_set_by_its_variable_and_its_flat_name(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    monkeypatch.setenv("PROFILER_MEMORY_WATCH_SHARE", "0.7")
+    monkeypatch.setenv("PROFILER_MEMORY_WATCH", "false")
+    monkeypatch.setenv("PROFILER_SHARE", "0.2")  # a variable named after the field: not read
+    assert (Settings().watch.share, Settings().watch.enabled) == (0.7, False)
+    assert MemoryWatchSettings().share == 0.7
+    assert Settings(memory_watch_share=0.6, memory_watch=True).watch.share == 0.6
+    assert Settings(memory_watch_share=0.6, memory_watch=True).watch.enabled is True
+    assert MemoryWatchSettings(memory_watch_share=0.5).share == 0.5
+    assert Settings.owners["memory_watch_share"] == ("watch", "share")
+    with pytest.raises(ValidationError, match="memory_watch_share"):
+        Settings(memory_watch_share=3)
+    with pytest.raises(ValueError, match="'memory_watch_share', not 'share'"):
+        MemoryWatchSettings(share=0.5)
+    with pytest.raises(ValueError, match="did you mean 'memory_watch_share'"):
+        Settings(memory_watch_shar=0.5)
 
 
 def test_flat_names_and_the_environment_reach_their_group(monkeypatch: pytest.MonkeyPatch):
@@ -274,9 +326,9 @@ def test_flat_names_and_the_environment_reach_their_group(monkeypatch: pytest.Mo
     monkeypatch.setenv("PROFILER_HUB_FORWARD_TIMEOUT_S", "3")
     settings = Settings(port=9000, memory_watch=False, duration_max_s=10)
     assert settings.server.port == 9000
-    assert settings.watch.memory_watch is False and settings.watch.memory_watch_share == 0.8
+    assert settings.watch.enabled is False and settings.watch.share == 0.8
     assert settings.bounds.duration_max_s == 10
-    assert HubSettings(port=9001).fleet.hub_forward_timeout_s == 3
+    assert HubSettings(port=9001).fleet.forward_timeout_s == 3
     given = Settings(bounds=BoundsSettings(duration_max_s=20), duration_default_s=7)
     assert (given.bounds.duration_max_s, given.bounds.duration_default_s) == (20, 7)
 
@@ -305,7 +357,7 @@ def test_the_hub_takes_only_what_it_uses():
         groups
     )
     hub = HubSettings(webhook_default_target="trainer", targets="ignored=grpc://h:1")
-    assert hub.webhook.webhook_default_target == "trainer"
+    assert hub.webhook.default_target == "trainer"
     assert not hasattr(hub, "capture")
     # Nor what only a sidecar's store and alert trigger read: the sidecar keeps every name.
     sidecar_only = {
@@ -314,7 +366,7 @@ def test_the_hub_takes_only_what_it_uses():
     }  # fmt: skip
     assert sidecar_only.isdisjoint(HubSettings.owners) and sidecar_only <= set(Settings.owners)
     assert not hasattr(hub.storage, "retention_max_count")
-    assert not hasattr(hub.webhook, "webhook_cooldown_s")
+    assert not hasattr(hub.webhook, "cooldown_s")
 
 
 def test_a_misspelt_setting_is_refused_with_the_nearest_name():

@@ -149,8 +149,8 @@ class Authenticator(AuthenticationBackend):
 
     def __post_init__(self) -> None:
         s, w = self.server, self.webhook
-        basic = w.webhook_username is not None and w.webhook_password is not None
-        hook_creds = w.webhook_token is not None or basic
+        basic = w.username is not None and w.password is not None
+        hook_creds = w.token is not None or basic
         self.signature_grants = frozenset({Scope.SIGNED}) | (
             frozenset() if hook_creds else frozenset({Scope.WEBHOOK})
         )
@@ -172,14 +172,14 @@ class Authenticator(AuthenticationBackend):
         hub = {Scope.READ, Scope.CAPTURE, Scope.WEBHOOK, Scope.REGISTER}
         if self.hub_vouches:
             hub.add(Scope.HUB)
-        bearer = [(s.api_token, "api", api), (w.webhook_token, "webhook", {Scope.WEBHOOK})]
+        bearer = [(s.api_token, "api", api), (w.token, "webhook", {Scope.WEBHOOK})]
         bearer.append((s.hub_token, "hub", hub))
         self._bearer = [(_raw(t), name, frozenset(g)) for t, name, g in bearer if t is not None]
         self._basic = (
-            (w.webhook_username.encode(), _raw(w.webhook_password)) if basic else None  # type: ignore[union-attr,arg-type]
+            (w.username.encode(), _raw(w.password)) if basic else None  # type: ignore[union-attr,arg-type]
         )
         # Webhooks: which schemes are asked for, as the receiver's check always said.
-        tokens = w.webhook_token is not None or s.hub_token is not None
+        tokens = w.token is not None or s.hub_token is not None
         tokens = tokens or (not hook_creds and s.api_token is not None)
         asked = (["Bearer <token>"] if tokens else []) + (["Basic"] if basic else [])
         self._challenges = {
@@ -252,15 +252,15 @@ class Authenticator(AuthenticationBackend):
     def signature(self, headers: Mapping[str, str], body: bytes, now_s: float) -> frozenset[Scope]:
         """The scopes a valid, fresh Grafana signature earns; InvalidSignature otherwise."""
         s = self.webhook
-        if s.webhook_hmac_secret is None:
+        if s.hmac_secret is None:
             return frozenset()
-        header = s.webhook_hmac_header
+        header = s.hmac_header
         signature = headers.get(header)
         if not signature:
             raise InvalidSignature(f"this webhook must be signed: the {header} header is missing")
         timestamp = None
-        if s.webhook_hmac_timestamp_header:
-            ts_header = s.webhook_hmac_timestamp_header
+        if s.hmac_timestamp_header:
+            ts_header = s.hmac_timestamp_header
             timestamp = (headers.get(ts_header) or "").strip()
             if not timestamp.isdigit():
                 raise InvalidSignature(
@@ -268,13 +268,13 @@ class Authenticator(AuthenticationBackend):
                     f"{'missing' if not timestamp else 'not Unix seconds'}"
                 )
             age_s = now_s - int(timestamp)
-            if abs(age_s) > s.webhook_hmac_max_age_s:
+            if abs(age_s) > s.hmac_max_age_s:
                 raise InvalidSignature(
                     f"the signature's timestamp is {abs(age_s):.0f} s "
                     f"{'old' if age_s > 0 else 'in the future'}; at most "
-                    f"{s.webhook_hmac_max_age_s:g} s is accepted (are the clocks in sync?)"
+                    f"{s.hmac_max_age_s:g} s is accepted (are the clocks in sync?)"
                 )
-        expected = sign(s.webhook_hmac_secret.get_secret_value(), body, timestamp)
+        expected = sign(s.hmac_secret.get_secret_value(), body, timestamp)
         if not hmac.compare_digest(signature.strip().lower().encode(), expected.encode()):
             raise InvalidSignature(
                 f"the {header} signature does not match the body (HMAC-SHA256 over "
@@ -301,7 +301,7 @@ class Authenticator(AuthenticationBackend):
         """Grafana's webhook with `webhook_hmac_secret` set, unless the hub vouches for it."""
         return (
             source == "grafana"
-            and self.webhook.webhook_hmac_secret is not None
+            and self.webhook.hmac_secret is not None
             and Scope.HUB not in grant.scope_set
         )
 

@@ -200,7 +200,7 @@ class CaptureController:
                 running = busy.snapshot.model_copy(deep=True)
                 return StartResult(StartOutcome.BUSY, snapshot=running, error=error)
             trigger = request.trigger.model_copy(
-                update={"labels": {**s.capture_labels, **request.trigger.labels}}
+                update={"labels": {**s.labels, **request.trigger.labels}}
             )
             snapshot = Snapshot(
                 id=new_snapshot_id(target.name),
@@ -248,7 +248,7 @@ class CaptureController:
             target=target,
             logdir=logdir,
             options=options,
-            attempts=s.capture_attempts,
+            attempts=s.attempts,
             timeout_s=request.duration_s + self.bounds.capture_grace_s,
         )
         threading.Thread(
@@ -290,7 +290,7 @@ class CaptureController:
         snapshot = active.snapshot
         pending: PendingLeadUp | None = None
         try:
-            target, found = resolve_workers(job.target, self.capture.capture_max_workers)
+            target, found = resolve_workers(job.target, self.capture.max_workers)
             job = dataclasses.replace(job, target=target)
             snapshot.workers = target.workers
             snapshot.capture_started_at = utcnow()

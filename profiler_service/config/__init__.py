@@ -94,13 +94,13 @@ class Settings(AppSettings):
         """What spans groups: every configured duration keeps the bounds, every named target
         is configured, captures in flight are not listed as runs of the bucket."""
         bounds, names = self.bounds, self.capture.target_names
-        watch = self.watch.memory_watch_duration_s
+        watch = self.watch.duration_s
         if watch is not None and not bounds.within(watch):
             raise ValueError(
                 f"memory_watch_duration_s={watch} must lie within [{bounds.duration_min_s}, "
                 f"{bounds.duration_max_s}]: every capture keeps the bounds, the watch's too"
             )
-        capture_url, store_url = self.capture.capture_url, self.storage.store_url
+        capture_url, store_url = self.capture.url, self.storage.store_url
         if capture_url and store_url and f"{capture_url}/".startswith(f"{store_url}/"):
             raise ValueError(
                 "capture_url must lie outside store_url: XProf would list the captures in "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 from pydantic import AfterValidator, BaseModel, Field, field_validator, model_validator
 from pydantic_settings import NoDecode
@@ -99,17 +99,23 @@ class CaptureSettings(Group):
         "`[NAME=]tf-config://[PATH][?tasks=...&port=N]` or `[NAME=]dns://NAME:PORT`, several "
         "separated by spaces or `;`, or a JSON list of `{name, workers}` / `{name, discover}`.",
     )
-    capture_url: Annotated[str | None, AfterValidator(check_url)] = Field(
+    url: Annotated[str | None, AfterValidator(check_url)] = Field(
         default=None,
+        validation_alias="capture_url",
         description="URL the job's profiler writes captures to when it shares no volume with "
         "the service (`gs://bucket/incoming`); read back with fsspec. Must lie outside "
         "`store_url`.",
     )
-    capture_attempts: int = Field(
-        default=2, ge=1, le=10, description="The capture client's tracing attempts."
+    attempts: int = Field(
+        default=2,
+        validation_alias="capture_attempts",
+        ge=1,
+        le=10,
+        description="The capture client's tracing attempts.",
     )
-    capture_max_workers: int = Field(
+    max_workers: int = Field(
         default=32,
+        validation_alias="capture_max_workers",
         ge=1,
         le=1024,
         description="Most workers of a discovered target (`tf-config://`, `dns://`) captured at "
@@ -126,8 +132,9 @@ class CaptureSettings(Group):
         default=True,
         description="Trace tf.data ops (the input pipeline analysis needs them).",
     )
-    capture_labels: dict[str, str] = Field(
+    labels: dict[str, str] = Field(
         default_factory=dict,
+        validation_alias="capture_labels",
         description='Labels (JSON object) added to every capture, e.g. `{"model_version": "v7"}`.',
     )
     pod_name: str | None = Field(
@@ -190,20 +197,22 @@ class CaptureSettings(Group):
 class AnalysisSettings(Group):
     """The analysis worker: which Python, how much memory, how long a warm one lives."""
 
-    analysis_python: Path | None = Field(
+    prefix: ClassVar[str] = "analysis_"
+
+    python: Path | None = Field(
         default=None,
         description="The Python of an environment with `profiler-service[analysis]` (XProf) "
         "that runs the analysis worker: how an agent in a pinned job analyses. "
         "Unset: this process's own Python.",
     )
-    analysis_max_memory_bytes: int | None = Field(
+    max_memory_bytes: int | None = Field(
         default=None,
         gt=0,
         description="The analysis worker is stopped past this resident memory "
         "(`analysis_too_large`, the capture kept). Unset: 3/4 of what the cgroup limit "
         "(else the host's memory) leaves beside this process.",
     )
-    analysis_worker_idle_s: float = Field(
+    worker_idle_s: float = Field(
         default=900.0,
         ge=0,
         description="A warm analysis worker (XProf imported; started at start-up and kept after "
@@ -211,12 +220,12 @@ class AnalysisSettings(Group):
         "starts one after its trace (never during it: that slows the traced job). 0: each "
         "analysis starts its own worker.",
     )
-    analysis_worker_max_jobs: int = Field(
+    worker_max_jobs: int = Field(
         default=20,
         ge=1,
         description="A warm analysis worker is replaced after this many analyses.",
     )
-    analysis_worker_recycle_bytes: int = Field(
+    worker_recycle_bytes: int = Field(
         default=768 * 2**20,
         ge=64 * 2**20,
         description="A warm analysis worker holding more resident memory than this after an "
@@ -284,47 +293,50 @@ class LookbackSettings(Group):
 class MemoryWatchSettings(Group):
     """When the memory watch captures before an OOM (`trigger/memory_watch.py`)."""
 
-    memory_watch: bool = Field(
+    prefix: ClassVar[str] = "memory_watch_"
+
+    enabled: bool = Field(
         default=True,
+        validation_alias="memory_watch",
         description="Capture when memory nears capacity (needs the look-back sampler).",
     )
-    memory_watch_share: float = Field(
+    share: float = Field(
         default=0.90,
         gt=0,
         le=1,
         description="Capture when memory in use crosses this share of capacity (not for NVML's "
         "reserved GPU memory).",
     )
-    memory_watch_horizon_s: float = Field(
+    horizon_s: float = Field(
         default=600.0,
         ge=0,
         description="Capture when the growth over the window reaches capacity within this.",
     )
-    memory_watch_growth_min_share: float = Field(
+    growth_min_share: float = Field(
         default=0.5,
         ge=0,
         le=1,
         description="Growth counts only once this share of capacity is in use (a job filling "
         "its buffers at start-up, far from its limit, is not captured).",
     )
-    memory_watch_window_s: float = Field(
+    window_s: float = Field(
         default=30.0,
         ge=3,
         description="The growth is fitted over this many seconds of samples (at least half of "
         "them present).",
     )
-    memory_watch_cooldown_s: float = Field(
+    cooldown_s: float = Field(
         default=1800.0, ge=0, description="After a watch capture, the next no sooner than this."
     )
-    memory_watch_duration_s: float | None = Field(
+    duration_s: float | None = Field(
         default=None, gt=0, description="A watch capture's length. Unset: `duration_default_s`."
     )
-    memory_watch_capacity_bytes: int | None = Field(
+    capacity_bytes: int | None = Field(
         default=None,
         gt=0,
         description="The job's host memory limit when its cgroup's (else the host's memory) is "
         "not what kills it; the memory rules project host growth to it too.",
     )
-    memory_watch_target: str | None = Field(
+    target: str | None = Field(
         default=None, description="Which target the watch captures. Unset: the first target."
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ipaddress
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 from pydantic import AfterValidator, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import NoDecode
@@ -146,58 +146,60 @@ class WebhookSettings(Group):
     which alert captures what (`trigger/alerts.py`, `hub/routing.py`): the hub's; a sidecar's
     adds when (`AlertSettings`)."""
 
-    webhook_token: SecretStr | None = Field(
+    prefix: ClassVar[str] = "webhook_"
+
+    token: SecretStr | None = Field(
         default=None,
         description="Webhooks accept `Authorization: Bearer <token>`; with neither this nor "
         "basic auth set, they take `api_token`.",
     )
-    webhook_username: str | None = Field(
+    username: str | None = Field(
         default=None,
         description="Webhooks accept HTTP basic auth with this and `webhook_password` (set both).",
     )
-    webhook_password: SecretStr | None = Field(
+    password: SecretStr | None = Field(
         default=None, description="The basic-auth password, with `webhook_username`."
     )
-    webhook_hmac_secret: SecretStr | None = Field(
+    hmac_secret: SecretStr | None = Field(
         default=None,
         description="`/webhooks/grafana` requires Grafana's HMAC-SHA256 signature with this "
         "secret (it then replaces `api_token` there, not the webhook token or basic auth).",
     )
-    webhook_hmac_header: str = Field(
+    hmac_header: str = Field(
         default="X-Grafana-Alerting-Signature",
         min_length=1,
         description="The signature's header (Grafana's UI suggests this name; set what your "
         "contact point sends).",
     )
-    webhook_hmac_timestamp_header: str | None = Field(
+    hmac_timestamp_header: str | None = Field(
         default=None,
         description="When set, the signature covers `timestamp:body` and the timestamp (Unix "
         "seconds) must be in this header.",
     )
-    webhook_hmac_max_age_s: float = Field(
+    hmac_max_age_s: float = Field(
         default=300.0,
         gt=0,
         description="A signed timestamp older (or further in the future) than this is refused.",
     )
-    webhook_max_body_bytes: int = Field(
+    max_body_bytes: int = Field(
         default=1024 * 1024, ge=1024, description="Larger webhook bodies get 413."
     )
-    webhook_target_rules: list[TargetRule] = Field(
+    target_rules: list[TargetRule] = Field(
         default_factory=list,
         description='JSON list of `{"label", "pattern", "target"}`: an alert whose label fully '
         "matches the regex captures that target; checked first.",
     )
-    webhook_target_labels: Annotated[list[str], NoDecode] = Field(
+    target_labels: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: ["profile_target", "pod", "job", "instance"],
         description="Then: the first of these labels whose value is a configured target's name "
         "(comma-separated or a JSON list).",
     )
-    webhook_default_target: str | None = Field(
+    default_target: str | None = Field(
         default=None,
         description="Then: this target; unset, an unmatched alert is `rejected`.",
     )
 
-    @field_validator("webhook_target_labels", mode="before")
+    @field_validator("target_labels", mode="before")
     @classmethod
     def _parse_labels(cls, value: Any) -> Any:
         """Accept a JSON list or comma-separated names (`pod,job`)."""
@@ -212,18 +214,17 @@ class WebhookSettings(Group):
 
     @model_validator(mode="after")
     def _check(self) -> WebhookSettings:
-        if (self.webhook_username is None) != (self.webhook_password is None):
+        if (self.username is None) != (self.password is None):
             raise ValueError("webhook_username and webhook_password go together: set both")
         return self
 
     def named_targets(self) -> list[tuple[str, str]]:
         """(where, target) for each target the alert rules name, for a root to check."""
         wanted = [
-            (f"webhook_target_rules ({r.label}~{r.pattern})", r.target)
-            for r in self.webhook_target_rules
+            (f"webhook_target_rules ({r.label}~{r.pattern})", r.target) for r in self.target_rules
         ]
-        if self.webhook_default_target is not None:
-            wanted.append(("webhook_default_target", self.webhook_default_target))
+        if self.default_target is not None:
+            wanted.append(("webhook_default_target", self.default_target))
         return wanted
 
 
@@ -233,12 +234,12 @@ class AlertSettings(WebhookSettings):
     (`WebhookSettings`) leaves out the when: the sidecar it routes an alert to applies its own
     cooldown and throttle."""
 
-    webhook_cooldown_s: float = Field(
+    cooldown_s: float = Field(
         default=600.0,
         ge=0,
         description="An alert (fingerprint) captured within this is `deduplicated`.",
     )
-    webhook_min_interval_s: float = Field(
+    min_interval_s: float = Field(
         default=60.0,
         ge=0,
         description="At most one alert-triggered capture this often, over all alerts "
@@ -249,41 +250,45 @@ class AlertSettings(WebhookSettings):
 class GrafanaSettings(Group):
     """Grafana annotations of every finished capture (`exporters/grafana.py`)."""
 
-    grafana_url: str | None = Field(
+    prefix: ClassVar[str] = "grafana_"
+
+    url: str | None = Field(
         default=None,
         description="With `grafana_token`, every finished capture is annotated in Grafana.",
     )
-    grafana_token: SecretStr | None = Field(
+    token: SecretStr | None = Field(
         default=None,
         description="A Grafana service-account token with `annotations:create`.",
     )
-    grafana_annotation_attempts: int = Field(
+    annotation_attempts: int = Field(
         default=3,
         ge=1,
         le=10,
         description="Tries per annotation (5xx, 429 and network errors are retried, after "
         "0.5 s, 1 s, ...).",
     )
-    grafana_timeout_s: float = Field(default=5.0, gt=0, description="Per request to Grafana.")
+    timeout_s: float = Field(default=5.0, gt=0, description="Per request to Grafana.")
 
 
 class RegistrationSettings(Group):
     """A sidecar's registration with the fleet hub (`hub/registration.py`, docs/fleet.md)."""
 
-    hub_url: Annotated[str | None, AfterValidator(check_url)] = Field(
+    prefix: ClassVar[str] = "hub_"
+
+    url: Annotated[str | None, AfterValidator(check_url)] = Field(
         default=None,
         description="The fleet hub this sidecar registers with (pod, namespace, targets, "
         "`hub_advertise_url`) every `hub_heartbeat_s`. Unset: no registration.",
     )
-    hub_advertise_url: Annotated[str | None, AfterValidator(check_url)] = Field(
+    advertise_url: Annotated[str | None, AfterValidator(check_url)] = Field(
         default=None,
         description="The URL the hub dials this sidecar at (the chart: `http://$(POD_IP):8080`). "
         "Unset: `public_url`, else `http://127.0.0.1:<port>`.",
     )
-    hub_heartbeat_s: float = Field(
+    heartbeat_s: float = Field(
         default=15.0, gt=0, description="Seconds between a sidecar's registrations."
     )
-    hub_register_in_bucket: bool = Field(
+    register_in_bucket: bool = Field(
         default=False,
         description="Also (without `hub_url`: only) register by writing the record into the "
         "shared bucket (`store_url`/sidecars/), where the hub reads it at each sync.",
@@ -294,22 +299,25 @@ class FleetSettings(Group):
     """The hub's own (`profiler-service hub`): its registry, its syncs of the bucket, its
     forwarding to sidecars."""
 
-    hub_sidecar_ttl_s: float = Field(
+    prefix: ClassVar[str] = "hub_"
+
+    sidecar_ttl_s: float = Field(
         default=60.0, gt=0, description="The hub drops a sidecar not heard from for this long."
     )
-    hub_sync_interval_s: float = Field(
+    sync_interval_s: float = Field(
         default=30.0,
         gt=0,
         description="Seconds between the hub's syncs of the bucket (`store_url`) into its fleet "
         "index.",
     )
-    hub_forward_timeout_s: float = Field(
+    forward_timeout_s: float = Field(
         default=10.0,
         gt=0,
         description="How long the hub waits for a sidecar it forwards an alert or a capture to.",
     )
     tokens_file: Path | None = Field(
         default=None,
+        validation_alias="tokens_file",
         description="Tenants: a JSON file of tokens, each reading and/or capturing only some "
         "namespaces (`*`: all); re-read when it changes, no restart (a Secret mounted as a "
         "file). With it, reading and capturing need a token. Format: docs/fleet.md, Tenants.",
@@ -344,12 +352,14 @@ def _parse_prices(value: Any) -> Any:
 class LedgerSettings(Group):
     """The hub's fleet ledger (hub/ledger.py): where GPU-hours are counted, what they cost."""
 
-    hub_prometheus_url: Annotated[str | None, AfterValidator(check_url)] = Field(
+    prefix: ClassVar[str] = "hub_"
+
+    prometheus_url: Annotated[str | None, AfterValidator(check_url)] = Field(
         default=None,
         description="The Prometheus holding every job's GPU utilisation (`hub_gpu_util_query`). "
         "Unset: the ledger is built from the captures alone (shares, no hours) and says so.",
     )
-    hub_gpu_util_query: str = Field(
+    gpu_util_query: str = Field(
         default="DCGM_FI_DEV_GPU_UTIL",
         pattern=r"^[a-zA-Z_:][a-zA-Z0-9_:]*(\{.*\})?$",
         description="A series selector, one series per GPU while a pod holds it: NVIDIA's DCGM "
@@ -357,31 +367,31 @@ class LedgerSettings(Group):
         "`profiler_gpu_utilization_ratio` (0-1, set `hub_gpu_util_max=1`). Matchers narrow it, "
         'e.g. `DCGM_FI_DEV_GPU_UTIL{namespace!=""}`.',
     )
-    hub_gpu_util_max: float = Field(
+    gpu_util_max: float = Field(
         default=100.0, gt=0, description="The query's value for a GPU busy all the time."
     )
-    hub_gpu_namespace_label: str = Field(
+    gpu_namespace_label: str = Field(
         default="namespace", description="The query's label naming the pod's namespace."
     )
-    hub_gpu_pod_label: str = Field(
+    gpu_pod_label: str = Field(
         default="pod",
         description="The query's label naming the pod holding the GPU; a pod is its sidecar's "
         "`workload` where a snapshot or registration says so, else its name less the suffix "
         "its controller added.",
     )
-    hub_gpu_model_label: str = Field(
+    gpu_model_label: str = Field(
         default="modelName",
         description="The query's label naming the GPU model (`modelName` for DCGM, "
         "`model_name` for this project's exporter).",
     )
-    hub_ledger_resolution_s: float = Field(
+    ledger_resolution_s: float = Field(
         default=60.0,
         ge=1,
         description="Where the GPU series are scraped at different intervals, a GPU is "
         "counted held in each interval this long (at least the longest scrape interval seen) "
         "holding one of its samples.",
     )
-    hub_gpu_scrape_interval_s: float | None = Field(
+    gpu_scrape_interval_s: float | None = Field(
         default=None,
         gt=0,
         description="The query's scrape interval: held hours are its samples x this. Unset: "
@@ -389,44 +399,44 @@ class LedgerSettings(Group):
         "held hours are counted by `hub_ledger_resolution_s` intervals instead (about five "
         "times the cost to Prometheus).",
     )
-    hub_ledger_bucket_s: float = Field(
+    ledger_bucket_s: float = Field(
         default=3600.0,
         ge=60,
         description="The ledger splits every job's hours into buckets this long, each explained "
         "by the job's nearest capture.",
     )
-    hub_ledger_capture_horizon_s: float = Field(
+    ledger_capture_horizon_s: float = Field(
         default=86400.0,
         gt=0,
         description="A capture explains its job's hours up to this far from it; hours farther "
         "from every capture are `no_capture`.",
     )
-    hub_gpu_hour_prices: Annotated[dict[str, float], NoDecode] = Field(
+    gpu_hour_prices: Annotated[dict[str, float], NoDecode] = Field(
         default_factory=dict,
         description="The price of a GPU-hour by model, `A100=2.9,H100=4.5,*=2`: a key matches a "
         "model name containing it (case aside; the longest match wins), `*` any other. A model "
         "no key prices has no cost in the ledger.",
     )
-    hub_ledger_metric_window_s: float = Field(
+    ledger_metric_window_s: float = Field(
         default=86400.0,
         gt=0,
         description="`profiler_fleet_gpu_hours` covers this window, ending at its refresh.",
     )
-    hub_ledger_refresh_s: float = Field(
+    ledger_refresh_s: float = Field(
         default=300.0,
         gt=0,
         description="The ledger behind the metric and the fleet page is rebuilt this often.",
     )
-    hub_prometheus_timeout_s: float = Field(
+    prometheus_timeout_s: float = Field(
         default=30.0, gt=0, description="For the ledger's Prometheus queries together."
     )
 
-    @field_validator("hub_gpu_hour_prices", mode="before")
+    @field_validator("gpu_hour_prices", mode="before")
     @classmethod
     def _prices(cls, value: Any) -> Any:
         return _parse_prices(value)
 
-    @field_validator("hub_gpu_hour_prices")
+    @field_validator("gpu_hour_prices")
     @classmethod
     def _non_negative(cls, value: dict[str, float]) -> dict[str, float]:
         if any(price < 0 for price in value.values()):

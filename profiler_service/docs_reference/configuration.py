@@ -51,7 +51,7 @@ def groups() -> dict[str, type[Group]]:
 
 
 def all_fields() -> dict[str, FieldInfo]:
-    """Every setting's field by its name, over both roots."""
+    """Every setting's field by its outward name, over both roots."""
     return {**Settings.fields(), **HubSettings.fields()}
 
 
@@ -65,7 +65,7 @@ def render() -> str:
             if attribute in root.groups()
         ]
         hubs = HubSettings.groups().get(attribute)
-        left_out = [n for n in group.model_fields if hubs and n not in hubs.model_fields]
+        left_out = [n for n in group.outward() if hubs and n not in hubs.outward()]
         if left_out:
             names = ", ".join(code(f"PROFILER_{n.upper()}") for n in left_out)
             readers[-1] += f" (all but {names}: the sidecar's alone)"
@@ -80,7 +80,7 @@ def render() -> str:
                 allowed(field),
                 description_of(name, field),
             )
-            for name, field in group.model_fields.items()
+            for name, field in group.fields().items()
         ]
         sections.append(
             f"## {attribute} (`{group.__name__}`)\n\n{_doc(group)} Read by: "

@@ -235,12 +235,12 @@ def grafana_annotator(
     settings: GrafanaSettings, public_url: str | None = None
 ) -> GrafanaAnnotator | None:
     """An annotator when both a Grafana URL and a token are configured, else None."""
-    if not settings.grafana_url or settings.grafana_token is None:
+    if not settings.url or settings.token is None:
         return None
     return GrafanaAnnotator(
-        settings.grafana_url,
-        settings.grafana_token.get_secret_value(),
+        settings.url,
+        settings.token.get_secret_value(),
         public_url=public_url,
-        attempts=settings.grafana_annotation_attempts,
-        timeout_s=settings.grafana_timeout_s,
+        attempts=settings.annotation_attempts,
+        timeout_s=settings.timeout_s,
     )

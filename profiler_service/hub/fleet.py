@@ -172,11 +172,11 @@ def build_hub(settings: HubSettings) -> HubService:
     lifecycle = Lifecycle()
     store.open()
     lifecycle.closing(store.close)
-    registry = SidecarRegistry(settings.fleet.hub_sidecar_ttl_s)
+    registry = SidecarRegistry(settings.fleet.sidecar_ttl_s)
     alert_log = AlertLog(store.root / "webhooks" / "alerts.jsonl").open()
     lifecycle.closing(alert_log.close)
     router = FleetRouter(settings, registry, alert_log)
-    fleet_sync = FleetSync(catalogue, registry, settings.fleet.hub_sync_interval_s)
+    fleet_sync = FleetSync(catalogue, registry, settings.fleet.sync_interval_s)
     ledger = LedgerBook(
         store.fleet,
         settings.ledger,

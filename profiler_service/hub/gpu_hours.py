@@ -75,16 +75,16 @@ def _ms(seconds: float) -> str:
 
 def _by(settings: LedgerSettings) -> str:
     labels = (
-        settings.hub_gpu_namespace_label,
-        settings.hub_gpu_pod_label,
-        settings.hub_gpu_model_label,
+        settings.gpu_namespace_label,
+        settings.gpu_pod_label,
+        settings.gpu_model_label,
     )
     return f"sum by ({', '.join(labels)})"
 
 
 def queries(settings: LedgerSettings, bucket_s: int) -> dict[str, str]:
     """The first pass's PromQL, by name: over the raw samples only."""
-    q, by, bucket = settings.hub_gpu_util_query, _by(settings), _ms(bucket_s - 0.001)
+    q, by, bucket = settings.gpu_util_query, _by(settings), _ms(bucket_s - 0.001)
     return {
         "util_sum": f"{by} (sum_over_time({q}[{bucket}]))",
         "util_samples": f"{by} (count_over_time({q}[{bucket}]))",
@@ -94,7 +94,7 @@ def queries(settings: LedgerSettings, bucket_s: int) -> dict[str, str]:
 
 def presence_query(settings: LedgerSettings, bucket_s: int, resolution_s: float) -> str:
     """Per GPU, the resolution intervals of each bucket that hold a sample."""
-    q, bucket = settings.hub_gpu_util_query, _ms(bucket_s - 0.001)
+    q, bucket = settings.gpu_util_query, _ms(bucket_s - 0.001)
     return (
         f"{_by(settings)} (count_over_time(present_over_time({q}[{_ms(resolution_s - 0.001)}])"
         f"[{bucket}:{_ms(resolution_s)}]))"
@@ -113,15 +113,15 @@ def query_gpu_hours(
     """Every pod's GPU-seconds held and busy per bucket of (start, end]; raises
     GpuHoursUnavailable with the reason when Prometheus cannot answer. `presence`: count held
     hours by intervals whatever the samples show."""
-    url = settings.hub_prometheus_url
+    url = settings.prometheus_url
     if not url:
         raise GpuHoursUnavailable("no Prometheus is configured (hub_prometheus_url)")
     window = {"start": str(start + bucket_s), "end": str(end), "step": f"{bucket_s}s"}
-    http = client or httpx.Client(timeout=settings.hub_prometheus_timeout_s)
+    http = client or httpx.Client(timeout=settings.prometheus_timeout_s)
     labels = (
-        settings.hub_gpu_namespace_label,
-        settings.hub_gpu_pod_label,
-        settings.hub_gpu_model_label,
+        settings.gpu_namespace_label,
+        settings.gpu_pod_label,
+        settings.gpu_model_label,
     )
     try:
         asked = queries(settings, bucket_s)
@@ -136,7 +136,7 @@ def query_gpu_hours(
         interval, method = _held_method(settings, intervals, presence)
         if interval is None:
             longest = max(intervals.values(), default=0.0)
-            resolution = max(settings.hub_ledger_resolution_s, math.ceil(longest))
+            resolution = max(settings.ledger_resolution_s, math.ceil(longest))
             held = _ask(http, url, presence_query(settings, bucket_s, resolution), window)
             counted = {k: _values(v) for k, v in _by_key(held, labels).items()}
             interval, method = resolution, method.format(resolution=resolution)
@@ -166,8 +166,8 @@ def _held_method(
 ) -> tuple[float | None, str]:
     """The scrape interval to count held hours with, or None for the presence query (and the
     sentence with `{resolution}` left to fill)."""
-    if settings.hub_gpu_scrape_interval_s is not None and not presence:
-        interval = settings.hub_gpu_scrape_interval_s
+    if settings.gpu_scrape_interval_s is not None and not presence:
+        interval = settings.gpu_scrape_interval_s
         return interval, f"held hours: samples x {interval:g} s (hub_gpu_scrape_interval_s)"
     if intervals and not presence:
         typical = statistics.median(intervals.values())
@@ -190,7 +190,7 @@ def _pods(
     sums: dict[Key, dict[int, float]],
     settings: LedgerSettings,
 ) -> list[PodGpuHours]:
-    top = settings.hub_gpu_util_max
+    top = settings.gpu_util_max
     pods = []
     for key, values in counted.items():
         namespace, pod, model = key

@@ -159,8 +159,8 @@ def build_ledger(
 ) -> Ledger:
     """`rows`: the index's ready snapshots since `end - window_s - horizon`; `gpu_hours`:
     (start, end, bucket_s) -> pods (default: query_gpu_hours on `settings`)."""
-    bucket = int(settings.hub_ledger_bucket_s)
-    res = settings.hub_ledger_resolution_s
+    bucket = int(settings.ledger_bucket_s)
+    res = settings.ledger_resolution_s
     end_i = int(end // res * res)
     buckets = max(1, round(window_s / bucket))
     start_i = end_i - buckets * bucket
@@ -189,8 +189,8 @@ def build_ledger(
     for pod in pods:
         name = pod_jobs.get((pod.namespace, pod.pod)) or job_of_pod(pod.pod)
         jobs.setdefault((pod.namespace, name), _Job(pod.namespace, name)).pods.append(pod)
-    prices = settings.hub_gpu_hour_prices
-    horizon = settings.hub_ledger_capture_horizon_s
+    prices = settings.gpu_hour_prices
+    horizon = settings.ledger_capture_horizon_s
     for job in jobs.values():
         job.captures.sort(key=lambda c: c.at)
         if ledger.source == "prometheus":
@@ -212,8 +212,8 @@ def build_ledger(
     if uncounted:
         ledger.notes.append(
             f"{len(uncounted)} jobs with GPU captures in the window held no GPU Prometheus "
-            f"counted (its labels {settings.hub_gpu_namespace_label}/"
-            f"{settings.hub_gpu_pod_label} name none of their pods?): "
+            f"counted (its labels {settings.gpu_namespace_label}/"
+            f"{settings.gpu_pod_label} name none of their pods?): "
             + ", ".join(uncounted[:5])
             + (" ..." if len(uncounted) > 5 else "")
         )

@@ -47,11 +47,11 @@ class LedgerBook:
         self._loop.stop(timeout_s)
 
     def _round(self) -> float:
-        self.ledger(self.settings.hub_ledger_metric_window_s, max_age_s=0)
-        return self.settings.hub_ledger_refresh_s
+        self.ledger(self.settings.ledger_metric_window_s, max_age_s=0)
+        return self.settings.ledger_refresh_s
 
     def ledger(self, window_s: float, max_age_s: float | None = None) -> Ledger:
-        max_age = self.settings.hub_ledger_refresh_s if max_age_s is None else max_age_s
+        max_age = self.settings.ledger_refresh_s if max_age_s is None else max_age_s
         built = self._fresh(window_s, max_age)
         if built is not None:
             return built
@@ -62,7 +62,7 @@ class LedgerBook:
             now, version = self.clock(), self.version()
             ledger = self.build(window_s, now)
             with self._lock:
-                keep = self.settings.hub_ledger_refresh_s
+                keep = self.settings.ledger_refresh_s
                 self._built = {k: v for k, v in self._built.items() if now - v[0] < keep}
                 self._built[window_s] = (now, version, ledger)
             return ledger
@@ -81,6 +81,6 @@ class LedgerBook:
             return built[2] if built else None
 
     def build(self, window_s: float, now: float) -> Ledger:
-        since = now - window_s - self.settings.hub_ledger_capture_horizon_s
+        since = now - window_s - self.settings.ledger_capture_horizon_s
         rows = self.index.fleet_rows(datetime.fromtimestamp(since, UTC))
         return build_ledger(rows, self.settings, window_s=window_s, end=now, link=self.link)

@@ -185,7 +185,7 @@ class FleetCollector:
         """The ledger the hub last built for its metric window (never built here: a scrape does
         not wait on Prometheus)."""
         book = self.ledger
-        ledger = book.latest(book.settings.hub_ledger_metric_window_s) if book else None
+        ledger = book.latest(book.settings.ledger_metric_window_s) if book else None
         hours = GaugeMetricFamily(
             "profiler_fleet_gpu_hours",
             "GPU-hours of each job over the ledger's metric window (hub_ledger_metric_window_s): "

@@ -36,7 +36,7 @@ def sidecar_record(settings: Settings) -> SidecarRecord:
     """This sidecar as the hub lists it: who it is, what it captures, where it is reached."""
     capture, server, public_url = settings.capture, settings.server, settings.report.public_url
     name = (capture.pod_name or socket.gethostname()).lower()
-    url = settings.registration.hub_advertise_url or public_url
+    url = settings.registration.advertise_url or public_url
     if url is None:
         host = "127.0.0.1" if server.host in ("0.0.0.0", "::", "") else server.host
         url = f"http://{host}:{server.port}"
@@ -48,7 +48,7 @@ def sidecar_record(settings: Settings) -> SidecarRecord:
         url=url,
         public_url=public_url,
         version=__version__,
-        heartbeat_s=settings.registration.hub_heartbeat_s,
+        heartbeat_s=settings.registration.heartbeat_s,
     )
 
 
@@ -75,7 +75,7 @@ class HubRegistration:
         self.failures_total = 0
         self._failing: set[str] = set()
         self._loop = BackgroundLoop("hub-heartbeat", self._round)
-        self._client = httpx.Client(timeout=min(10.0, settings.hub_heartbeat_s))
+        self._client = httpx.Client(timeout=min(10.0, settings.heartbeat_s))
 
     def _headers(self) -> dict[str, str]:
         token = self.token
@@ -84,7 +84,7 @@ class HubRegistration:
     def beat(self) -> bool:
         """Register once with the hub and/or the bucket; True when every one took it."""
         ok = True
-        if self.settings.hub_url:
+        if self.settings.url:
             ok &= self._attempt("hub", self._put_hub)
         if self.bucket is not None:
             ok &= self._attempt("bucket", self._put_bucket)
@@ -98,7 +98,7 @@ class HubRegistration:
             self.failures_total += 1
             if where not in self._failing:
                 log.warning("could not register with the %s (retrying every %g s): %s",
-                            where, self.settings.hub_heartbeat_s, exc)  # fmt: skip
+                            where, self.settings.heartbeat_s, exc)  # fmt: skip
             self._failing.add(where)
             return False
         if where in self._failing:
@@ -109,7 +109,7 @@ class HubRegistration:
     def _put_hub(self) -> None:
         def put() -> httpx.Response:
             return self._client.put(
-                f"{self.settings.hub_url}/sidecars/{self.record.name}",
+                f"{self.settings.url}/sidecars/{self.record.name}",
                 content=self.record.model_dump_json(exclude={"last_seen", "via"}),
                 headers={**self._headers(), "Content-Type": "application/json"},
             )
@@ -138,16 +138,16 @@ class HubRegistration:
 
     def _round(self) -> float:
         self.beat()
-        return self.settings.hub_heartbeat_s
+        return self.settings.heartbeat_s
 
     def stop(self, timeout_s: float | None = None) -> None:
         """Stop beating and deregister (best effort: the TTL covers what this misses)."""
         self._loop.stop(timeout_s)
-        if self.settings.hub_url:
+        if self.settings.url:
             try:
                 params = {"namespace": self.record.namespace} if self.record.namespace else {}
                 self._client.delete(
-                    f"{self.settings.hub_url}/sidecars/{self.record.name}",
+                    f"{self.settings.url}/sidecars/{self.record.name}",
                     params=params,
                     headers=self._headers(),
                     timeout=2,

@@ -133,7 +133,7 @@ def _ledger_of(hub: HubService, window: str) -> Ledger:
     if hub.ledger is None:
         raise InvalidRequest("this hub keeps no ledger")
     settings = hub.settings.ledger
-    window_s = parse_window(window, min_s=settings.hub_ledger_bucket_s, max_s=LEDGER_MAX_S)
+    window_s = parse_window(window, min_s=settings.ledger_bucket_s, max_s=LEDGER_MAX_S)
     return hub.ledger.ledger(window_s)
 
 
@@ -167,6 +167,6 @@ def read_fleet_page(
     sidecars = reach.keep(hub.registry.live(), lambda s: s.namespace)
     ledger = None
     if hub.ledger is not None:  # the page's window, at least one ledger bucket
-        window_s = max(days * 86400, hub.settings.ledger.hub_ledger_bucket_s)
+        window_s = max(days * 86400, hub.settings.ledger.ledger_bucket_s)
         ledger = hub.ledger.ledger(window_s).within(reach)
     return render_fleet(view.within(reach), sidecars, hub.settings.report, ledger)

@@ -76,9 +76,9 @@ class FleetRouter:
         self.registry = registry
         self.log = alert_log
         self.matcher = TargetMatcher(
-            webhook.webhook_target_rules,
-            webhook.webhook_target_labels,
-            webhook.webhook_default_target,
+            webhook.target_rules,
+            webhook.target_labels,
+            webhook.default_target,
         )
         self._client: httpx.AsyncClient | None = None
 
@@ -232,7 +232,7 @@ class FleetRouter:
         if found.sidecar is None:
             raise NoSidecar(found.how, reason=found.reason)
         b = self.settings.bounds
-        timeout = self.settings.fleet.hub_forward_timeout_s
+        timeout = self.settings.fleet.forward_timeout_s
         if wait:  # the sidecar answers once the snapshot is analysed
             timeout += b.duration_max_s + b.capture_grace_s + b.analysis_timeout_s
         url = f"{found.sidecar.url.rstrip('/')}/profile"
@@ -254,7 +254,7 @@ class FleetRouter:
     def client(self) -> httpx.AsyncClient:
         if self._client is None:
             self._client = httpx.AsyncClient(
-                timeout=self.settings.fleet.hub_forward_timeout_s,
+                timeout=self.settings.fleet.forward_timeout_s,
                 limits=httpx.Limits(max_connections=200, max_keepalive_connections=100),
             )
         return self._client

@@ -77,13 +77,13 @@ class AlertTrigger:
         self._clock = clock
         self._lock = threading.Lock()
         self._matcher = TargetMatcher(
-            settings.webhook_target_rules,
-            settings.webhook_target_labels,
-            settings.webhook_default_target,
+            settings.target_rules,
+            settings.target_labels,
+            settings.default_target,
         )
         self._target_names = controller.capture.target_names
         # fingerprint -> (epoch seconds, snapshot id) of its last capture; survives restarts.
-        self._captured = alert_log.recent_captures(clock() - settings.webhook_cooldown_s)
+        self._captured = alert_log.recent_captures(clock() - settings.cooldown_s)
         self._last_capture_s = max((t for t, _ in self._captured.values()), default=None)
 
     # A trigger (trigger/plugin.py): the webhook routes call it; nothing runs of its own.
@@ -172,19 +172,19 @@ class AlertTrigger:
         s = self.settings
         now = self._clock()
         last = self._captured.get(outcome.fingerprint)
-        if last is not None and now - last[0] < s.webhook_cooldown_s:
+        if last is not None and now - last[0] < s.cooldown_s:
             outcome.snapshot_id = last[1]
             detail = (
                 f"this alert was captured {now - last[0]:.0f} s ago (snapshot {last[1]}); "
-                f"its cooldown is {s.webhook_cooldown_s:g} s"
+                f"its cooldown is {s.cooldown_s:g} s"
             )
             _set(outcome, Outcome.DEDUPLICATED, Reason.COOLDOWN, detail)
             return
         since_last = None if self._last_capture_s is None else now - self._last_capture_s
-        if since_last is not None and since_last < s.webhook_min_interval_s:
+        if since_last is not None and since_last < s.min_interval_s:
             detail = (
                 f"an alert capture started {since_last:.0f} s ago; alerts start at most one "
-                f"capture every {s.webhook_min_interval_s:g} s"
+                f"capture every {s.min_interval_s:g} s"
             )
             _set(outcome, Outcome.THROTTLED, Reason.MIN_INTERVAL, detail)
             return
@@ -205,7 +205,7 @@ class AlertTrigger:
         self._captured.pop(fingerprint, None)
         self._captured[fingerprint] = (now, snapshot_id)
         self._last_capture_s = now
-        horizon = now - self.settings.webhook_cooldown_s
+        horizon = now - self.settings.cooldown_s
         while len(self._captured) > 1:
             oldest = next(iter(self._captured))
             if self._captured[oldest][0] >= horizon and (

@@ -63,7 +63,7 @@ class MemoryWatch:
         self.ring = ring
         self.source_of = source_of
         first = controller.capture.target(None)
-        self.target = settings.memory_watch_target or (first.name if first else None)
+        self.target = settings.target or (first.name if first else None)
         self.outcomes: Counter[tuple[str, Outcome]] = Counter()  # (reason, outcome)
         self.last: MemoryReading | None = None  # the most pressing reading, for /metrics
         self._cooldown_until = -float("inf")
@@ -115,7 +115,7 @@ class MemoryWatch:
         """Every watched memory in this sample, with `reason` set where it calls for a capture."""
         s = self.settings
         interval = self.ring.interval_s
-        window = self.ring.window(sample.time - s.memory_watch_window_s, sample.time)
+        window = self.ring.window(sample.time - s.window_s, sample.time)
         found = []
         for in_use_name, capacity_name, share_counts in WATCHED:
             for key, in_use in sample.values.items():
@@ -126,18 +126,18 @@ class MemoryWatch:
                 share = in_use / capacity if capacity else None
                 rate = _growth_per_s(
                     [(w.time, w.values[key]) for w in window if key in w.values],
-                    minimum=max(3, MIN_WINDOW_SHARE * s.memory_watch_window_s / interval),
+                    minimum=max(3, MIN_WINDOW_SHARE * s.window_s / interval),
                 )
                 to_capacity = (
                     max(0.0, capacity - in_use) / rate if capacity and rate and rate > 0 else None
                 )
                 reason = ""
-                if share_counts and share is not None and share >= s.memory_watch_share:
+                if share_counts and share is not None and share >= s.share:
                     reason = "share"
                 elif (
                     to_capacity is not None
-                    and to_capacity <= s.memory_watch_horizon_s
-                    and (share is None or share >= s.memory_watch_growth_min_share)
+                    and to_capacity <= s.horizon_s
+                    and (share is None or share >= s.growth_min_share)
                 ):
                     reason = "growth"
                 found.append(
@@ -148,7 +148,7 @@ class MemoryWatch:
                         capacity_bytes=int(capacity) if capacity else None,
                         share=round(share, 4) if share is not None else None,
                         bytes_per_s=round(rate, 1) if rate is not None else None,
-                        window_s=s.memory_watch_window_s,
+                        window_s=s.window_s,
                         seconds_to_capacity=round(to_capacity, 1)
                         if to_capacity is not None
                         else None,
@@ -162,7 +162,7 @@ class MemoryWatch:
             if self.clock() < self._cooldown_until:
                 return
             s = self.settings
-            duration = s.memory_watch_duration_s or self.controller.bounds.duration_default_s
+            duration = s.duration_s or self.controller.bounds.duration_default_s
             result = self.controller.try_start(
                 CaptureRequest(
                     duration_s=duration,
@@ -180,7 +180,7 @@ class MemoryWatch:
                 log.info("memory watch did not capture %s: %s", self.target, result.error)
             else:
                 snapshot = result.snapshot
-                self._cooldown_until = self.clock() + s.memory_watch_cooldown_s
+                self._cooldown_until = self.clock() + s.cooldown_s
                 log.warning(
                     "memory watch: %s at %s of capacity, %s s to full; capturing %s as %s",
                     reading.device,
@@ -211,7 +211,7 @@ def _growth_per_s(points: list[tuple[float, float]], minimum: float) -> float | 
 def _build(parts: TriggerParts) -> MemoryWatch | None:
     """On where the look-back sampler runs and `PROFILER_MEMORY_WATCH` is on: it hears every
     sample."""
-    if parts.sampler is None or not parts.settings.watch.memory_watch:
+    if parts.sampler is None or not parts.settings.watch.enabled:
         return None
     watch = MemoryWatch(
         parts.settings.watch, parts.controller, parts.sampler.ring, parts.sampler.source_of

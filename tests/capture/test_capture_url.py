@@ -58,7 +58,7 @@ def test_an_unreadable_url_is_capture_fetch_failed(tmp_path):
 
 
 def test_capture_url_must_be_a_url_outside_the_mirrored_bucket():
-    assert Settings(capture_url="gs://b/incoming/").capture.capture_url == "gs://b/incoming"
+    assert Settings(capture_url="gs://b/incoming/").capture.url == "gs://b/incoming"
     with pytest.raises(ValidationError, match="must be a URL"):
         Settings(capture_url="/local/path")
     with pytest.raises(ValidationError, match="outside store_url"):

@@ -207,7 +207,7 @@ def test_sidecar_shares_the_store_and_dials_the_job_over_localhost(monkeypatch):
     settings = Settings(api_token="t")
     assert (
         settings.capture.targets[0].workers == ["127.0.0.1:6009"]
-        and settings.webhook.webhook_target_rules[0].pattern == rules[0]["pattern"]
+        and settings.webhook.target_rules[0].pattern == rules[0]["pattern"]
     )
     # Native sidecar: an init container that keeps running and does not hold the Job open.
     assert sidecar in spec["initContainers"] and sidecar["restartPolicy"] == "Always"
@@ -462,7 +462,7 @@ def test_the_hub_renders_and_the_sidecar_points_at_it(monkeypatch, tmp_path):
         if key.startswith("PROFILER_") and "value" in entry:
             monkeypatch.setenv(key, entry["value"])
     settings = HubSettings(api_token="t", hub_token="fleet-secret")
-    assert settings.fleet.hub_sidecar_ttl_s == 90 and settings.server.port == 8080
+    assert settings.fleet.sidecar_ttl_s == 90 and settings.server.port == 8080
 
 
 def test_a_job_release_registers_with_another_releases_hub():

@@ -45,4 +45,4 @@ def test_the_hubs_rules_may_name_targets_no_setting_lists(tmp_path, monkeypatch)
 
     monkeypatch.setenv("PROFILER_WEBHOOK_TARGET_RULES", rules)
     settings = HubSettings()
-    assert settings.webhook.webhook_target_rules[0].target == "trainer"
+    assert settings.webhook.target_rules[0].target == "trainer"

@@ -40,13 +40,13 @@ def test_a_pod_belongs_to_the_job_its_controller_named(pod, job):
 
 def test_a_gpu_hour_s_price_is_the_longest_key_its_model_contains():
     prices = LedgerSettings(hub_gpu_hour_prices="A100=2.9,A100-SXM4-80GB=3.4,H100=4.5,*=2")
-    p = prices.hub_gpu_hour_prices
+    p = prices.gpu_hour_prices
     assert price_of("NVIDIA A100-SXM4-80GB", p) == 3.4
     assert price_of("NVIDIA A100-PCIE-40GB", p) == 2.9
     assert price_of("nvidia h100 80gb hbm3", p) == 4.5
     assert price_of("Tesla T4", p) == 2 and price_of(None, p) == 2
     assert price_of("Tesla T4", {"A100": 2.9}) is None
-    assert LedgerSettings(hub_gpu_hour_prices='{"L4": 0.8}').hub_gpu_hour_prices == {"L4": 0.8}
+    assert LedgerSettings(hub_gpu_hour_prices='{"L4": 0.8}').gpu_hour_prices == {"L4": 0.8}
 
 
 @pytest.mark.parametrize("bad", ["A100", "A100=cheap", "A100=-1", "=2"])

@@ -130,9 +130,7 @@ def test_the_watch_and_the_schedules_cannot_exceed_the_bound_past_the_configurat
     controller, held
 ):
     """Settings changed without validation (model_copy) still cannot pass the controller."""
-    too_long = MemoryWatchSettings().model_copy(
-        update={"memory_watch_duration_s": 120.0, "memory_watch_share": 0.5}
-    )
+    too_long = MemoryWatchSettings().model_copy(update={"duration_s": 120.0, "share": 0.5})
     watch = MemoryWatch(too_long, controller, SampleRing(60))
     watch._capture(_reading())
     assert watch.outcomes[("share", "rejected")] == 1

@@ -106,7 +106,7 @@ def test_webhook_settings_are_checked_at_start(monkeypatch):
         '[{"label": "instance", "pattern": "10\\\\.0\\\\.0\\\\.5:.*", "target": "trainer"}]',
     )
     settings = Settings(**base).webhook
-    assert settings.webhook_target_labels == ["pod", "job"]
-    assert settings.webhook_target_rules[0].pattern == r"10\.0\.0\.5:.*"
-    assert settings.webhook_cooldown_s == 600 and settings.webhook_min_interval_s == 60
-    assert settings.webhook_hmac_header == "X-Grafana-Alerting-Signature"
+    assert settings.target_labels == ["pod", "job"]
+    assert settings.target_rules[0].pattern == r"10\.0\.0\.5:.*"
+    assert settings.cooldown_s == 600 and settings.min_interval_s == 60
+    assert settings.hmac_header == "X-Grafana-Alerting-Signature"

@@ -102,7 +102,7 @@ def list_alert_outcomes(
 
 
 async def read_body(request: Request, settings: AppSettings) -> bytes:
-    limit = settings.webhook.webhook_max_body_bytes
+    limit = settings.webhook.max_body_bytes
     too_large = f"the body is over the {limit}-byte limit (PROFILER_WEBHOOK_MAX_BODY_BYTES)"
     length = request.headers.get("content-length", "")
     if length.isdigit() and int(length) > limit:
