@@ -228,6 +228,15 @@ class BucketClient:
         if start_after and self.protocol in ("s3", "s3a"):
             yield from self._s3_list_after(base, start_after)
             return
+        if start_after and self.protocol in ("file", "local"):  # the new directories only
+            try:
+                names = self.fs.ls(base, detail=False)
+            except FileNotFoundError:
+                return
+            for directory in names:
+                if posixpath.basename(directory) > start_after:
+                    yield from self._find(directory, detail=True).items()
+            return
         for path, info in self._find(base, detail=True).items():
             if (
                 not start_after

@@ -227,3 +227,25 @@ def test_syncs_list_only_what_is_new_and_a_whole_listing_finds_deletions(s3, pos
     assert total == 14 and old[3].id not in "".join(items)
     for db in replicas:
         db.close()
+
+
+@pytest.mark.parametrize("kind", ["s3", "file"])
+def test_a_listing_from_a_time_on_is_the_whole_listing_cut_there(s3, tmp_path, kind):
+    """The hub's incremental syncs list from a cursor (S3: StartAfter, not the whole bucket);
+    what they see must be exactly what a whole listing holds past it, at the same versions."""
+    url = f"s3://{BUCKET}/cut" if kind == "s3" else f"file://{tmp_path / 'bucket'}"
+    client = BucketClient(url, s3.options if kind == "s3" else None)
+    snapshots = [
+        fleet_snapshot(i, namespace="ns", target="t", minutes_ago=10 * i,
+                       status=SnapshotStatus.FAILED if i % 4 == 1 else SnapshotStatus.READY,
+                       with_file=i % 3 == 0)
+        for i in range(12)
+    ]  # fmt: skip
+    for s in snapshots:
+        put(client, s, tmp_path / "files" / s.id)
+    whole = client.list_snapshots()
+    assert set(whole) == {s.id for s in snapshots}
+    cut = snapshots[5].id[:15]  # YYYYMMDD-HHMMSS: what was taken since snapshot 5
+    after = client.list_snapshots(start_after=cut)
+    assert after == {i: e for i, e in whole.items() if i > cut}
+    assert len(after) == 6

@@ -94,7 +94,9 @@ sidecars = Table(
     "sidecars",
     metadata,
     Column("key", String(320), primary_key=True),  # namespace/name
+    Column("replica", String(253), nullable=False),  # who heard it (`bucket`: its own record)
     Column("record", Text),  # SidecarRecord JSON; NULL once deregistered
     Column("seen_at", Float, nullable=False),  # epoch seconds of its last word
     Column("removed_at", Float),  # epoch seconds it deregistered, or NULL
+    Index("sidecars_seen", "seen_at"),
 )

@@ -81,10 +81,12 @@ def upgrade() -> None:
     op.create_table(
         "sidecars",
         sa.Column("key", sa.String(320), primary_key=True),
+        sa.Column("replica", sa.String(253), nullable=False),
         sa.Column("record", sa.Text()),
         sa.Column("seen_at", sa.Float(), nullable=False),
         sa.Column("removed_at", sa.Float()),
     )
+    op.create_index("sidecars_seen", "sidecars", ["seen_at"])
 
 
 def downgrade() -> None:
