@@ -445,3 +445,19 @@ def analyse_copy(run: Path, tmp_path: Path):
     for path in run.glob("*.xplane.pb"):
         shutil.copy(path, copy / path.name)
     return analyse_run(copy)
+
+
+def assert_typed_evidence(finding) -> None:
+    """A finding's evidence is its rule's declared model (`@rule(..., evidence=Model)`): no key
+    the model lacks, and the model, dumped as the rule dumps it, gives back the same JSON (the
+    same keys, values and number types)."""
+    import json
+
+    from profiler_service.analysis.rules.registry import EVIDENCE
+
+    model = EVIDENCE.get(finding.rule)
+    assert model is not None, f"rule {finding.rule!r} declares no evidence model"
+    unknown = set(finding.evidence) - set(model.model_fields)
+    assert not unknown, f"{finding.rule}'s evidence has keys its model lacks: {sorted(unknown)}"
+    typed = model.model_validate(finding.evidence).model_dump(exclude_unset=True)
+    assert json.dumps(typed) == json.dumps(finding.evidence), finding.rule

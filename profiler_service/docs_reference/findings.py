@@ -10,8 +10,11 @@ from __future__ import annotations
 import inspect
 import re
 import types
+import typing
 from collections.abc import Callable
 from typing import Any
+
+from pydantic import BaseModel
 
 from profiler_service.analysis import impact
 from profiler_service.analysis.models import Severity
@@ -60,29 +63,44 @@ def render() -> str:
 
 
 def evidence_section() -> str:
-    """The typed evidence of the rules that declare it (`@rule(..., evidence=Model)`,
-    analysis/evidence.py): each field, its type, what it holds."""
+    """The typed evidence of each rule (`@rule(..., evidence=Model)`, analysis/evidence/):
+    each field, its type, what it holds; a list of objects, each item's fields too."""
     if not EVIDENCE:
         return ""
     parts = [
         "\n## Evidence\n\n"
-        "What a finding read, field by field, for the rules that declare its model "
-        "(`profiler_service/analysis/evidence.py`); the others' evidence is described in their "
-        "docstrings.\n"
+        "What a finding read, field by field: its rule's model "
+        "(`profiler_service/analysis/evidence/`), whose fields are the keys of the finding's "
+        "`evidence` in `snapshot.json`. A rule with two readings (XProf's figure, or the GPU's "
+        "own plane or the capture's events) writes the fields of the reading it made only.\n"
     ]
     for name, model in EVIDENCE.items():
-        rows = [
-            (code(field), code(_type_name(info.annotation)), info.description or "")
-            for field, info in model.model_fields.items()
-        ]
-        parts.append(f"\n### {code(name)}\n\n" + table(["field", "type", "holds"], rows))
+        parts.append(
+            f"\n### {code(name)}\n\n" + table(["field", "type", "holds"], _field_rows(model))
+        )
     return "".join(parts)
 
 
+def _field_rows(model: type[BaseModel], prefix: str = "") -> list[tuple[str, str, str]]:
+    rows = []
+    for field, info in model.model_fields.items():
+        rows.append(
+            (code(prefix + field), code(_type_name(info.annotation)), info.description or "")
+        )
+        for item in typing.get_args(info.annotation):
+            if isinstance(item, type) and issubclass(item, BaseModel):
+                rows += _field_rows(item, f"{prefix}{field}[].")
+    return rows
+
+
 def _type_name(annotation: Any) -> str:
-    """`str or None`: a table cell holds no `|`."""
+    """`str or None`, `list[AliveAtPeak]`: a table cell holds no `|`, nor a module's path."""
     text = getattr(annotation, "__name__", None) if isinstance(annotation, type) else None
-    return (text or str(annotation).replace("typing.", "")).replace(" | ", " or ")
+    text = text or _MODULE_PATH.sub("", str(annotation))
+    return text.replace(" | ", " or ")
+
+
+_MODULE_PATH = re.compile(r"\b(?:[a-z_][a-z0-9_]*\.)+(?=[A-Za-z_])")
 
 
 def saves_when(name: str) -> str:

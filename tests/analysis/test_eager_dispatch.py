@@ -4,6 +4,7 @@ the eager_execution finding and its impact on a CPU, where XProf reports no eage
 from __future__ import annotations
 
 import pytest
+from helpers import assert_typed_evidence
 
 from profiler_service.analysis import impact
 from profiler_service.analysis.eager_dispatch import read_eager_dispatch
@@ -61,6 +62,7 @@ def test_an_eager_loop_on_a_cpu_is_named_and_its_fix_keeps_only_the_kernels():
     summary = summary_of(read_eager_dispatch(eager_steps(20, ops=12)))
     finding = RULES["eager_execution"](summary)
     assert finding is not None and finding.evidence["eager_ops_per_step"] == 12
+    assert_typed_evidence(finding)  # the events' reading: its fields only
     got = impact.estimate(finding, summary)
     assert got.step_ms_after == pytest.approx(1.2)  # a graph keeps the kernels
     assert got.saving_range == (pytest.approx(0.24), pytest.approx(0.976))  # 20 % of kernels

@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from helpers import assert_typed_evidence
 from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
 from profiler_service.analysis.gpu_activity import GPU_PLANE_PREFIX
@@ -48,6 +49,7 @@ def test_an_empty_gpu_trace_is_named_and_never_read_as_an_idle_gpu(emptied):
     assert "device_trace_missing" in rules, sorted(rules)
     finding = rules["device_trace_missing"]
     assert "GeForce RTX 2060" in finding.title and "no kernel and no copy" in finding.title
+    assert_typed_evidence(finding)
     for cause in ("libcupti", "NVreg_RestrictProfilingToAdminUsers", "SYS_ADMIN", "Windows"):
         assert cause in finding.recommendation
     assert not DEVICE_RULES & set(rules), sorted(rules)

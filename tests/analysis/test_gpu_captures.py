@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from helpers import assert_typed_evidence
 from tensorflow.tsl.profiler.protobuf import xplane_pb2
 from xprof.protobuf import overview_page_pb2
 
@@ -64,6 +65,19 @@ def verdict_then(run: Path) -> float:
 
 def by_rule(result: AnalysisResult) -> dict:
     return {f.rule: f for f in result.findings}
+
+
+@pytest.mark.parametrize(
+    "capture",
+    sorted({p.parent for p in FIXTURES.rglob("*.xplane.pb")}),
+    ids=lambda p: str(p.relative_to(FIXTURES)),
+)
+def test_every_findings_evidence_on_the_real_captures_is_its_rules_model(capture, tmp_path):
+    """On every real capture (NVIDIA and AMD, TensorFlow and JAX), each finding's evidence has
+    only the keys its rule's model declares, and gives back the same JSON through it."""
+    result = analyse(capture, tmp_path)
+    for finding in result.findings:
+        assert_typed_evidence(finding)
 
 
 def test_the_device_planes_name_the_gpu_and_what_it_did(tmp_path):
@@ -278,7 +292,10 @@ def on_gpu(*devices: GpuDevice, steps: int = 1, **utilisation) -> Summary:
 
 
 def run(name: str, summary: Summary):
-    return rules.RULES[name](summary)
+    finding = rules.RULES[name](summary)
+    if finding is not None:
+        assert_typed_evidence(finding)
+    return finding
 
 
 def test_mixed_precision_needs_tensor_cores_and_low_16bit_compute():

@@ -4,6 +4,8 @@ step_allocations.py read from real captures."""
 
 from __future__ import annotations
 
+from helpers import assert_typed_evidence
+
 from profiler_service.analysis.memory import fit_growth
 from profiler_service.analysis.models import (
     AllocatorMemory,
@@ -98,6 +100,20 @@ def test_xla_recompilation_at_its_thresholds_and_its_cause():
     assert RULES["xla_recompilation"](functions(compiled(1, one, 500.0))) is not None
     assert RULES["xla_recompilation"](functions(compiled(1, one * 0.99, 500.0))) is None
     assert RULES["xla_recompilation"](functions(compiled(1, None, 500.0))) is None
+
+
+def test_each_rules_evidence_is_its_model():
+    swing = tf_rules.TEMPORARIES_MIN_SWING_BYTES
+    for name, summary in (
+        ("retracing", functions(traced(100, 1.0, 300.0))),
+        ("retracing", functions(traced(30, None, 1.0, jit_compile=True))),
+        ("xla_recompilation", functions(compiled(20, 1.0, 500.0))),
+        ("xla_recompilation", functions(compiled(20, None, 500.0, traces=20))),
+        ("step_temporaries", sawtooth(peak=swing + 8 * MIB, floor=8 * MIB)),
+    ):
+        finding = RULES[name](summary)
+        assert finding is not None, name
+        assert_typed_evidence(finding)
 
 
 def test_shares_are_of_the_capture_and_never_above_one():

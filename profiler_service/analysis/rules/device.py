@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from profiler_service.analysis.evidence import DeviceIdleEvidence
+from profiler_service.analysis.evidence import (
+    CommunicationBoundEvidence,
+    DeviceIdleEvidence,
+    HostDeviceTransferEvidence,
+    OpDominatesEvidence,
+    TensorCoresUnusedEvidence,
+)
 from profiler_service.analysis.models import (
     Finding,
     HostActivity,
@@ -99,7 +105,7 @@ IDLE_ADVICE = {
 }
 
 
-@rule("op_dominates")
+@rule("op_dominates", evidence=OpDominatesEvidence)
 def op_dominates(summary: Summary) -> Finding | None:
     """One op (not an input op) takes at least `OP_DOMINATES_SHARE` of op time on its side
     (the device, else the host).
@@ -117,13 +123,13 @@ def op_dominates(summary: Summary) -> Finding | None:
         severity=Severity.INFO,
         title=f"One op, {top.name} ({top.type}), takes {top.self_time_share:.0%} of "
         f"{side.lower()} op time",
-        evidence={
-            "op": top.name,
-            "type": top.type,
-            "self_time_share": round(top.self_time_share, 4),
-            "self_time_ms": round(top.self_time_ms, 3),
-            "occurrences": top.occurrences,
-        },
+        evidence=OpDominatesEvidence(
+            op=top.name,
+            type=top.type,
+            self_time_share=round(top.self_time_share, 4),
+            self_time_ms=round(top.self_time_ms, 3),
+            occurrences=top.occurrences,
+        ).model_dump(),
         recommendation="Optimise this op first: check its shapes and dtype (mixed precision), "
         "whether XLA fuses it (`jit_compile=True`), and whether it runs more "
         "often than the model needs.",
@@ -131,7 +137,7 @@ def op_dominates(summary: Summary) -> Finding | None:
     )
 
 
-@rule("communication_bound")
+@rule("communication_bound", evidence=CommunicationBoundEvidence)
 def communication_bound(summary: Summary) -> Finding | None:
     """Collectives and device-to-device copies take at least `COMMUNICATION_WARNING_SHARE`
     of the step.
@@ -144,11 +150,11 @@ def communication_bound(summary: Summary) -> Finding | None:
     return Finding(
         severity=Severity.WARNING,
         title=f"{comm:.0%} of step time is collectives and device-to-device copies",
-        evidence={
-            "communication_share": round(comm, 4),
-            "collectives_ms_avg": st.breakdown_avg.collectives_ms,
-            "device_to_device_ms_avg": st.breakdown_avg.device_to_device_ms,
-        },
+        evidence=CommunicationBoundEvidence(
+            communication_share=round(comm, 4),
+            collectives_ms_avg=st.breakdown_avg.collectives_ms,
+            device_to_device_ms_avg=st.breakdown_avg.device_to_device_ms,
+        ).model_dump(),
         recommendation="Grow the per-replica batch so compute hides communication, pack "
         "gradients (`CommunicationOptions(bytes_per_pack=...)`), or use NCCL "
         "for all-reduce.",
@@ -157,7 +163,7 @@ def communication_bound(summary: Summary) -> Finding | None:
     )
 
 
-@rule("host_device_transfer")
+@rule("host_device_transfer", evidence=HostDeviceTransferEvidence)
 def host_device_transfer(summary: Summary) -> Finding | None:
     """Copies between host and device take at least `TRANSFER_WARNING_SHARE` of device time
     (Memcpy ops in XProf's op stats), or, on a GPU's own plane, of the capture; or the GPU
@@ -170,7 +176,7 @@ def host_device_transfer(summary: Summary) -> Finding | None:
         for op in summary.top_ops
         if op.host_or_device == "Device" and op.type.startswith("Memcpy")
     )
-    evidence: dict[str, object] = {"transfer_share": round(transfer, 4)}
+    evidence = HostDeviceTransferEvidence(transfer_share=round(transfer, 4))
     title = f"{transfer:.0%} of device time copies data between host and device"
     gpu = summary.gpu
     if transfer < TRANSFER_WARNING_SHARE and gpu is not None and gpu.active:
@@ -180,16 +186,16 @@ def host_device_transfer(summary: Summary) -> Finding | None:
         copy_ms = worst.copies.host_to_device_ms + worst.copies.device_to_host_ms
         transfer = copy_ms / worst.window_ms if worst.window_ms else 0.0
         steps = max(summary.step_time.count, 1)
-        evidence = {
-            "transfer_share": round(transfer, 4),
-            "gpu": worst.device,
-            "host_to_device_ms_per_step": round(worst.copies.host_to_device_ms / steps, 3),
-            "device_to_host_ms_per_step": round(worst.copies.device_to_host_ms / steps, 3),
-        }
+        evidence = HostDeviceTransferEvidence(
+            transfer_share=round(transfer, 4),
+            gpu=worst.device,
+            host_to_device_ms_per_step=round(worst.copies.host_to_device_ms / steps, 3),
+            device_to_host_ms_per_step=round(worst.copies.device_to_host_ms / steps, 3),
+        )
         title = f"{transfer:.0%} of the capture copies data between host and {worst.device}"
         staging = gpu.idle_while(HostActivity.TRANSFER) / 100
         if transfer < TRANSFER_WARNING_SHARE <= staging:
-            evidence["gpu_idle_while_host_copies_share"] = round(staging, 4)
+            evidence.gpu_idle_while_host_copies_share = round(staging, 4)
             title = (
                 f"The GPU idles {staging:.0%} of the capture while the host copies data to or "
                 f"from it (the GPU's own copies take {transfer:.0%})"
@@ -200,7 +206,7 @@ def host_device_transfer(summary: Summary) -> Finding | None:
     return Finding(
         severity=Severity.WARNING,
         title=title,
-        evidence=evidence,
+        evidence=evidence.model_dump(exclude_unset=True),  # the fields of its reading only
         recommendation="Keep tensors on the device between steps; prefetch to the device "
         "(`tf.data.experimental.prefetch_to_device`) so the next batch is copied while this "
         "one computes; send uint8 images and cast on the device; avoid `.numpy()` in the "
@@ -210,7 +216,11 @@ def host_device_transfer(summary: Summary) -> Finding | None:
     )
 
 
-@rule("tensor_cores_unused", silenced_by=("mixed_precision",))
+@rule(
+    "tensor_cores_unused",
+    silenced_by=("mixed_precision",),
+    evidence=TensorCoresUnusedEvidence,
+)
 def tensor_cores_unused(summary: Summary) -> Finding | None:
     """At least `TENSOR_CORE_UNUSED_SHARE` of kernel time is in Tensor-Core-eligible ops
     whose kernels do not use them (XProf's kernel stats); silent where mixed_precision fires,
@@ -229,7 +239,9 @@ def tensor_cores_unused(summary: Summary) -> Finding | None:
     return Finding(
         severity=Severity.WARNING,
         title=f"{unused:.0%} of kernel time could use Tensor Cores but does not",
-        evidence={"eligible_unused_share": round(unused, 4), "ops": names[:5]},
+        evidence=TensorCoresUnusedEvidence(
+            eligible_unused_share=round(unused, 4), ops=names[:5]
+        ).model_dump(),
         recommendation="Enable mixed precision (`keras.mixed_precision.set_global_policy("
         "'mixed_float16')`) and keep matmul/conv dimensions multiples of 8.",
         docs="https://www.tensorflow.org/guide/mixed_precision",

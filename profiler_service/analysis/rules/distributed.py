@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from profiler_service.analysis.evidence import StragglerEvidence
 from profiler_service.analysis.models import Finding, Severity, Summary
 from profiler_service.analysis.rules.registry import rule
 
@@ -21,7 +22,7 @@ _COMPUTE_ADVICE = (
 )
 
 
-@rule("straggler")
+@rule("straggler", evidence=StragglerEvidence)
 def straggler(summary: Summary) -> Finding | None:
     """In a multi-worker capture, the busiest worker's busy time is at least
     `STRAGGLER_RATIO` times the least busy one's and the excess is at least
@@ -44,14 +45,14 @@ def straggler(summary: Summary) -> Finding | None:
         severity=Severity.WARNING,
         title=f"Worker {slow.host} is the straggler: busy {slow.busy_ms_avg:g} ms per step "
         f"against {fast.busy_ms_avg:g} ms on {fast.host}; the others wait for it",
-        evidence={
-            "straggler": slow.host,
-            "busy_ms_by_host": {h.host: h.busy_ms_avg for h in hosts},
-            "input_ms_by_host": {h.host: h.breakdown_avg.input_ms for h in hosts},
-            "host_collectives_ms_by_host": {h.host: h.host_collectives_ms_avg for h in hosts},
-            "step_time_ms_avg": slow.step_time_ms_avg,
-            "slowed_by": cause,
-        },
+        evidence=StragglerEvidence(
+            straggler=slow.host,
+            busy_ms_by_host={h.host: h.busy_ms_avg for h in hosts},
+            input_ms_by_host={h.host: h.breakdown_avg.input_ms for h in hosts},
+            host_collectives_ms_by_host={h.host: h.host_collectives_ms_avg for h in hosts},
+            step_time_ms_avg=slow.step_time_ms_avg,
+            slowed_by=cause,
+        ).model_dump(),
         recommendation=f"Every synchronous step waits for {slow.host}, slowed by {cause}: "
         + (_INPUT_ADVICE if cause == "its input pipeline" else _COMPUTE_ADVICE),
         docs="https://www.tensorflow.org/guide/distributed_training",

@@ -4,6 +4,12 @@ GPUs against each other."""
 
 from __future__ import annotations
 
+from profiler_service.analysis.evidence import (
+    DeviceTraceMissingEvidence,
+    GpuImbalanceEvidence,
+    KernelLaunchBoundEvidence,
+    MixedPrecisionEvidence,
+)
 from profiler_service.analysis.gpu_activity import SHORT_KERNEL_US
 from profiler_service.analysis.gpu_models import Vendor
 from profiler_service.analysis.models import Finding, HostActivity, Severity, Summary
@@ -38,7 +44,7 @@ def trace_missing(summary: Summary) -> bool:
     return gpu is not None and bool(gpu.devices) and not any(d.busy_pct > 0 for d in gpu.devices)
 
 
-@rule("device_trace_missing")
+@rule("device_trace_missing", evidence=DeviceTraceMissingEvidence)
 def device_trace_missing(summary: Summary) -> Finding | None:
     """The capture names GPUs but holds no kernel and no copy on any of them. The GPU tracer
     (CUPTI) recorded nothing: it found no CUPTI library, was refused (profiling restricted to
@@ -55,11 +61,11 @@ def device_trace_missing(summary: Summary) -> Finding | None:
         severity=Severity.WARNING,
         title=f"The capture holds no GPU activity: the GPU tracer recorded no kernel and no copy "
         f"on the {len(gpu.devices)} GPU{'s' if len(gpu.devices) > 1 else ''}{named} it names",
-        evidence={
-            "gpus": [d.device for d in gpu.devices],
-            "models": models,
-            "step_count": summary.step_time.count,
-        },
+        evidence=DeviceTraceMissingEvidence(
+            gpus=[d.device for d in gpu.devices],
+            models=models,
+            step_count=summary.step_time.count,
+        ).model_dump(),
         recommendation="Nothing here says whether the GPUs worked; fix the trace and capture "
         "again. The job's log names the cause at the capture's start: (1) `Could not load "
         "dynamic library 'libcupti.so...'`: put CUDA's CUPTI on the library path "
@@ -82,7 +88,7 @@ def _cc(text: str | None) -> tuple[int, int] | None:
     return (int(major), int(minor or 0)) if major.isdigit() else None
 
 
-@rule("mixed_precision")
+@rule("mixed_precision", evidence=MixedPrecisionEvidence)
 def mixed_precision(summary: Summary) -> Finding | None:
     """A GPU with Tensor Cores (compute capability 7.0 and up) computes in 32-bit: under
     `LOW_16BIT_PCT` % of device compute in 16-bit (XProf's figure), or, where XProf gives
@@ -127,17 +133,17 @@ def mixed_precision(summary: Summary) -> Finding | None:
     return Finding(
         severity=severity,
         title=f"The {name} has {units} but computes in 32-bit: {basis}",
-        evidence={
-            "gpu": device.model,
-            "compute_capability": device.compute_capability,
-            "device_compute_16bit_pct": u.device_compute_16bit_pct,
-            "device_compute_32bit_pct": u.device_compute_32bit_pct,
-            "xprof_statement": u.precision_statement,
-            "tensor_core_eligible_ms": round(eligible, 3),
-            "tensor_core_ms": round(on_tensor_cores, 3),
-            "sixteen_bit_kernel_ms": round(sixteen_bit_ms, 3),
-            "kernel_pct": kernel_pct,
-        },
+        evidence=MixedPrecisionEvidence(
+            gpu=device.model,
+            compute_capability=device.compute_capability,
+            device_compute_16bit_pct=u.device_compute_16bit_pct,
+            device_compute_32bit_pct=u.device_compute_32bit_pct,
+            xprof_statement=u.precision_statement,
+            tensor_core_eligible_ms=round(eligible, 3),
+            tensor_core_ms=round(on_tensor_cores, 3),
+            sixteen_bit_kernel_ms=round(sixteen_bit_ms, 3),
+            kernel_pct=kernel_pct,
+        ).model_dump(),
         recommendation="Compute in 16-bit where it is safe: "
         '`tf.keras.mixed_precision.set_global_policy("mixed_float16")` before building the '
         "model (Keras scales the loss for you; keep the last layer's output in float32), and "
@@ -152,7 +158,7 @@ def mixed_precision(summary: Summary) -> Finding | None:
     )
 
 
-@rule("kernel_launch_bound")
+@rule("kernel_launch_bound", evidence=KernelLaunchBoundEvidence)
 def kernel_launch_bound(summary: Summary) -> Finding | None:
     """Kernel launch takes at least `KERNEL_LAUNCH_HIGH_SHARE` of the step (XProf's figure),
     or, on the GPU's own plane, at least `TINY_KERNEL_SHARE` of kernels are tiny, at least
@@ -161,10 +167,10 @@ def kernel_launch_bound(summary: Summary) -> Finding | None:
     """
     st = summary.step_time
     launch = share(st.breakdown_avg.kernel_launch_ms, st.avg_ms)
-    evidence: dict[str, object] = {
-        "kernel_launch_share": round(launch, 4),
-        "kernel_launch_ms_avg": st.breakdown_avg.kernel_launch_ms,
-    }
+    evidence = KernelLaunchBoundEvidence(
+        kernel_launch_share=round(launch, 4),
+        kernel_launch_ms_avg=st.breakdown_avg.kernel_launch_ms,
+    )
     title = f"{launch:.0%} of step time is spent launching kernels"
     impact = launch
     gpu = summary.gpu
@@ -180,16 +186,14 @@ def kernel_launch_bound(summary: Summary) -> Finding | None:
             or busiest.busy_pct >= LAUNCH_BOUND_MAX_BUSY_PCT
         ):
             return None
-        evidence = {
-            "gpu": busiest.device,
-            "kernels_per_step": round(per_step, 1),
-            "kernel_median_us": kernels.median_us,
-            "short_kernel_share": kernels.short_share,
-            "gpu_busy_pct": busiest.busy_pct,
-            "idle_while_host_ops_pct": busiest.idle_while_host_pct.get(
-                HostActivity.TF_OPS.value, 0.0
-            ),
-        }
+        evidence = KernelLaunchBoundEvidence(
+            gpu=busiest.device,
+            kernels_per_step=round(per_step, 1),
+            kernel_median_us=kernels.median_us,
+            short_kernel_share=kernels.short_share,
+            gpu_busy_pct=busiest.busy_pct,
+            idle_while_host_ops_pct=busiest.idle_while_host_pct.get(HostActivity.TF_OPS.value, 0.0),
+        )
         title = (
             f"Many tiny kernels: {per_step:.0f} per step, {kernels.short_share:.0%} of them "
             f"under {SHORT_KERNEL_US:g} µs (median {kernels.median_us:g} µs); the GPU is busy "
@@ -199,7 +203,7 @@ def kernel_launch_bound(summary: Summary) -> Finding | None:
     return Finding(
         severity=Severity.WARNING,
         title=title,
-        evidence=evidence,
+        evidence=evidence.model_dump(exclude_unset=True),  # the fields of its reading only
         recommendation="Each kernel costs a launch on the host that takes longer than the "
         "kernel: fuse them with XLA (`@tf.function(jit_compile=True)` or "
         "`model.compile(jit_compile=True)`), give each step more work (a larger batch), and "
@@ -209,7 +213,7 @@ def kernel_launch_bound(summary: Summary) -> Finding | None:
     )
 
 
-@rule("gpu_imbalance", silenced_by=("device_trace_missing",))
+@rule("gpu_imbalance", silenced_by=("device_trace_missing",), evidence=GpuImbalanceEvidence)
 def gpu_imbalance(summary: Summary) -> Finding | None:
     """Several GPUs: one or more ran no kernel, or their busy shares are at least
     `IMBALANCE_WARNING_POINTS` points apart (the busiest is the slowest: in a synchronous job
@@ -261,12 +265,12 @@ def gpu_imbalance(summary: Summary) -> Finding | None:
     return Finding(
         severity=severity,
         title=title,
-        evidence={
-            "busy_pct": {d.device: d.busy_pct for d in gpu.devices},
-            "unused": unused,
-            "spread_points": round(spread, 1),
-            "slowest": busiest.device,
-        },
+        evidence=GpuImbalanceEvidence(
+            busy_pct={d.device: d.busy_pct for d in gpu.devices},
+            unused=unused,
+            spread_points=round(spread, 1),
+            slowest=busiest.device,
+        ).model_dump(),
         recommendation=advice,
         docs="https://www.tensorflow.org/guide/distributed_training",
         impact_share=impact,

@@ -2,6 +2,14 @@
 
 from __future__ import annotations
 
+from profiler_service.analysis.evidence import (
+    BetweenStepsEvidence,
+    CompileTimeEvidence,
+    EagerExecutionEvidence,
+    HostOverheadEvidence,
+    NoStepMarkersEvidence,
+    ShortCaptureEvidence,
+)
 from profiler_service.analysis.models import Finding, InputBound, Severity, Summary
 from profiler_service.analysis.rules.input_pipeline import gpu_input_verdict
 from profiler_service.analysis.rules.registry import rule, share
@@ -23,7 +31,7 @@ COMPILE_WARNING_SHARE = 0.10
 MIN_STEPS = 3
 
 
-@rule("host_overhead")
+@rule("host_overhead", evidence=HostOverheadEvidence)
 def host_overhead(summary: Summary) -> Finding | None:
     """XProf's "All Others" time (Python, I/O between TF ops) is at least
     `ALL_OTHER_HIGH_SHARE` of the step (warning), or at least `ALL_OTHER_MODERATE_SHARE`
@@ -45,11 +53,11 @@ def host_overhead(summary: Summary) -> Finding | None:
     return Finding(
         severity=severity,
         title=f"{other:.0%} of step time is 'All Others' time: Python or I/O between TF ops",
-        evidence={
-            "all_others_share": round(other, 4),
-            "all_others_ms_avg": st.breakdown_avg.other_ms,
-            "step_time_ms_avg": st.avg_ms,
-        },
+        evidence=HostOverheadEvidence(
+            all_others_share=round(other, 4),
+            all_others_ms_avg=st.breakdown_avg.other_ms,
+            step_time_ms_avg=st.avg_ms,
+        ).model_dump(),
         recommendation="Look for Python work in the training loop (logging, metrics, data "
         "conversion per step), move it out of the step or into tf.function, and "
         "avoid reading files synchronously between steps.",
@@ -58,7 +66,7 @@ def host_overhead(summary: Summary) -> Finding | None:
     )
 
 
-@rule("between_steps")
+@rule("between_steps", evidence=BetweenStepsEvidence)
 def between_steps(summary: Summary) -> Finding | None:
     """At least `BETWEEN_STEPS_INFO_SHARE` of each step (info; `BETWEEN_STEPS_WARNING_SHARE`:
     warning) runs between the step markers: the training loop's own Python from one marked
@@ -86,19 +94,19 @@ def between_steps(summary: Summary) -> Finding | None:
         severity=severity,
         title=f"{between:.0%} of each step runs between the marked steps, in the training "
         "loop's own Python",
-        evidence={
-            "between_steps_share": round(between, 4),
-            "between_steps_ms_avg": st.breakdown_avg.between_steps_ms,
-            "step_time_ms_avg": st.avg_ms,
-            "steps_per_marker": st.steps_per_marker,
-        },
+        evidence=BetweenStepsEvidence(
+            between_steps_share=round(between, 4),
+            between_steps_ms_avg=st.breakdown_avg.between_steps_ms,
+            step_time_ms_avg=st.avg_ms,
+            steps_per_marker=st.steps_per_marker,
+        ).model_dump(),
         recommendation=advice,
         docs="https://www.tensorflow.org/api_docs/python/tf/keras/Model#compile",
         impact_share=between,
     )
 
 
-@rule("eager_execution")
+@rule("eager_execution", evidence=EagerExecutionEvidence)
 def eager_execution(summary: Summary) -> Finding | None:
     """At least `EAGER_WARNING_PCT` % of host op time runs eagerly (XProf reports it on GPU
     captures), or, read from the capture's own events, at least `EAGER_MIN_OPS_PER_STEP` ops a
@@ -113,7 +121,9 @@ def eager_execution(summary: Summary) -> Finding | None:
     )
     if (pct < EAGER_WARNING_PCT and not from_events) or summary.step_time.count == 0:
         return None
-    evidence = {"host_eager_pct": pct, "device_eager_pct": summary.utilisation.device_eager_pct}
+    evidence = EagerExecutionEvidence(
+        host_eager_pct=pct, device_eager_pct=summary.utilisation.device_eager_pct
+    )
     title = f"{pct:g}% of host op time runs eagerly, one Python call per op"
     if from_events and pct < EAGER_WARNING_PCT:
         pct = round(100 * eager.dispatch_share, 1)
@@ -121,17 +131,17 @@ def eager_execution(summary: Summary) -> Finding | None:
             f"{eager.ops_per_step:g} ops a step run eagerly, one Python call each: {pct:g}% of "
             "the step is their dispatch"
         )
-        evidence = {
-            "eager_ops_per_step": eager.ops_per_step,
-            "dispatch_ms_per_step": eager.dispatch_ms_per_step,
-            "kernel_ms_per_step": eager.kernel_ms_per_step,
-            "dispatch_share": round(eager.dispatch_share, 4),
-            "steps_call_tf_functions": eager.in_tf_function,
-        }
+        evidence = EagerExecutionEvidence(
+            eager_ops_per_step=eager.ops_per_step,
+            dispatch_ms_per_step=eager.dispatch_ms_per_step,
+            kernel_ms_per_step=eager.kernel_ms_per_step,
+            dispatch_share=round(eager.dispatch_share, 4),
+            steps_call_tf_functions=eager.in_tf_function,
+        )
     return Finding(
         severity=Severity.WARNING,
         title=title,
-        evidence=evidence,
+        evidence=evidence.model_dump(exclude_unset=True),  # the fields of its reading only
         recommendation="Wrap the training step in `@tf.function` (Keras does this unless "
         "`run_eagerly=True`), so TensorFlow runs it as one graph instead of "
         "dispatching every small op from Python.",
@@ -140,7 +150,7 @@ def eager_execution(summary: Summary) -> Finding | None:
     )
 
 
-@rule("compile_time")
+@rule("compile_time", evidence=CompileTimeEvidence)
 def compile_time(summary: Summary) -> Finding | None:
     """Compilation takes at least `COMPILE_WARNING_SHARE` of the step (a retraced tf.function)."""
     st = summary.step_time
@@ -150,10 +160,10 @@ def compile_time(summary: Summary) -> Finding | None:
     return Finding(
         severity=Severity.WARNING,
         title=f"{compile_share:.0%} of step time is compilation",
-        evidence={
-            "compile_share": round(compile_share, 4),
-            "compile_ms_avg": st.breakdown_avg.compile_ms,
-        },
+        evidence=CompileTimeEvidence(
+            compile_share=round(compile_share, 4),
+            compile_ms_avg=st.breakdown_avg.compile_ms,
+        ).model_dump(),
         recommendation="Steps keep compiling: a tf.function retraced for new shapes or Python "
         "values. Give it an `input_signature`, pad to fixed shapes, or pass "
         "tensors instead of Python numbers.",
@@ -162,7 +172,7 @@ def compile_time(summary: Summary) -> Finding | None:
     )
 
 
-@rule("no_step_markers")
+@rule("no_step_markers", evidence=NoStepMarkersEvidence)
 def no_step_markers(summary: Summary) -> Finding | None:
     """The capture has XProf data but no marked step (add `ProfilerStepCallback`)."""
     if summary.step_time.count > 0 or not summary.tools:
@@ -170,7 +180,7 @@ def no_step_markers(summary: Summary) -> Finding | None:
     return Finding(
         severity=Severity.WARNING,
         title="No training steps were marked, so step time cannot be analysed",
-        evidence={"steps": 0},
+        evidence=NoStepMarkersEvidence(steps=0).model_dump(),
         recommendation="Pass `profiler_service.steps.ProfilerStepCallback()` to `model.fit`, or "
         "wrap each step of a custom loop in `training_step(i)`; capture while the "
         "job is training.",
@@ -178,7 +188,7 @@ def no_step_markers(summary: Summary) -> Finding | None:
     )
 
 
-@rule("short_capture")
+@rule("short_capture", evidence=ShortCaptureEvidence)
 def short_capture(summary: Summary) -> Finding | None:
     """Fewer than `MIN_STEPS` steps were captured."""
     if not 0 < summary.step_time.count < MIN_STEPS:
@@ -186,6 +196,8 @@ def short_capture(summary: Summary) -> Finding | None:
     return Finding(
         severity=Severity.INFO,
         title=f"Only {summary.step_time.count} steps were captured: the figures are rough",
-        evidence={"steps": summary.step_time.count, "step_time_ms_avg": summary.step_time.avg_ms},
+        evidence=ShortCaptureEvidence(
+            steps=summary.step_time.count, step_time_ms_avg=summary.step_time.avg_ms
+        ).model_dump(),
         recommendation="Capture for longer (a few seconds more than several steps).",
     )

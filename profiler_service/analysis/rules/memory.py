@@ -2,6 +2,14 @@
 
 from __future__ import annotations
 
+from profiler_service.analysis.evidence import (
+    AliveAtPeak,
+    KeptAcrossSteps,
+    MemoryFragmentationEvidence,
+    MemoryGrowthEvidence,
+    MemoryPressureEvidence,
+    MemoryTemporariesEvidence,
+)
 from profiler_service.analysis.models import (
     AllocatorMemory,
     Finding,
@@ -31,7 +39,7 @@ def _worst(summary: Summary, key) -> AllocatorMemory | None:
     return max(candidates, key=key, default=None)
 
 
-@rule("memory_pressure")
+@rule("memory_pressure", evidence=MemoryPressureEvidence)
 def memory_pressure(summary: Summary) -> Finding | None:
     """An allocator's peak reaches `PEAK_WARNING_SHARE` (warning) or `PEAK_CRITICAL_SHARE`
     (critical) of its capacity.
@@ -45,12 +53,12 @@ def memory_pressure(summary: Summary) -> Finding | None:
     return Finding(
         severity=severity,
         title=f"Memory peaks at {m.peak_share_of_capacity:.0%} of {m.allocator}'s capacity",
-        evidence={
-            "allocator": m.allocator,
-            "peak_bytes_in_use": m.peak_bytes_in_use,
-            "capacity_bytes": m.capacity_bytes,
-            "peak_share_of_capacity": m.peak_share_of_capacity,
-        },
+        evidence=MemoryPressureEvidence(
+            allocator=m.allocator,
+            peak_bytes_in_use=m.peak_bytes_in_use,
+            capacity_bytes=m.capacity_bytes,
+            peak_share_of_capacity=m.peak_share_of_capacity,
+        ).model_dump(),
         recommendation="One larger batch or model from out-of-memory: reduce the batch, use "
         "mixed precision, recompute activations (gradient checkpointing), and "
         "release large temporaries early.",
@@ -58,7 +66,7 @@ def memory_pressure(summary: Summary) -> Finding | None:
     )
 
 
-@rule("memory_fragmentation")
+@rule("memory_fragmentation", evidence=MemoryFragmentationEvidence)
 def memory_fragmentation(summary: Summary) -> Finding | None:
     """At least `FRAGMENTATION_WARNING_SHARE` of memory is fragmented at the peak while at
     least `FRAGMENTATION_MIN_PEAK_SHARE` of capacity is used.
@@ -73,17 +81,17 @@ def memory_fragmentation(summary: Summary) -> Finding | None:
     return Finding(
         severity=Severity.WARNING,
         title=f"{m.allocator} is {m.fragmentation_share:.0%} fragmented at its peak",
-        evidence={
-            "allocator": m.allocator,
-            "fragmentation_share": m.fragmentation_share,
-            "peak_share_of_capacity": m.peak_share_of_capacity,
-        },
+        evidence=MemoryFragmentationEvidence(
+            allocator=m.allocator,
+            fragmentation_share=m.fragmentation_share,
+            peak_share_of_capacity=m.peak_share_of_capacity,
+        ).model_dump(),
         recommendation="Allocations of many sizes leave holes: use fixed shapes (pad or "
         "bucket), and avoid growing tensors step by step.",
     )
 
 
-@rule("memory_temporaries")
+@rule("memory_temporaries", evidence=MemoryTemporariesEvidence)
 def memory_temporaries(summary: Summary) -> Finding | None:
     """At least `TEMPORARIES_WARNING_SHARE` of the peak is held by concat/stack-style
     temporaries.
@@ -100,12 +108,12 @@ def memory_temporaries(summary: Summary) -> Finding | None:
     return Finding(
         severity=Severity.WARNING,
         title=f"{temp_share:.0%} of peak memory is temporaries from concat/stack-style ops",
-        evidence={
-            "allocator": m.allocator,
-            "temporaries_bytes": m.peak_temporaries_bytes,
-            "peak_bytes_in_use": m.peak_bytes_in_use,
-            "ops": m.peak_temporaries_ops,
-        },
+        evidence=MemoryTemporariesEvidence(
+            allocator=m.allocator,
+            temporaries_bytes=m.peak_temporaries_bytes,
+            peak_bytes_in_use=m.peak_bytes_in_use,
+            ops=m.peak_temporaries_ops,
+        ).model_dump(),
         recommendation="Concatenating or stacking in a loop keeps every intermediate alive: "
         "collect into a `tf.TensorArray`, preallocate, or drop references so "
         "the allocator can reuse the memory.",
@@ -161,7 +169,7 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-@rule("memory_growth")
+@rule("memory_growth", evidence=MemoryGrowthEvidence)
 def memory_growth(summary: Summary) -> Finding | None:
     """Memory in use at each step's low point rises along a line (R² and share of rising
     steps at least `MEMORY_GROWTH_MIN_R2` and `MEMORY_GROWTH_MIN_RISING_SHARE`, rising in
@@ -187,17 +195,13 @@ def memory_growth(summary: Summary) -> Finding | None:
         else ""
     )
     kept = [
-        {
-            "op": k.op_name,
-            "shape": k.shape,
-            "count": k.count,
-            "bytes": k.bytes,
-            "first_ms": k.first_time_ms,
-        }
+        KeptAcrossSteps(
+            op=k.op_name, shape=k.shape, count=k.count, bytes=k.bytes, first_ms=k.first_time_ms
+        )
         for k in m.kept_allocations
     ]
     alive = [
-        {"op": a.op_name, "shape": a.shape, "bytes": a.bytes * a.occurrences, "step": a.step}
+        AliveAtPeak(op=a.op_name, shape=a.shape, bytes=a.bytes * a.occurrences, step=a.step)
         for a in m.alive_at_peak
     ]
     if m.kept_allocations:
@@ -208,7 +212,7 @@ def memory_growth(summary: Summary) -> Finding | None:
     elif m.alive_at_peak:
         culprit = (
             " Largest allocations alive at the peak: "
-            + ", ".join(f"`{a['op']}` {a['shape']} ({_mib(a['bytes'])})" for a in alive[:3])
+            + ", ".join(f"`{a.op}` {a.shape} ({_mib(a.bytes)})" for a in alive[:3])
             + "."
         )
     else:
@@ -216,24 +220,24 @@ def memory_growth(summary: Summary) -> Finding | None:
     return Finding(
         severity=Severity.CRITICAL if critical else Severity.WARNING,
         title=f"Memory in use on {m.allocator} grows by {rate} at every step's low point{when}",
-        evidence={
-            "allocator": m.allocator,
-            "bytes_per_s": g.bytes_per_s,
-            "bytes_per_step": g.bytes_per_step,
-            "growth_bytes": g.growth_bytes,
-            "r2": g.r2,
-            "rising_share": g.rising_share,
-            "basis": g.basis,
-            "points": g.points,
-            "peak_bytes_in_use": m.peak_bytes_in_use,
-            "capacity_bytes": m.capacity_bytes,
-            "seconds_to_capacity": soon,
-            "process_rss_bytes": process.rss_bytes if process else None,
-            "process_limit_bytes": process.limit_bytes if process else None,
-            "kept_allocations": kept,
-            "alive_at_peak": alive,
-            "alive_before_capture_bytes": m.alive_before_capture_bytes,
-        },
+        evidence=MemoryGrowthEvidence(
+            allocator=m.allocator,
+            bytes_per_s=g.bytes_per_s,
+            bytes_per_step=g.bytes_per_step,
+            growth_bytes=g.growth_bytes,
+            r2=g.r2,
+            rising_share=g.rising_share,
+            basis=g.basis,
+            points=g.points,
+            peak_bytes_in_use=m.peak_bytes_in_use,
+            capacity_bytes=m.capacity_bytes,
+            seconds_to_capacity=soon,
+            process_rss_bytes=process.rss_bytes if process else None,
+            process_limit_bytes=process.limit_bytes if process else None,
+            kept_allocations=kept,
+            alive_at_peak=alive,
+            alive_before_capture_bytes=m.alive_before_capture_bytes,
+        ).model_dump(),
         recommendation="Something keeps each step's tensors alive." + culprit + " Look for: "
         "references kept across steps (outputs or losses appended to a Python list, metrics "
         "summed as tensors instead of with `.numpy()`/`tf.keras.metrics`); concat/stack in a "

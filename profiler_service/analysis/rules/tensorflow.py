@@ -7,6 +7,12 @@ that spent 60 of 69 ms compiling, and no tf-function statement for a job retraci
 
 from __future__ import annotations
 
+from profiler_service.analysis.evidence import (
+    RetracingEvidence,
+    StepTemporariesEvidence,
+    StepTemporariesOp,
+    XlaRecompilationEvidence,
+)
 from profiler_service.analysis.models import (
     AllocatorMemory,
     Finding,
@@ -69,7 +75,7 @@ def _functions(summary: Summary) -> list[TfFunctionCalls]:
     return summary.tf_functions.functions if summary.tf_functions else []
 
 
-@rule("retracing")
+@rule("retracing", evidence=RetracingEvidence)
 def retracing(summary: Summary) -> Finding | None:
     """A `tf.function` traced again at least `RETRACING_MIN_TRACES` times during the capture
     and at least `RETRACING_MIN_PER_STEP` times per step (info); warning once tracing takes
@@ -110,24 +116,24 @@ def retracing(summary: Summary) -> Finding | None:
         severity=Severity.WARNING if cost >= RETRACING_WARNING_SHARE else Severity.INFO,
         title=f"tf.function `{f.name}` was traced again {rate}: "
         f"{cost:.0%} of step time building graphs",
-        evidence={
-            "function": f.name,
-            "traces": f.traces,
-            "calls": f.calls,
-            "steps": summary.step_time.count,
-            "traces_per_step": per_step,
-            "tracing_ms": f.tracing_ms,
-            "tracing_share": cost,
-            "traced_in_all": f.traced_in_all,
-            "jit_compile": f.jit_compile,
-        },
+        evidence=RetracingEvidence(
+            function=f.name,
+            traces=f.traces,
+            calls=f.calls,
+            steps=summary.step_time.count,
+            traces_per_step=per_step,
+            tracing_ms=f.tracing_ms,
+            tracing_share=cost,
+            traced_in_all=f.traced_in_all,
+            jit_compile=f.jit_compile,
+        ).model_dump(),
         recommendation=cause,
         docs=DOCS_RETRACING,
         impact_share=cost,
     )
 
 
-@rule("xla_recompilation")
+@rule("xla_recompilation", evidence=XlaRecompilationEvidence)
 def xla_recompilation(summary: Summary) -> Finding | None:
     """XLA compiled one function at least `XLA_MIN_COMPILES` times during the capture and at
     least `XLA_MIN_PER_STEP` times per step, or once in at least `XLA_ONE_COMPILE_MIN_PER_STEP`
@@ -156,17 +162,17 @@ def xla_recompilation(summary: Summary) -> Finding | None:
     return Finding(
         severity=Severity.WARNING if cost >= XLA_WARNING_SHARE else Severity.INFO,
         title=f"XLA compiled `{f.name}` {rate}: {cost:.0%} of step time compiling",
-        evidence={
-            "function": f.name,
-            "compiles": f.compiles,
-            "compiles_per_step": per_step,
-            "compile_ms": f.compile_ms,
-            "compile_ms_per_compile": round(f.compile_ms / f.compiles, 3),
-            "compile_share": cost,
-            "traces": f.traces,
-            "calls": f.calls,
-            "xprof_compile_ms_avg": summary.step_time.breakdown_avg.compile_ms,
-        },
+        evidence=XlaRecompilationEvidence(
+            function=f.name,
+            compiles=f.compiles,
+            compiles_per_step=per_step,
+            compile_ms=f.compile_ms,
+            compile_ms_per_compile=round(f.compile_ms / f.compiles, 3),
+            compile_share=cost,
+            traces=f.traces,
+            calls=f.calls,
+            xprof_compile_ms_avg=summary.step_time.breakdown_avg.compile_ms,
+        ).model_dump(),
         recommendation=f"The shapes `{f.name}` is called with keep changing, and {why}. "
         "Feed it few shapes: fixed batches (`batch(..., drop_remainder=True)`), sequences "
         "padded to a fixed length or to a few buckets (`padded_batch`, "
@@ -191,7 +197,7 @@ def _mib(n: float) -> str:
     return f"{n / 2**20:,.1f} MiB"
 
 
-@rule("step_temporaries", silenced_by=("memory_growth",))
+@rule("step_temporaries", silenced_by=("memory_growth",), evidence=StepTemporariesEvidence)
 def step_temporaries(summary: Summary) -> Finding | None:
     """Memory rises and falls inside every step without growing: the peak stands at least
     `TEMPORARIES_MIN_SWING_BYTES` and `TEMPORARIES_MIN_SWING_SHARE` of the peak above the steps'
@@ -205,13 +211,13 @@ def step_temporaries(summary: Summary) -> Finding | None:
     m = max(sawtooth, key=step_swing_bytes)
     swing = step_swing_bytes(m)
     ops = [
-        {
-            "op": a.op_name,
-            "shapes": a.shapes,
-            "bytes_per_step": a.bytes_per_step,
-            "count_per_step": a.count_per_step,
-            "peak_alive_bytes": a.peak_alive_bytes,
-        }
+        StepTemporariesOp(
+            op=a.op_name,
+            shapes=a.shapes,
+            bytes_per_step=a.bytes_per_step,
+            count_per_step=a.count_per_step,
+            peak_alive_bytes=a.peak_alive_bytes,
+        )
         for a in m.allocations_by_op
     ]
     top = m.allocations_by_op[0]
@@ -225,13 +231,13 @@ def step_temporaries(summary: Summary) -> Finding | None:
         title=f"Each step allocates and frees up to {_mib(swing)} on {m.allocator} (peak "
         f"{_mib(m.peak_bytes_in_use)}); `{top.op_name}` allocates the most "
         f"({_mib(top.bytes_per_step)} per step)",
-        evidence={
-            "allocator": m.allocator,
-            "swing_bytes": swing,
-            "peak_bytes_in_use": m.peak_bytes_in_use,
-            "swing_share_of_peak": round(swing / m.peak_bytes_in_use, 4),
-            "ops": ops,
-        },
+        evidence=StepTemporariesEvidence(
+            allocator=m.allocator,
+            swing_bytes=swing,
+            peak_bytes_in_use=m.peak_bytes_in_use,
+            swing_share_of_peak=round(swing / m.peak_bytes_in_use, 4),
+            ops=ops,
+        ).model_dump(),
         recommendation=f"Not a leak: the memory comes back at the end of every step. Per step: "
         f"{named}. To lower the peak, release references early (`del` intermediate tensors "
         "you no longer need), avoid `tf.concat`/`tf.stack` over many pieces kept alive until "

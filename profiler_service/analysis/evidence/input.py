@@ -1,8 +1,4 @@
-"""What a finding read, typed: the model of a rule's `evidence` (declared with
-`@rule(name, evidence=...)`), which the rule fills and its readers (impact.py's models, the
-advice, the corpus) read by attribute, not by key. The findings catalogue lists each model's
-fields. In `snapshot.json` the evidence stays a plain object: its keys are these fields.
-"""
+"""The input pipeline's evidence (rules/input_pipeline.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["DeviceIdleEvidence", "InputBoundEvidence"]
+__all__ = ["InputBoundEvidence"]
 
 
 class InputBoundEvidence(BaseModel):
@@ -49,22 +45,4 @@ class InputBoundEvidence(BaseModel):
     pipeline_has: list[str] = Field(default_factory=list, description="what it already has")
     generic_advice: bool = Field(
         False, description="no iterator was named: the advice is the usual list"
-    )
-
-
-class DeviceIdleEvidence(BaseModel):
-    """device_idle: how idle the accelerator was and, on a GPU, what the host did meanwhile."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    device_idle_pct: float = Field(description="the share of the time the device idled")
-    device_duty_cycle_pct: float | None = Field(None, description="XProf's device duty cycle")
-    bottleneck: str | None = Field(None, description="the summary's bottleneck")
-    idle_while_host_pct: dict[str, float] | None = Field(
-        None,
-        description="on a GPU: the share of the capture it idled while the host did each "
-        "activity (input, transfer, tf_ops, python, tf_data, nothing)",
-    )
-    gpus: dict[str, float] | None = Field(
-        None, description="on a GPU: each active GPU's idle share"
     )
