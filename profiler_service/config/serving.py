@@ -308,7 +308,20 @@ class FleetSettings(Group):
         default=30.0,
         gt=0,
         description="Seconds between the hub's syncs of the bucket (`store_url`) into its fleet "
-        "index.",
+        "index (with `hub_database_url`, one replica syncs for the fleet).",
+    )
+    full_sync_interval_s: float = Field(
+        default=3600.0,
+        gt=0,
+        description="Seconds between the syncs that list the whole bucket (the others list what "
+        "was taken since the last): they find deletions, rewrites of older snapshots and "
+        "snapshots that reached the bucket over 15 minutes late.",
+    )
+    database_url: SecretStr | None = Field(
+        default=None,
+        description="The fleet index on PostgreSQL (`postgresql://user:password@host:5432/db`), "
+        "shared by every replica: the bucket is synced once for the fleet and a replica starts "
+        "without reading it. Unset: SQLite under `store`, one index per replica.",
     )
     forward_timeout_s: float = Field(
         default=10.0,

@@ -22,7 +22,7 @@ CHART_SETS = frozenset({
     "host", "port", "insecure", "api_token", "store", "targets", "public_url",
     "webhook_token", "webhook_username", "webhook_password", "webhook_hmac_secret",
     "grafana_token", "store_options", "watch_process", "pod_name", "pod_namespace",
-    "hub_url", "hub_token", "hub_advertise_url", "workload", "tokens_file",
+    "hub_url", "hub_token", "hub_advertise_url", "workload", "tokens_file", "hub_database_url",
 })  # fmt: skip
 
 # Every setting may also come as the string its environment variable would hold.

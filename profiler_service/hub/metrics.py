@@ -62,6 +62,7 @@ class SyncState(Protocol):
     last: RefreshStats | None
     last_success_s: float | None
     baseline_ids: frozenset[str]
+    version: str  # changes whenever a sync (any replica's) changed the index
 
 
 class FleetCollector:
@@ -80,7 +81,7 @@ class FleetCollector:
 
     def view(self) -> FleetView:
         """The fleet view as of the last sync (what the page and each scrape read)."""
-        return self.views.get(self.fleet_sync.syncs_total)
+        return self.views.get(self.fleet_sync.version)
 
     def collect(self) -> Iterator[Metric]:
         sidecars = GaugeMetricFamily(

@@ -562,3 +562,26 @@ def test_the_sidecar_names_its_workload_for_the_fleet(monkeypatch):
     }
     monkeypatch.setenv("PROFILER_WORKLOAD", "")  # the downward API's value for a missing label
     assert Settings(api_token="t").capture.workload is None
+
+
+def test_the_hubs_index_on_postgresql_comes_from_a_secret_and_drops_the_index_volume():
+    """With `hub.database`, every replica reads the URL from the Secret (never a plain value:
+    it holds a password); /index keeps only the alert log, not a 2 GiB copy of the index."""
+    database = {"existingSecret": "fleet-db", "key": "dsn"}
+    docs = install_dry_run({**HUB_VALUES, "hub": {**HUB_VALUES["hub"], "database": database}})
+    for doc in docs:
+        validate_kubernetes(doc)
+    pod = hub_objects(docs)[0]["spec"]["template"]["spec"]
+    env = env_of(pod["containers"][0])
+    reference = env["PROFILER_HUB_DATABASE_URL"]["valueFrom"]["secretKeyRef"]
+    assert reference == {"name": "fleet-db", "key": "dsn"}
+    index = next(v for v in pod["volumes"] if v["name"] == "hub-index")
+    assert index["emptyDir"]["sizeLimit"] == "256Mi"
+
+    pod = hub_objects(install_dry_run(HUB_VALUES))[0]["spec"]["template"]["spec"]
+    assert "PROFILER_HUB_DATABASE_URL" not in env_of(pod["containers"][0])
+    index = next(v for v in pod["volumes"] if v["name"] == "hub-index")
+    assert index["emptyDir"]["sizeLimit"] == "2Gi"
+    assert "database" in install_error(
+        {**HUB_VALUES, "hub": {**HUB_VALUES["hub"], "database": {"url": "postgresql://x"}}}
+    )

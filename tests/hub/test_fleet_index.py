@@ -55,12 +55,21 @@ def fleet_snapshots():
     return out
 
 
-def hub_env(s3: S3Server, prefix: str) -> dict[str, str]:
-    return {
+def hub_env(s3: S3Server, prefix: str, database_url: str | None = None) -> dict[str, str]:
+    env = {
         "PROFILER_STORE_URL": f"s3://{BUCKET}/{prefix}",
         "PROFILER_STORE_OPTIONS": s3.options_json,
         "PROFILER_HUB_SYNC_INTERVAL_S": "0.5",
     }
+    if database_url:
+        env["PROFILER_HUB_DATABASE_URL"] = database_url
+    return env
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def index_url(request) -> str | None:
+    """The hub's index: SQLite under its store (the default), or a real PostgreSQL's."""
+    return request.getfixturevalue("postgres").database() if request.param != "sqlite" else None
 
 
 def ids(client, **params) -> list[str]:
@@ -68,14 +77,15 @@ def ids(client, **params) -> list[str]:
     return [s["id"] for s in body["data"]]
 
 
-def test_the_fleet_listing_filters_pages_and_serves_from_the_bucket(s3, tmp_path):
-    mirror = BucketClient(f"s3://{BUCKET}/listing", s3.options)
+def test_the_fleet_listing_filters_pages_and_serves_from_the_bucket(s3, tmp_path, index_url):
+    prefix = f"listing-{'pg' if index_url else 'sqlite'}"
+    mirror = BucketClient(f"s3://{BUCKET}/{prefix}", s3.options)
     snapshots = fleet_snapshots()
     for s in snapshots:
         put(mirror, s, tmp_path / "files" / s.id)
     newest_first = sorted((s.id for s in snapshots), key=lambda x: x, reverse=True)
     by_time = sorted(snapshots, key=lambda s: s.created_at, reverse=True)
-    hub = start_hub(tmp_path / "hub", hub_env(s3, "listing"))
+    hub = start_hub(tmp_path / "hub", hub_env(s3, prefix, index_url))
     try:
         with hub.client() as client:
             wait_until(lambda: client.get("/profiles").json()["count"] == 30, 60, "first sync")
@@ -103,6 +113,18 @@ def test_the_fleet_listing_filters_pages_and_serves_from_the_bucket(s3, tmp_path
             pages = [ids(client, limit=7, offset=o) for o in range(0, 30, 7)]
             assert [x for page in pages for x in page] == [s.id for s in by_time]
             assert client.get("/profiles", params={"severity": "bogus"}).status_code == 422
+            # Keyset paging: each page's `next` is the following page's `before`, to the end.
+            walked, params = [], {"limit": 7, "namespace": "team-a"}
+            while True:
+                body = client.get("/profiles", params=params).json()
+                walked += [item["id"] for item in body["data"]]
+                assert body["count"] == 10
+                if body["next"] is None:
+                    break
+                params["before"] = body["next"]
+            assert walked == [s.id for s in by_time if s.namespace == "team-a"]
+            bad = client.get("/profiles", params={"before": "yesterday,../x"})
+            assert bad.status_code == 422 and bad.json()["error"] == "invalid_request"
 
             first = snapshots[0]
             one = client.get(f"/profiles/{first.id}").json()
@@ -126,7 +148,8 @@ def test_syncs_are_incremental_and_a_deleted_index_is_rebuilt_the_same(s3, tmp_p
     snapshots = fleet_snapshots()
     for s in snapshots:
         put(mirror, s, tmp_path / "files" / s.id)
-    hub = start_hub(tmp_path / "hub", hub_env(s3, "rebuild"))
+    env = {**hub_env(s3, "rebuild"), "PROFILER_HUB_FULL_SYNC_INTERVAL_S": "3"}
+    hub = start_hub(tmp_path / "hub", env)
     try:
         with hub.client() as client:
             wait_until(lambda: client.get("/profiles").json()["count"] == 30, 60, "first sync")
@@ -135,7 +158,8 @@ def test_syncs_are_incremental_and_a_deleted_index_is_rebuilt_the_same(s3, tmp_p
                 text = client.get("/metrics").text
                 return float(re.search(r"^profiler_fleet_syncs_total (\S+)$", text, re.M)[1])
 
-            # New snapshots and a deletion: the next syncs read only what changed.
+            # New snapshots and a deletion: the next syncs list only what was taken since the
+            # last (the three new ones), and a whole listing every 3 s finds the deletion.
             extra = [
                 fleet_snapshot(100 + k, namespace="team-z", target="fresh", minutes_ago=k)
                 for k in range(3)
@@ -147,20 +171,22 @@ def test_syncs_are_incremental_and_a_deleted_index_is_rebuilt_the_same(s3, tmp_p
             assert snapshots[5].id not in ids(client, limit=500)
             assert ids(client, namespace="team-z") == [s.id for s in extra]
             assert synced() >= 2
-            assert "fleet sync: 32 snapshots listed, 0 indexed, 0 dropped" in wait_until(
-                lambda: (
-                    "32 snapshots listed, 0 indexed" in hub.log.read_text() and hub.log.read_text()
-                ),
+            log = hub.log.read_text()
+            listed = re.findall(r"fleet sync: (\d+) snapshots listed \(since the cursor\)", log)
+            assert listed and max(map(int, listed)) <= 3, log[-3000:]
+            wait_until(
+                lambda: "32 snapshots listed (whole bucket), 0 indexed, 0 dropped"
+                in hub.log.read_text(),
                 30,
-                "a sync with nothing new",
+                "a whole listing with nothing new",
             )
             before = client.get("/profiles", params={"limit": 500}).json()
     finally:
         hub.stop()
 
     for suffix in ("", "-wal", "-shm"):
-        (tmp_path / "hub" / f"index.sqlite{suffix}").unlink(missing_ok=True)
-    again = start_hub(tmp_path / "hub", hub_env(s3, "rebuild"))
+        (tmp_path / "hub" / f"fleet.sqlite{suffix}").unlink(missing_ok=True)
+    again = start_hub(tmp_path / "hub", env)
     try:
         with again.client() as client:
             wait_until(lambda: client.get("/profiles").json()["count"] == 32, 60, "the rebuild")
@@ -170,12 +196,13 @@ def test_syncs_are_incremental_and_a_deleted_index_is_rebuilt_the_same(s3, tmp_p
     assert after == before
 
 
-def test_the_fleet_page_and_metrics_show_each_jobs_latest_state(s3, tmp_path):
-    mirror = BucketClient(f"s3://{BUCKET}/page", s3.options)
+def test_the_fleet_page_and_metrics_show_each_jobs_latest_state(s3, tmp_path, index_url):
+    prefix = f"page-{'pg' if index_url else 'sqlite'}"
+    mirror = BucketClient(f"s3://{BUCKET}/{prefix}", s3.options)
     snapshots = fleet_snapshots()
     for s in snapshots:
         put(mirror, s, tmp_path / "files" / s.id)
-    hub = start_hub(tmp_path / "hub", hub_env(s3, "page"))
+    hub = start_hub(tmp_path / "hub", hub_env(s3, prefix, index_url))
     try:
         with hub.client() as client:
             wait_until(lambda: client.get("/profiles").json()["count"] == 30, 60, "first sync")

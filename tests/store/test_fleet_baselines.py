@@ -39,19 +39,19 @@ def test_the_hub_compares_a_job_with_the_baseline_its_sidecar_set(tmp_path):
         copied = tmp_path / "bucket" / fleet_baselines_path(sidecar)
         wait_until(lambda: sync.pending_count() == 0 and copied.is_file(), 30, "the copy")
 
-        hub.fleet_sync.once()
+        hub.fleet_sync.once(force=True)
         assert hub.fleet_sync.baseline_ids == {old}
         (job,) = fleet_view(
-            hub.store.index, hub.settings, baselines=hub.fleet_sync.baseline_ids
+            hub.store.fleet, hub.settings, baselines=hub.fleet_sync.baseline_ids
         ).jobs
         assert job.latest.id == recent[-1] and job.baseline.id == old  # 30 days old, still it
         # Without the sidecar's word, the window's rule: the oldest of the 7 days.
-        (job,) = fleet_view(hub.store.index, hub.settings.report).jobs
+        (job,) = fleet_view(hub.store.fleet, hub.settings.report).jobs
         assert job.baseline.id == recent[0]
         # The baseline moves: the hub follows at its next sync.
         store.set_baseline(recent[1], target_key("trainer"))
         wait_until(lambda: recent[1] in copied.read_text(), 30, "the new copy")
-        hub.fleet_sync.once()
+        hub.fleet_sync.once(force=True)
         assert hub.fleet_sync.baseline_ids == {recent[1]}
     finally:
         hub.stop()
