@@ -84,6 +84,14 @@ class StoreNotWritable(ServiceError):
     status_code = 503
 
 
+class BucketUnreachable(ServiceError):
+    """The fleet hub could not read the bucket for a whole snapshot or a file; its listings,
+    answered from its index, still work."""
+
+    code = "bucket_unreachable"
+    status_code = 503
+
+
 class InternalError(ServiceError):
     """A bug in the service; the detail names the exception (its traceback is in the log). A
     capture it kept from starting left nothing behind."""

@@ -4,6 +4,7 @@ reports and files from the bucket, incremental syncs, and a rebuild from nothing
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 
@@ -175,8 +176,10 @@ def test_syncs_are_incremental_and_a_deleted_index_is_rebuilt_the_same(s3, tmp_p
             listed = re.findall(r"fleet sync: (\d+) snapshots listed \(since the cursor\)", log)
             assert listed and max(map(int, listed)) <= 3, log[-3000:]
             wait_until(
-                lambda: "32 snapshots listed (whole bucket), 0 indexed, 0 dropped"
-                in hub.log.read_text(),
+                lambda: (
+                    "32 snapshots listed (whole bucket), 0 indexed, 0 dropped"
+                    in hub.log.read_text()
+                ),
                 30,
                 "a whole listing with nothing new",
             )
@@ -244,3 +247,31 @@ def test_the_fleet_page_and_metrics_show_each_jobs_latest_state(s3, tmp_path, in
             assert exemplar and exemplar[1] == latest.id
     finally:
         hub.stop()
+
+
+def test_a_replica_on_the_shared_index_starts_without_reading_the_bucket(s3, tmp_path, postgres):
+    """On PostgreSQL the fleet was indexed once: a replica that starts lists it from its first
+    request, even with the bucket unreachable; the whole snapshot then needs the bucket."""
+    mirror = BucketClient(f"s3://{BUCKET}/shared", s3.options)
+    snapshots = fleet_snapshots()
+    for s in snapshots:
+        put(mirror, s, tmp_path / "files" / s.id)
+    url = postgres.database()
+    first = start_hub(tmp_path / "hub-a", hub_env(s3, "shared", url))
+    try:
+        with first.client() as client:
+            wait_until(lambda: client.get("/profiles").json()["count"] == 30, 60, "first sync")
+            listed = client.get("/profiles", params={"limit": 500}).json()
+    finally:
+        first.stop()
+    nowhere = {**s3.fast_fail_options, "endpoint_url": f"http://127.0.0.1:{free_port()}"}
+    env = {**hub_env(s3, "shared", url), "PROFILER_STORE_OPTIONS": json.dumps(nowhere)}
+    second = start_hub(tmp_path / "hub-b", env)
+    try:
+        with second.client() as client:
+            assert client.get("/profiles", params={"limit": 500}).json() == listed
+            assert client.get("/fleet").status_code == 200
+            one = client.get(f"/profiles/{snapshots[0].id}")
+            assert one.status_code == 503 and one.json()["error"] == "bucket_unreachable", one.text
+    finally:
+        second.stop()

@@ -13,11 +13,17 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from profiler_service.errors import FileNotFound, SnapshotNotFound, StoreNotWritable
+from profiler_service.errors import (
+    BucketUnreachable,
+    FileNotFound,
+    SnapshotNotFound,
+    StoreNotWritable,
+)
 from profiler_service.hub.index.database import FleetDatabase
 from profiler_service.hub.index.queries import IndexQueries
 from profiler_service.hub.index.writes import IndexWrites
@@ -51,7 +57,8 @@ class HubSnapshots:
                 self._cache.move_to_end(key)
                 return self._cache[key]
         entry = RemoteEntry(snapshot_id, *where)
-        found = parse_remote(entry, self.bucket.read_docs([entry]).get(snapshot_id))
+        with _bucket(snapshot_id):
+            found = parse_remote(entry, self.bucket.read_docs([entry]).get(snapshot_id))
         if found is None:  # deleted (or moved) since the last sync
             self.writes.remove([snapshot_id])
             return self._unindexed(snapshot_id)
@@ -62,7 +69,8 @@ class HubSnapshots:
         return found.snapshot
 
     def _unindexed(self, snapshot_id: str) -> Snapshot:
-        read = self.bucket.read_doc(snapshot_id)
+        with _bucket(snapshot_id):
+            read = self.bucket.read_doc(snapshot_id)
         found = parse_remote(*read) if read else None
         if found is None:
             raise SnapshotNotFound(f"no snapshot with id {snapshot_id!r}")
@@ -84,7 +92,8 @@ class HubSnapshots:
             and ".." not in name
             and name in {f.name for f in snapshot.files}
         ):
-            size = self.bucket.file_size(snapshot, name)
+            with _bucket(snapshot_id):
+                size = self.bucket.file_size(snapshot, name)
             if size is not None:
                 return size, self.bucket.open_file(snapshot, name)
         raise FileNotFound(f"snapshot {snapshot_id} has no file {name!r}")
@@ -97,3 +106,14 @@ class HubSnapshots:
             raise StoreNotWritable(
                 f"the fleet index {self.db!r} does not answer: {brief(exc)}"
             ) from None
+
+
+@contextmanager
+def _bucket(snapshot_id: str) -> Iterator[None]:
+    """What the bucket raised, as the API's 503 (the listings, from the index, still work)."""
+    try:
+        yield
+    except Exception as exc:
+        raise BucketUnreachable(
+            f"could not read {snapshot_id} from the fleet's bucket: {brief(exc)}"
+        ) from None
