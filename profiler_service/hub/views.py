@@ -26,8 +26,7 @@ from profiler_service.exporters import charts
 from profiler_service.exporters.report import SEVERITY_COLOURS, _environment
 from profiler_service.hub.ledger import Ledger
 from profiler_service.hub.registry import SidecarRecord
-from profiler_service.store.index import FleetRow
-from profiler_service.store.queries import FleetIndex
+from profiler_service.store.queries import FleetIndex, FleetRow
 from profiler_service.tenancy import Reach
 
 __all__ = ["FleetView", "FleetViewCache", "JobView", "fleet_view", "render_fleet"]

@@ -1,4 +1,8 @@
-"""SQLite index of snapshots: fast listing and filtering, always rebuildable from snapshot.json."""
+"""SQLite index of snapshots: fast listing and filtering, always rebuildable from snapshot.json.
+
+`SnapshotIndex` opens (or rebuilds) it, writes it and answers the API's listing; the queries
+the metrics, the fleet and a job's history ask are `SnapshotIndex.queries` (index_queries.py).
+"""
 
 from __future__ import annotations
 
@@ -12,6 +16,8 @@ from pathlib import Path
 
 from profiler_service.analysis.gpu_waste import capture_waste
 from profiler_service.models import Snapshot
+from profiler_service.store.index_queries import SnapshotIndexQueries
+from profiler_service.store.queries import FleetRow as FleetRow  # its home is queries.py
 
 log = logging.getLogger(__name__)
 
@@ -67,24 +73,6 @@ class IndexEntry:
 
 
 @dataclass(frozen=True)
-class FleetRow:
-    """One ready snapshot as the fleet page and metrics read it (index columns only)."""
-
-    id: str
-    namespace: str | None
-    target: str
-    pod: str | None
-    created_at: str
-    step_time_ms: float | None
-    bottleneck: str | None
-    rules: str
-    findings: str  # rule:severity ...
-    pinned: bool
-    workload: str | None = None
-    gpu_waste: str | None = None  # CaptureWaste JSON (analysis/gpu_waste.py)
-
-
-@dataclass(frozen=True)
 class SnapshotQuery:
     status: str | None = None
     trigger: str | None = None
@@ -109,6 +97,8 @@ class SnapshotIndex:
         self.path = path
         self._lock = threading.Lock()
         self._conn = self._connect()
+        # What the metrics, the fleet and a job's history ask: the same connection and lock.
+        self.queries = SnapshotIndexQueries(self._conn, self._lock)
 
     def _connect(self) -> sqlite3.Connection:
         try:
@@ -258,79 +248,3 @@ class SnapshotIndex:
                 [*args, q.limit, q.offset],
             ).fetchall()
         return [r[0] for r in rows], total
-
-    def totals_by_status(self) -> list[tuple[str, int, int, int]]:
-        """(status, snapshots, bytes, pinned) per status: one aggregate query, no JSON read.
-
-        Snapshots other sidecars put in a shared bucket (location `remote`) are theirs to export.
-        """
-        with self._lock:
-            return self._conn.execute(
-                "SELECT status, count(*), coalesce(sum(size_bytes), 0), coalesce(sum(pinned), 0) "
-                "FROM snapshots WHERE location != 'remote' GROUP BY status"
-            ).fetchall()
-
-    def latest_ready(self) -> dict[str, tuple[str, str]]:
-        """{target: (id, created_at)} of each target's newest ready snapshot (index only)."""
-        with self._lock:
-            rows = self._conn.execute(
-                # SQLite fills bare columns from the row that holds max(created_at).
-                "SELECT target, id, max(created_at) FROM snapshots "
-                "WHERE status = 'ready' AND location != 'remote' GROUP BY target"
-            ).fetchall()
-        return {r[0]: (r[1], r[2]) for r in rows}
-
-    def job_history(
-        self,
-        namespace: str | None,
-        workload: str | None,
-        target: str,
-        before: str,
-        limit: int = 20,
-    ) -> list[tuple[str, bool]]:
-        """(id, whether it raised findings) of the job's ready snapshots created before
-        `before` (ISO), newest first: a job is (namespace, workload, target), as the fleet
-        counts it, whichever pod took them."""
-        with self._lock:
-            rows = self._conn.execute(
-                "SELECT id, rules != '' FROM snapshots WHERE status = 'ready' AND target = ? "
-                "AND coalesce(namespace, '') = ? AND coalesce(workload, '') = ? "
-                "AND created_at < ? ORDER BY created_at DESC, id DESC LIMIT ?",
-                (target, namespace or "", workload or "", before, limit),
-            ).fetchall()
-        return [(r[0], bool(r[1])) for r in rows]
-
-    def fleet_rows(self, since: datetime) -> list[FleetRow]:
-        """Every ready snapshot created since `since`, oldest first, without reading its JSON."""
-        with self._lock:
-            rows = self._conn.execute(
-                "SELECT id, namespace, target, pod, created_at, step_time_ms, bottleneck, rules, "
-                "findings, pinned, workload, gpu_waste FROM snapshots WHERE status = 'ready' "
-                "AND created_at >= ? ORDER BY created_at, id",
-                (since.isoformat(),),
-            ).fetchall()
-        return [FleetRow(*r[:9], bool(r[9]), *r[10:]) for r in rows]
-
-    def fleet_row(self, snapshot_id: str) -> FleetRow | None:
-        """One ready snapshot as `fleet_rows` reads it, whenever it was taken (a baseline)."""
-        with self._lock:
-            r = self._conn.execute(
-                "SELECT id, namespace, target, pod, created_at, step_time_ms, bottleneck, rules, "
-                "findings, pinned, workload, gpu_waste FROM snapshots WHERE status = 'ready' "
-                "AND id = ?",
-                (snapshot_id,),
-            ).fetchone()
-        return FleetRow(*r[:9], bool(r[9]), *r[10:]) if r else None
-
-    def count_by_status(self) -> list[tuple[str | None, str, int]]:
-        """(namespace, status, snapshots) of every snapshot indexed, wherever it is."""
-        with self._lock:
-            return self._conn.execute(
-                "SELECT namespace, status, count(*) FROM snapshots GROUP BY namespace, status"
-            ).fetchall()
-
-    def doc(self, snapshot_id: str) -> str | None:
-        """The stored snapshot.json text, unparsed."""
-        with self._lock:
-            row = self._conn.execute("SELECT doc FROM docs WHERE id = ?", (snapshot_id,)).fetchone()
-        return row[0] if row else None

@@ -1,17 +1,35 @@
 """What the store's readers beyond the API ask of its index, as protocols: the sidecar's metrics
 (`StoreTotals`) and the fleet hub's page, metrics and ledger (`FleetIndex`). They are handed the
-index through these (`SnapshotStore.totals`, `SnapshotStore.fleet`) and depend on nothing else
-of it, so another index (the hub's shared one, on a database) answers them the same way.
+index's queries through these (`SnapshotStore.totals`, `SnapshotStore.fleet`: index_queries.py)
+and depend on nothing else of it, so another index (the hub's shared one, on a database) answers
+them the same way.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from profiler_service.store.index import FleetRow
+__all__ = ["FleetIndex", "FleetRow", "StoreTotals"]
 
-__all__ = ["FleetIndex", "StoreTotals"]
+
+@dataclass(frozen=True)
+class FleetRow:
+    """One ready snapshot as the fleet page and metrics read it (index columns only)."""
+
+    id: str
+    namespace: str | None
+    target: str
+    pod: str | None
+    created_at: str
+    step_time_ms: float | None
+    bottleneck: str | None
+    rules: str
+    findings: str  # rule:severity ...
+    pinned: bool
+    workload: str | None = None
+    gpu_waste: str | None = None  # CaptureWaste JSON (analysis/gpu_waste.py)
 
 
 class StoreTotals(Protocol):

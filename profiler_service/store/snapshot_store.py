@@ -192,11 +192,11 @@ class SnapshotStore:
     # What readers beyond the API ask (store/queries.py): they read nothing else of the index.
     @property
     def totals(self) -> StoreTotals:
-        return self.index
+        return self.index.queries
 
     @property
     def fleet(self) -> FleetIndex:
-        return self.index
+        return self.index.queries
 
     def check_writable(self) -> None:
         probe = self.staging_dir / f".probe-{os.getpid()}-{threading.get_ident()}"
@@ -303,7 +303,7 @@ class SnapshotStore:
     def job_history(self, snapshot: Snapshot, limit: int = 20) -> list[tuple[str, bool]]:
         """The ready snapshots of `snapshot`'s job taken before it, newest first, each with
         whether it raised findings (from the index: no snapshot.json is read)."""
-        return self.index.job_history(
+        return self.index.queries.job_history(
             snapshot.namespace,
             snapshot.workload,
             snapshot.target,

@@ -129,9 +129,9 @@ def test_a_second_store_lists_reads_and_downloads_what_the_first_wrote(s3, bucke
     with pytest.raises(FileNotFound):
         central.file_path(ID_A, "host1.xplane.pb")  # nothing on its disk: it streams
     # Metrics of each instance count its own snapshots, not the fleet's.
-    assert central.index.totals_by_status() == []
-    assert central.index.latest_ready() == {}
-    assert [row[:2] for row in a.index.totals_by_status()] == [("ready", 1)]
+    assert central.totals.totals_by_status() == []
+    assert central.totals.latest_ready() == {}
+    assert [row[:2] for row in a.totals.totals_by_status()] == [("ready", 1)]
 
 
 def test_a_snapshot_id_not_yet_listed_is_read_straight_from_the_bucket(s3, bucket, open_store):
@@ -265,7 +265,7 @@ def test_local_retention_bounds_the_cache_not_the_bucket(s3, bucket, open_store)
     assert not (a.profile_dir / ID_A).exists()  # evicted from the local cache ...
     assert listed_ids(a) == [ID_B, ID_A]  # ... still listed and readable, from the bucket
     assert b"".join(a.remote_file(ID_A, "host1.xplane.pb")[1]) == b"first"
-    assert [row[:2] for row in a.index.totals_by_status()] == [("ready", 1)]
+    assert [row[:2] for row in a.totals.totals_by_status()] == [("ready", 1)]
 
 
 def test_retention_never_evicts_a_snapshot_waiting_for_upload(tmp_path, open_store):
