@@ -65,9 +65,17 @@ class SnapshotListItem(_Listed):
     links: SnapshotLinks
 
 
+# A listing counts what matched up to this many: past it, `count` says this and `count_capped`
+# is true (counting a million rows costs a second; the page itself stays fast at any depth).
+COUNT_CAP = 1000
+
+
 class SnapshotsPublic(BaseModel):
     data: list[SnapshotListItem]
-    count: int
+    count: int = Field(description=f"how many matched, up to {COUNT_CAP} (see `count_capped`)")
+    count_capped: bool = Field(
+        False, description=f"more than {COUNT_CAP} matched: `count` is a lower bound"
+    )
     limit: int
     offset: int
     next: str | None = Field(
@@ -88,9 +96,10 @@ def snapshots_page_json(
         links = snapshot_links(item, settings)
         items.append(f'{item.model_dump_json()[:-1]},"links":{links.model_dump_json()}}}')
     cursor = json.dumps(page_cursor(last)) if last is not None and len(docs) >= limit else "null"
+    capped = "true" if count > COUNT_CAP else "false"
     return (
-        f'{{"data":[{",".join(items)}],"count":{count},"limit":{limit},"offset":{offset},'
-        f'"next":{cursor}}}'
+        f'{{"data":[{",".join(items)}],"count":{min(count, COUNT_CAP)},"count_capped":{capped},'
+        f'"limit":{limit},"offset":{offset},"next":{cursor}}}'
     )
 
 

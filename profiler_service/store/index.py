@@ -88,6 +88,8 @@ class SnapshotQuery:
     until: datetime | None = None
     limit: int = 50
     offset: int = 0
+    # Keyset paging: only snapshots older than this (created_at, id), the previous page's last.
+    before: tuple[datetime, str] | None = None
 
 
 class SnapshotIndex:
@@ -237,14 +239,19 @@ class SnapshotIndex:
             where.append("created_at < ?")
             args.append(q.until.isoformat())
         clause = f"WHERE {' AND '.join(where)}" if where else ""
+        page_where, page_args = list(where), list(args)
+        if q.before is not None:  # the count is of every match; the page starts after `before`
+            page_where.append("(created_at, id) < (?, ?)")
+            page_args.extend((q.before[0].isoformat(), q.before[1]))
+        page_clause = f"WHERE {' AND '.join(page_where)}" if page_where else ""
         with self._lock:
             total = self._conn.execute(f"SELECT count(*) FROM snapshots {clause}", args).fetchone()[
                 0
             ]
             rows = self._conn.execute(
-                f"SELECT docs.doc FROM (SELECT id, created_at FROM snapshots {clause} "
+                f"SELECT docs.doc FROM (SELECT id, created_at FROM snapshots {page_clause} "
                 "ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?) AS page "
                 "JOIN docs ON docs.id = page.id ORDER BY page.created_at DESC, page.id DESC",
-                [*args, q.limit, q.offset],
+                [*page_args, q.limit, q.offset],
             ).fetchall()
         return [r[0] for r in rows], total

@@ -6,6 +6,7 @@ lease and a killed one lets go, and syncs of a real S3 API (moto) list only what
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -19,7 +20,13 @@ from helpers import free_port
 from s3_server import S3Server, wait_until
 
 from profiler_service.analysis.models import Severity
-from profiler_service.api.schemas import page_cursor, parse_cursor
+from profiler_service.api.schemas import (
+    COUNT_CAP,
+    page_cursor,
+    parse_cursor,
+    snapshots_page_json,
+)
+from profiler_service.config import ReportSettings
 from profiler_service.hub.index.database import FleetDatabase, database_url
 from profiler_service.hub.index.queries import IndexQueries
 from profiler_service.hub.index.schema import metadata
@@ -249,3 +256,22 @@ def test_a_listing_from_a_time_on_is_the_whole_listing_cut_there(s3, tmp_path, k
     after = client.list_snapshots(start_after=cut)
     assert after == {i: e for i, e in whole.items() if i > cut}
     assert len(after) == 6
+
+
+def test_counts_stop_past_the_cap_and_the_page_says_so(db):
+    """Counting a million rows costs a second: the index counts to one past COUNT_CAP, and the
+    page reports the cap as a lower bound; a smaller match is counted exactly."""
+    fleet = [
+        fleet_snapshot(i, namespace="big" if i < COUNT_CAP + 3 else "small", target="t",
+                       minutes_ago=i / 10)
+        for i in range(COUNT_CAP + 8)
+    ]  # fmt: skip
+    IndexWrites(db).upsert(RemoteSnapshot(s, 1) for s in fleet)
+    queries = IndexQueries(db)
+    items, total = queries.list_items(SnapshotQuery(limit=10))
+    assert total == COUNT_CAP + 1 and len(items) == 10
+    page = json.loads(snapshots_page_json(items, total, 10, 0, ReportSettings()))
+    assert page["count"] == COUNT_CAP and page["count_capped"] is True and page["next"]
+    items, total = queries.list_items(SnapshotQuery(namespace="small", limit=10))
+    page = json.loads(snapshots_page_json(items, total, 10, 0, ReportSettings()))
+    assert (page["count"], page["count_capped"], page["next"]) == (5, False, None)

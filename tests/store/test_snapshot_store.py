@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from profiler_service.api.schemas import page_cursor, parse_cursor
 from profiler_service.errors import FileNotFound, SnapshotBusy, SnapshotNotFound
 from profiler_service.models import (
     CaptureOptions,
@@ -373,6 +374,20 @@ def test_list_is_newest_first_with_total(populated: SnapshotStore):
     snapshots, total = populated.list(SnapshotQuery())
     assert [s.id for s in snapshots] == ["s4", "s3", "s2", "s1", "s0"]
     assert total == 5
+
+
+def test_keyset_pages_walk_the_listing_once_and_the_count_is_of_every_match(
+    populated: SnapshotStore,
+):
+    walked, before = [], None
+    while True:
+        page, total = populated.list(SnapshotQuery(limit=2, before=before))
+        assert total == 5
+        walked += [s.id for s in page]
+        if len(page) < 2:
+            break
+        before = parse_cursor(page_cursor(page[-1]))
+    assert walked == ["s4", "s3", "s2", "s1", "s0"]
 
 
 def test_list_filters_by_status(populated: SnapshotStore):

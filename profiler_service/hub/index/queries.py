@@ -9,6 +9,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from profiler_service.api.schemas import COUNT_CAP
 from profiler_service.hub.index.database import FleetDatabase, utc
 from profiler_service.hub.index.schema import findings, snapshots
 from profiler_service.store.index import FleetRow, SnapshotQuery
@@ -37,7 +38,8 @@ class IndexQueries:
         self.db = db
 
     def list_items(self, q: SnapshotQuery) -> tuple[list[str], int]:
-        """One page of list items (JSON texts), newest first, and how many matched."""
+        """One page of list items (JSON texts), newest first, and how many matched (counted
+        up to `COUNT_CAP` + 1)."""
         s = snapshots
         where: list[Any] = [s.c[name] == getattr(q, name) for name in _EQUAL if getattr(q, name)]
         if q.namespaces is not None:
@@ -54,7 +56,9 @@ class IndexQueries:
             created, snapshot_id = q.before
             page = page.where(sa.tuple_(s.c.created_at, s.c.id) < (utc(created), snapshot_id))
         page = page.order_by(s.c.created_at.desc(), s.c.id.desc()).limit(q.limit).offset(q.offset)
-        count = sa.select(sa.func.count()).select_from(s).where(*where)
+        # Counted up to one past the cap: the page says "more than COUNT_CAP" past it.
+        matched = sa.select(s.c.id).where(*where).limit(COUNT_CAP + 1).subquery()
+        count = sa.select(sa.func.count()).select_from(matched)
         with self.db.connect() as conn:
             items = list(conn.execute(page).scalars())
             total = conn.execute(count).scalar() or 0
