@@ -3,17 +3,15 @@
 Every trigger (HTTP, webhooks, schedules, the memory watch, the CLI) asks `try_start()`, which
 answers started, busy or rejected: the target must be configured, the duration within
 [`duration_min_s`, `duration_max_s`] whatever the trigger parsed, one capture at a time per
-target. A deadline of duration + grace; every failure stored in the snapshot with a code and a
-sentence. Captures run on worker threads, so callers get the snapshot back at once and follow
-it through `capturing -> analyzing -> ready | failed`.
+target. Captures run on worker threads (pipeline.py: a deadline of duration + grace; every
+failure stored in the snapshot with a code and a sentence), so callers get the snapshot back at
+once and follow it through `capturing -> analyzing -> ready | failed`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
-import statistics
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -22,16 +20,8 @@ from enum import StrEnum
 from pathlib import Path
 
 from profiler_service.analysis.analyzer import XprofAnalyzer
-from profiler_service.analysis.models import ProcessCpu, ProcessMemory
-from profiler_service.capture.capturer import Captured, CaptureFailed, CaptureJob, Capturer
-from profiler_service.capture.cost import snapshot_cost
-from profiler_service.capture.discovery import resolve_workers
-from profiler_service.capture.remote import connect_error
-from profiler_service.capture.snapshot_steps import (
-    begin_lead_up,
-    complete_lead_up,
-    verify_against_history,
-)
+from profiler_service.capture.capturer import CaptureJob, Capturer
+from profiler_service.capture.pipeline import run_capture
 from profiler_service.config import BoundsSettings, CaptureSettings
 from profiler_service.durations import format_seconds
 from profiler_service.errors import (
@@ -39,21 +29,15 @@ from profiler_service.errors import (
     InternalError,
     InvalidDuration,
     InvalidRequest,
-    PipelineFailure,
     ServiceError,
-    SnapshotErrorCode,
     UnknownTarget,
 )
-from profiler_service.lookback.models import LeadUp, PendingLeadUp
-from profiler_service.lookback.sources import cpu_cores_available
+from profiler_service.lookback.models import PendingLeadUp
 from profiler_service.models import (
     CaptureOptions,
     Snapshot,
-    SnapshotError,
-    SnapshotStatus,
     Trigger,
     new_snapshot_id,
-    utcnow,
 )
 from profiler_service.store import SnapshotStore
 from profiler_service.targets import Target, TargetKind
@@ -62,8 +46,6 @@ log = logging.getLogger(__name__)
 
 # How long analysis usually takes after the trace, for Retry-After; a hint, not a bound.
 _ANALYSIS_ESTIMATE_S = 5.0
-CANCEL_GRACE_S = 10.0  # a trace cancelled at its deadline has this long to end and save
-CPU_SAMPLES = 10  # the job's CPU use: the median of this many samples before the capture
 
 
 @dataclass(frozen=True)
@@ -178,15 +160,7 @@ class CaptureController:
             self.check_duration(request.duration_s)
         except ServiceError as exc:
             return StartResult(StartOutcome.REJECTED, error=exc)
-        s = self.capture
-        options = CaptureOptions(
-            duration_ms=round(request.duration_s * 1000),
-            host_tracer_level=_pick(request.host_tracer_level, s.host_tracer_level),
-            python_tracer_level=_pick(request.python_tracer_level, s.python_tracer_level),
-            device_tracer_level=_pick(request.device_tracer_level, s.device_tracer_level),
-            include_dataset_ops=s.include_dataset_ops,
-            options_applied=capturer.applies_tracer_levels,
-        )
+        options = _options(request, capturer, self.capture)
         with self._lock:
             busy = self._active.get(target.name)
             if busy is not None:
@@ -199,19 +173,7 @@ class CaptureController:
                 )
                 running = busy.snapshot.model_copy(deep=True)
                 return StartResult(StartOutcome.BUSY, snapshot=running, error=error)
-            trigger = request.trigger.model_copy(
-                update={"labels": {**s.labels, **request.trigger.labels}}
-            )
-            snapshot = Snapshot(
-                id=new_snapshot_id(target.name),
-                target=target.name,
-                pod=s.pod_name,
-                namespace=s.pod_namespace,
-                workload=s.workload,
-                workers=target.workers,
-                trigger=trigger,
-                capture=options,
-            )
+            snapshot = _new_snapshot(target, options, request.trigger, self.capture)
             try:
                 logdir = self.store.begin(snapshot)
             except ServiceError as exc:
@@ -288,53 +250,15 @@ class CaptureController:
 
     def _run(self, active: _Active, capturer: Capturer, job: CaptureJob) -> None:
         snapshot = active.snapshot
-        pending: PendingLeadUp | None = None
         try:
-            target, found = resolve_workers(job.target, self.capture.max_workers)
-            job = dataclasses.replace(job, target=target)
-            snapshot.workers = target.workers
-            snapshot.capture_started_at = utcnow()
-            self.store.update(snapshot)
-            # No analysis worker is started (XProf imported) while the trace runs: on the job's
-            # cores it slowed the traced steps (bench/bench_overhead.py); the analysis starts
-            # one after the trace if none is warm.
-            captured = _with_deadline(capturer, job)
-            snapshot.capture_finished_at = utcnow()
-            began = captured.trace_began
-            if began is not None:
-                snapshot.capture.lookback_ms = max(
-                    0, round((snapshot.capture_started_at - began).total_seconds() * 1000)
-                )
-            pending = begin_lead_up(self.lead_up, snapshot)
-            run_dir = self.store.adopt_capture(snapshot, captured.paths)
-            snapshot.status = SnapshotStatus.ANALYZING
-            self.store.update(snapshot)
-            analysis = self.analyzer.analyze(
-                run_dir, _process_memory(snapshot.lead_up), _process_cpu(snapshot.lead_up)
-            )
-            snapshot.summary, snapshot.findings = analysis.summary, analysis.findings
-            _note_missing_workers(snapshot)
-            if found > len(target.workers):
-                snapshot.summary.notes.append(
-                    f"{found} workers were discovered; the first {len(target.workers)} were "
-                    "captured (PROFILER_CAPTURE_MAX_WORKERS)"
-                )
-            complete_lead_up(snapshot, pending)
-            snapshot.capture.cost = snapshot_cost(snapshot)
-            verify_against_history(self.store, snapshot)
-            self.store.publish(snapshot)
-            log.info("snapshot %s ready (%s)", snapshot.id, snapshot.target)
-        except PipelineFailure as exc:  # CaptureFailed, AnalysisFailed (whose files are kept)
-            complete_lead_up(snapshot, pending)
-            self._fail(snapshot, exc.code, exc.detail, keep_files=exc.keep_files)
-        except Exception as exc:
-            log.exception("snapshot %s failed unexpectedly", snapshot.id)
-            complete_lead_up(snapshot, pending)
-            self._fail(
+            run_capture(
                 snapshot,
-                SnapshotErrorCode.INTERNAL_ERROR,
-                f"{type(exc).__name__}: {exc}",
-                keep_files=False,
+                capturer,
+                job,
+                store=self.store,
+                analyzer=self.analyzer,
+                lead_up=self.lead_up,
+                max_workers=self.capture.max_workers,
             )
         finally:
             with self._lock:
@@ -350,100 +274,34 @@ class CaptureController:
             except Exception:
                 log.exception("on_finished callback %r failed for %s", callback, snapshot.id)
 
-    def _fail(
-        self, snapshot: Snapshot, code: SnapshotErrorCode, detail: str, *, keep_files: bool
-    ) -> None:
-        log.warning("snapshot %s failed: %s: %s", snapshot.id, code, detail)
-        snapshot.status = SnapshotStatus.FAILED
-        snapshot.error = SnapshotError(code=code, detail=detail)
-        try:
-            self.store.fail(snapshot, keep_files=keep_files)
-        except Exception:
-            log.exception("could not record the failure of snapshot %s", snapshot.id)
 
-
-def _with_deadline(capturer: Capturer, job: CaptureJob) -> Captured:
-    """Enforce the deadline even on capturers that block in C++ (the in-process profiler)."""
-    result: dict = {}
-
-    def run() -> None:
-        try:
-            result["captured"] = capturer.capture(job)
-        except BaseException as exc:
-            result["error"] = exc
-
-    worker = threading.Thread(target=run, name=f"trace-{job.snapshot_id}", daemon=True)
-    worker.start()
-    worker.join(job.timeout_s + 5)
-    if worker.is_alive():
-        # Past the deadline: end the trace before the target is freed for the next capture.
-        job.cancel.set()
-        worker.join(CANCEL_GRACE_S)
-        if worker.is_alive():
-            log.error("the trace of %s outlived its deadline and its cancellation", job.snapshot_id)
-        raise CaptureFailed(
-            SnapshotErrorCode.CAPTURE_TIMEOUT,
-            f"the capture did not finish within {job.timeout_s:g} s (duration + grace)",
-        )
-    if "error" in result:
-        raise result["error"]
-    return result["captured"]
-
-
-def _process_memory(lead_up: LeadUp | None) -> ProcessMemory | None:
-    """The job's RSS and memory limit at the capture's end, from the lead-up: for the memory
-    rules, a host allocator's real capacity."""
-    if lead_up is None:
-        return None
-    last = {}
-    for series in lead_up.series:
-        own = series.source != "prometheus"
-        if own and series.labels.get("device") == "host" and series.points:
-            last[series.name] = (series.points[-1][1], series.source)
-    if "memory_in_use_bytes" not in last or "memory_capacity_bytes" not in last:
-        return None
-    return ProcessMemory(
-        rss_bytes=int(last["memory_in_use_bytes"][0]),
-        limit_bytes=int(last["memory_capacity_bytes"][0]),
-        source=last["memory_in_use_bytes"][1],
+def _options(request: CaptureRequest, capturer: Capturer, s: CaptureSettings) -> CaptureOptions:
+    """The capture's options: the request's tracer levels, else the configured ones."""
+    return CaptureOptions(
+        duration_ms=round(request.duration_s * 1000),
+        host_tracer_level=_pick(request.host_tracer_level, s.host_tracer_level),
+        python_tracer_level=_pick(request.python_tracer_level, s.python_tracer_level),
+        device_tracer_level=_pick(request.device_tracer_level, s.device_tracer_level),
+        include_dataset_ops=s.include_dataset_ops,
+        options_applied=capturer.applies_tracer_levels,
     )
 
 
-def _process_cpu(lead_up: LeadUp | None) -> ProcessCpu:
-    """The job's cores from the lead-up (the median use of its last samples), else this
-    service's own host's: a sidecar that does not watch the job shares its node."""
-    series = {
-        s.name: s
-        for s in (lead_up.series if lead_up else [])
-        if s.source != "prometheus" and s.labels.get("device") == "host" and s.points
-    }
-    available = series.get("cpu_cores_available")
-    if available is None:
-        return ProcessCpu(cores_available=cpu_cores_available(), source="service")
-    used = series.get("cpu_cores_used")
-    recent = [v for _, v in used.points[-CPU_SAMPLES:]] if used else []
-    return ProcessCpu(
-        cores_available=available.points[-1][1],
-        cores_used=round(statistics.median(recent), 3) if recent else None,
-        source=available.source,
+def _new_snapshot(
+    target: Target, options: CaptureOptions, trigger: Trigger, s: CaptureSettings
+) -> Snapshot:
+    """A new capture's snapshot: where it runs (pod, namespace, workload), the configured
+    labels under the trigger's own."""
+    return Snapshot(
+        id=new_snapshot_id(target.name),
+        target=target.name,
+        pod=s.pod_name,
+        namespace=s.pod_namespace,
+        workload=s.workload,
+        workers=target.workers,
+        trigger=trigger.model_copy(update={"labels": {**s.labels, **trigger.labels}}),
+        capture=options,
     )
-
-
-def _note_missing_workers(snapshot: Snapshot) -> None:
-    """Each worker's profiler names its file <host>_<port>.xplane.pb; say which never wrote one."""
-    if len(snapshot.workers) < 2 or snapshot.summary is None:
-        return
-    written = set(snapshot.hosts)
-    missing = [w for w in snapshot.workers if w.replace(":", "_") not in written]
-    if missing:
-        named = [
-            w if connect_error(w) is None else f"{w} (no longer answering: exited or crashed)"
-            for w in missing
-        ]
-        snapshot.summary.notes.append(
-            f"{len(missing)} of {len(snapshot.workers)} workers wrote no capture: "
-            f"{', '.join(named)}; the analysis covers the others"
-        )
 
 
 def _pick(requested: int | None, default: int) -> int:

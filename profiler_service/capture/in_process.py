@@ -64,7 +64,7 @@ COLLECTION_NICE = 10
 def _lower_this_thread() -> None:
     """TensorFlow collects and writes the trace on the thread that stops it, beside the job's own
     threads. Linux gives each thread its own nice value, so this one (a thread per capture, see
-    controller._with_deadline; it cannot be raised back without privileges) yields the CPU to
+    pipeline._with_deadline; it cannot be raised back without privileges) yields the CPU to
     the training steps and collects when they leave it some."""
     with contextlib.suppress(OSError, AttributeError):
         tid = threading.get_native_id()

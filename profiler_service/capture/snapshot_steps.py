@@ -1,6 +1,7 @@
 """Two steps of a capture's snapshot between its trace and its publication, each of which may
 fail without failing the snapshot: its lead-up (the minutes before the trace) and its check
-against the job's history (what became of the last findings). The controller runs them.
+against the job's history (what became of the last findings). The pipeline (pipeline.py) runs
+them.
 """
 
 from __future__ import annotations
