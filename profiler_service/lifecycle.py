@@ -17,15 +17,18 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 log = logging.getLogger(__name__)
 
 STOP_TIMEOUT_S = 5.0
 
 
+@runtime_checkable
 class Component(Protocol):
-    """Something with a life: nothing runs before `start()`, nothing after `stop()`."""
+    """Something with a life: nothing runs before `start()`, nothing after `stop()`. A part
+    that runs nothing of its own (the alert trigger, the memory watch) has neither method, and
+    its owner starts only what is one (`isinstance(part, Component)`)."""
 
     def start(self) -> None: ...
 

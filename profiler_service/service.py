@@ -81,7 +81,8 @@ class Service:
         self.controller.analyzer.warm()
         parts: list[Component | None] = [self.mirror, self.annotator]
         if serving:
-            parts += [self.sampler, self.continuous, *self.triggers.values(), self.registration]
+            running = [t for t in self.triggers.values() if isinstance(t, Component)]
+            parts += [self.sampler, self.continuous, *running, self.registration]
         self.lifecycle.start(parts)
 
     # The triggers the API and the tests name.

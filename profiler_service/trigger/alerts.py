@@ -18,6 +18,7 @@ An address in a payload is never dialled.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -76,6 +77,7 @@ class AlertTrigger:
         self.log = alert_log
         self._clock = clock
         self._lock = threading.Lock()
+        self._payload_lock = threading.Lock()  # one payload at a time, as on the event loop
         self._matcher = TargetMatcher(
             settings.target_rules,
             settings.target_labels,
@@ -86,13 +88,7 @@ class AlertTrigger:
         self._captured = alert_log.recent_captures(clock() - settings.cooldown_s)
         self._last_capture_s = max((t for t, _ in self._captured.values()), default=None)
 
-    # A trigger (trigger/plugin.py): the webhook routes call it; nothing runs of its own.
-    def start(self) -> None:
-        pass
-
-    def stop(self, timeout_s: float | None = None) -> None:
-        pass
-
+    # A trigger (trigger/plugin.py) with no life of its own: the webhook routes call it.
     def collect(self) -> Iterator[Metric]:
         """profiler_webhook_alerts_total{source, outcome}, from the alert log's counts."""
         alerts = CounterMetricFamily(
@@ -115,14 +111,17 @@ class AlertTrigger:
         return WebhookResult.recorded(self.log, source, payload, self.decide(source, payload))
 
     def decide(self, source: Source, payload: WebhookPayload) -> list[AlertOutcome]:
-        """Each alert's outcome, in order (capturing where the rules say so)."""
-        return [self._decide(source, alert) for alert in payload.alerts]
+        """Each alert's outcome, in order (capturing where the rules say so); one payload's
+        alerts are decided together, before or after another payload's."""
+        with self._payload_lock:
+            return [self._decide(source, alert) for alert in payload.alerts]
 
     async def outcomes(
         self, source: Source, data: dict[str, Any], payload: WebhookPayload
     ) -> list[AlertOutcome]:
-        """The webhook receiver's sink (api/core.py `AlertSink`): decided on the event loop."""
-        return self.decide(source, payload)
+        """The webhook receiver's sink (api/core.py `AlertSink`): decided on a worker thread,
+        since a capture started writes its staging record (disk, SQLite): never on the loop."""
+        return await asyncio.to_thread(self.decide, source, payload)
 
     def match_target(self, labels: dict[str, str]) -> tuple[str | None, str]:
         """The configured target an alert is about, and a sentence: how, or what was tried."""

@@ -69,13 +69,7 @@ class MemoryWatch:
         self._cooldown_until = -float("inf")
         self._lock = threading.Lock()
 
-    # A trigger (trigger/plugin.py): it runs on the sampler's thread, nothing of its own.
-    def start(self) -> None:
-        pass
-
-    def stop(self, timeout_s: float | None = None) -> None:
-        pass
-
+    # A trigger (trigger/plugin.py) with no life of its own: it runs on the sampler's thread.
     def collect(self) -> Iterator[Metric]:
         """profiler_memory_watch_time_to_capacity_seconds{device}: the soonest projected
         run-out; profiler_memory_watch_captures_total{reason, outcome}."""

@@ -1,6 +1,7 @@
 """What a trigger brings to the service: how it is built from the service's parts, and, once
-built, its life (`start`/`stop`) and its metrics (`collect`). `service.py` builds every trigger
-of its one list (`TRIGGERS`), starts them with the rest, and registers their metrics.
+built, its metrics (`collect`) and, when it runs something of its own (the scheduler's loop),
+its life (`start`/`stop`: a `lifecycle.Component`). `service.py` builds every trigger of its one
+list (`TRIGGERS`), starts those with a life with the rest, and registers their metrics.
 
 A new trigger is three files: its module (the trigger, its `PLUGIN`, its metrics; its outcomes
 are `outcomes.Outcome`'s), its settings group (config/, named on the `Settings` root), and the
@@ -37,9 +38,7 @@ class TriggerParts:
 
 
 class BuiltTrigger(Protocol):
-    def start(self) -> None: ...
-
-    def stop(self, timeout_s: float | None = None) -> None: ...
+    """A trigger; one that runs something of its own is also a `Component` (start, stop)."""
 
     def collect(self) -> Iterator[Metric]:
         """Its counters, each outcome from 0 (prometheus_client's custom collector)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import time
 
@@ -83,6 +84,28 @@ def test_outcomes_are_listed_and_counted_and_persisted(client_for, tmp_path):
         series = f'profiler_webhook_alerts_total{{outcome="{outcome}",source="alertmanager"}}'
         assert f"{series} {n:.1f}" in metrics, series
     assert 'profiler_webhook_alerts_total{outcome="captured",source="grafana"} 0.0' in metrics
+
+
+def test_an_alerts_capture_is_staged_off_the_event_loop(client_for, monkeypatch):
+    """The staging record of a capture an alert starts (disk, SQLite) is written on a worker
+    thread, never on the event loop; the outcomes come back in the payload's order."""
+    client = client_for(webhook_target_rules=TRAINER_PODS, webhook_min_interval_s=0)
+    store = client.app.state.service.store
+    begin, on_loop = store.begin, []
+
+    def noting_begin(snapshot):
+        try:
+            asyncio.get_running_loop()
+            on_loop.append(True)
+        except RuntimeError:
+            on_loop.append(False)
+        return begin(snapshot)
+
+    monkeypatch.setattr(store, "begin", noting_begin)
+    data = alertmanager(alerts=[am_alert("trainer-0"), am_alert("x", status="resolved")])
+    response = client.post("/webhooks/alertmanager", content=body(data), headers=JSON)
+    assert [a["outcome"] for a in response.json()["alerts"]] == ["captured", "resolved"]
+    assert on_loop == [False]
 
 
 @pytest.mark.parametrize("path", ["/webhooks/grafana", "/webhooks/alertmanager"])
