@@ -30,7 +30,7 @@ from profiler_service.hub.gpu_hours import (
     PodGpuHours,
     query_gpu_hours,
 )
-from profiler_service.store.queries import FleetRow
+from profiler_service.hub.index.fleet_queries import FleetRow
 from profiler_service.tenancy import Reach
 
 __all__ = [

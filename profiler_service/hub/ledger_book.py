@@ -8,9 +8,9 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from profiler_service.config import LedgerSettings
+from profiler_service.hub.index.fleet_queries import FleetQueries
 from profiler_service.hub.ledger import Ledger, build_ledger
 from profiler_service.lifecycle import BackgroundLoop
-from profiler_service.store.queries import FleetIndex
 
 __all__ = ["LedgerBook"]
 
@@ -23,7 +23,7 @@ class LedgerBook:
 
     def __init__(
         self,
-        index: FleetIndex,
+        index: FleetQueries,
         settings: LedgerSettings,
         link: Callable[[str], str],
         version: Callable[[], object] = lambda: None,

@@ -42,12 +42,12 @@ from prometheus_client.samples import Exemplar
 
 from profiler_service.config import ReportSettings
 from profiler_service.exporters.loop_collector import LoopCollector
+from profiler_service.hub.index.fleet_queries import FleetQueries
 from profiler_service.hub.ledger_book import LedgerBook
 from profiler_service.hub.registry import SidecarRegistry
 from profiler_service.hub.views import FleetView, FleetViewCache
 from profiler_service.lifecycle import LoopHealth
 from profiler_service.store.bucket_catalogue import RefreshStats
-from profiler_service.store.queries import FleetIndex
 from profiler_service.tenancy import EVERYWHERE, Reach
 from profiler_service.trigger.alert_log import AlertLog
 
@@ -69,7 +69,7 @@ class FleetCollector:
     def __init__(
         self,
         settings: ReportSettings,
-        index: FleetIndex,
+        index: FleetQueries,
         registry: SidecarRegistry,
         alert_log: AlertLog,
         fleet_sync: SyncState,

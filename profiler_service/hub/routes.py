@@ -22,6 +22,7 @@ from profiler_service.hub.ledger import Ledger
 from profiler_service.hub.registry import SIDECAR_NAME_PATTERN, SidecarRecord, SidecarsPublic
 from profiler_service.hub.routing import FleetRouter
 from profiler_service.hub.views import DEFAULT_DAYS, fleet_view, render_fleet
+from profiler_service.tenancy import Reach
 
 router = APIRouter(responses=ERROR_RESPONSES)
 
@@ -154,12 +155,20 @@ def read_fleet_ledger(
 
 @router.get("/fleet", response_class=HTMLResponse, tags=["fleet"], dependencies=[ReadRequired])
 def read_fleet_page(
-    hub: HubDep, reach: ReadReach, days: Annotated[float, Query(gt=0, le=90)] = DEFAULT_DAYS
+    hub: HubDep,
+    reach: ReadReach,
+    days: Annotated[float, Query(gt=0, le=90)] = DEFAULT_DAYS,
+    namespace: Annotated[str | None, Query(description="only this namespace's jobs")] = None,
+    limit: Annotated[int, Query(ge=1, le=2000, description="jobs (and sidecars) shown")] = 200,
+    offset: Annotated[int, Query(ge=0, le=10**6, description="jobs skipped")] = 0,
 ) -> str:
     """Every job's latest verdict, step time over the window, regressions, findings by rule.
 
-    A job is its namespace, workload and target; only the namespaces your token reads.
+    A job is its namespace, workload and target; only the namespaces your token reads. The
+    regressed jobs come first; `limit` jobs a page (the counts are over them all).
     """
+    if namespace is not None:
+        reach = Reach(frozenset({namespace} if reach.allows(namespace) else ()))
     if days == DEFAULT_DAYS:
         view = hub.metrics.collector.view()  # as of the last sync, shared with /metrics
     else:
@@ -169,4 +178,12 @@ def read_fleet_page(
     if hub.ledger is not None:  # the page's window, at least one ledger bucket
         window_s = max(days * 86400, hub.settings.ledger.ledger_bucket_s)
         ledger = hub.ledger.ledger(window_s).within(reach)
-    return render_fleet(view.within(reach), sidecars, hub.settings.report, ledger)
+    return render_fleet(
+        view.within(reach),
+        sidecars,
+        hub.settings.report,
+        ledger,
+        limit=limit,
+        offset=offset,
+        query={"namespace": namespace, "days": None if days == DEFAULT_DAYS else days},
+    )

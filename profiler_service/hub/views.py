@@ -1,6 +1,6 @@
 """The fleet page: every job's latest verdict, its step time over the last days, whether it
-regressed against its baseline, and the findings counted by rule. Index columns only: the page
-reads no snapshot.json.
+regressed against its baseline, and the findings counted by rule. Read in SQL from the index's
+columns (hub/index/fleet_queries.py: rows per job, not per snapshot); no snapshot.json.
 
 A job is its workload (the snapshot's `workload`: the chart's release, or the pod's owner), in
 its namespace, and the target it profiles: (namespace, workload, target). Every chart release
@@ -19,14 +19,15 @@ import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from urllib.parse import urlencode
 
 from profiler_service.analysis.compare import regressed
 from profiler_service.config import ReportSettings
 from profiler_service.exporters import charts
 from profiler_service.exporters.report import SEVERITY_COLOURS, _environment
+from profiler_service.hub.index.fleet_queries import FleetQueries, FleetRow
 from profiler_service.hub.ledger import Ledger
 from profiler_service.hub.registry import SidecarRecord
-from profiler_service.store.queries import FleetIndex, FleetRow
 from profiler_service.tenancy import Reach
 
 __all__ = ["FleetView", "FleetViewCache", "JobView", "fleet_view", "render_fleet"]
@@ -45,6 +46,7 @@ class JobView:
     step_time_ratio: float | None = None  # latest / baseline
     regressed: bool = False
     findings_by_rule: dict[str, int] = field(default_factory=dict)
+    snapshots: int = 0  # ready, in the window
 
     @property
     def key(self) -> str:
@@ -60,7 +62,6 @@ class FleetView:
     jobs: list[JobView]
     findings_by_rule: dict[str, int]
     snapshots: int
-    rows: list[FleetRow] = field(default_factory=list, repr=False)  # oldest first
     # (namespace, workload, target, rule, severity) -> (snapshots, the newest's id, created_at)
     findings: dict[tuple[str, str, str, str, str], tuple[int, str, str]] = field(
         default_factory=dict
@@ -71,14 +72,14 @@ class FleetView:
         if reach.everywhere:
             return self
         jobs = reach.keep(self.jobs, lambda j: j.namespace)
-        rows = reach.keep(self.rows, lambda r: r.namespace)
         by_rule: dict[str, int] = {}
         for job in jobs:
             for rule, n in job.findings_by_rule.items():
                 by_rule[rule] = by_rule.get(rule, 0) + n
         by_rule = dict(sorted(by_rule.items(), key=lambda kv: (-kv[1], kv[0])))
         findings = {k: v for k, v in self.findings.items() if reach.allows(k[0] or None)}
-        return FleetView(self.start, self.end, jobs, by_rule, len(rows), rows, findings)
+        snapshots = sum(j.snapshots for j in jobs)
+        return FleetView(self.start, self.end, jobs, by_rule, snapshots, findings)
 
 
 class FleetViewCache:
@@ -88,7 +89,7 @@ class FleetViewCache:
 
     def __init__(
         self,
-        index: FleetIndex,
+        index: FleetQueries,
         settings: ReportSettings,
         baselines: Callable[[], Collection[str]] = frozenset,
         max_age_s: float = 60.0,
@@ -110,7 +111,7 @@ class FleetViewCache:
 
 
 def fleet_view(
-    index: FleetIndex,
+    index: FleetQueries,
     settings: ReportSettings,
     days: float = DEFAULT_DAYS,
     baselines: Collection[str] = frozenset(),
@@ -118,43 +119,39 @@ def fleet_view(
     """`baselines`: the snapshots sidecars made their jobs' baselines (each names its job)."""
     end = datetime.now(UTC)
     start = end - timedelta(days=days)
-    rows = index.fleet_rows(start)
+    found = index.jobs(start)
+    points = index.points(start)
+    rule_counts = index.rule_counts(start)
     declared = {
         (r.namespace, r.workload, r.target): r for r in map(index.fleet_row, baselines) if r
     }
-    grouped: dict[tuple[str | None, str | None, str], list[FleetRow]] = {}
-    for row in rows:
-        grouped.setdefault((row.namespace, row.workload, row.target), []).append(row)
-    jobs, by_rule, findings = [], {}, {}
-    for (namespace, workload, target), its in sorted(
-        grouped.items(), key=lambda kv: (kv[0][0] or "", kv[0][1] or "", kv[0][2])
+    jobs, by_rule = [], {}
+    for (namespace, workload, target), rows in sorted(
+        found.items(), key=lambda kv: (kv[0][0] or "", kv[0][1] or "", kv[0][2])
     ):
-        job = JobView(namespace, workload, target, latest=its[-1])
-        job.points = [
-            (datetime.fromisoformat(r.created_at), r.step_time_ms)
-            for r in its
-            if r.step_time_ms is not None
-        ]
-        chosen = declared.get((namespace, workload, target))
-        if chosen is not None and chosen.id == its[-1].id:
+        key = (namespace, workload, target)
+        job = JobView(namespace, workload, target, latest=rows.latest, snapshots=rows.snapshots)
+        job.points = points.get(key, [])
+        chosen = declared.get(key)
+        if chosen is not None and chosen.id == rows.latest.id:
             chosen = None
-        pinned = [r for r in its if r.pinned and r is not its[-1]]
-        job.baseline = chosen or (pinned[-1] if pinned else (its[0] if len(its) > 1 else None))
+        pinned = [r for r in rows.pinned if r.id != rows.latest.id]
+        oldest = rows.oldest if rows.snapshots > 1 else None
+        job.baseline = chosen or (pinned[0] if pinned else oldest)
         base, head = job.baseline, job.latest
         if base is not None and base.step_time_ms and head.step_time_ms is not None:
             job.step_time_ratio = head.step_time_ms / base.step_time_ms
             job.regressed = bool(regressed(job.step_time_ratio, settings.regression_max_share))
-        for r in its:
-            for rule in r.rules.split():
-                job.findings_by_rule[rule] = job.findings_by_rule.get(rule, 0) + 1
-                by_rule[rule] = by_rule.get(rule, 0) + 1
-            for token in r.findings.split():
-                rule, _, severity = token.rpartition(":")
-                k = (namespace or "", workload or "", target, rule, severity)
-                findings[k] = (findings.get(k, (0,))[0] + 1, r.id, r.created_at)
+        job.findings_by_rule = dict(sorted(rule_counts.get(key, {}).items()))
+        for rule, n in job.findings_by_rule.items():
+            by_rule[rule] = by_rule.get(rule, 0) + n
         jobs.append(job)
     by_rule = dict(sorted(by_rule.items(), key=lambda kv: (-kv[1], kv[0])))
-    return FleetView(start, end, jobs, by_rule, len(rows), rows, findings)
+    findings = {
+        key: (count.snapshots, count.newest_id, count.newest_at)
+        for key, count in index.finding_counts(start).items()
+    }
+    return FleetView(start, end, jobs, by_rule, sum(j.snapshots for j in jobs), findings)
 
 
 def render_fleet(
@@ -162,13 +159,33 @@ def render_fleet(
     sidecars: list[SidecarRecord],
     settings: ReportSettings,
     ledger: Ledger | None = None,
+    *,
+    limit: int = 200,
+    offset: int = 0,
+    query: dict[str, object] | None = None,
 ) -> str:
+    """The page shows `limit` jobs from `offset`, the regressed first, and as many sidecars:
+    5,000 jobs are a 3.5 MB page that took 0.3 s to render, and no one reads it whole.
+    `query`: the request's other parameters, kept by the links to the pages before and after."""
+    ordered = sorted(view.jobs, key=lambda j: not j.regressed)
+    kept = {k: v for k, v in (query or {}).items() if v is not None}
+
+    def page(at: int) -> str:
+        return "?" + urlencode({**kept, "offset": at, "limit": limit})
+
+    previous = page(max(offset - limit, 0)) if offset > 0 else None
+    following = page(offset + limit) if offset + limit < len(ordered) else None
     return (
         _environment()
         .get_template("fleet.html")
         .render(
             v=view,
-            sidecars=sidecars,
+            jobs=ordered[offset : offset + limit],
+            offset=offset,
+            previous_page=previous,
+            next_page=following,
+            sidecars=sidecars[:limit],
+            sidecars_total=len(sidecars),
             charts=charts,
             severity_colours=SEVERITY_COLOURS,
             regression_max_share=settings.regression_max_share,

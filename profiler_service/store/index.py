@@ -17,7 +17,6 @@ from pathlib import Path
 from profiler_service.analysis.gpu_waste import capture_waste
 from profiler_service.models import Snapshot
 from profiler_service.store.index_queries import SnapshotIndexQueries
-from profiler_service.store.queries import FleetRow as FleetRow  # its home is queries.py
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
-"""What the index answers beyond the API's listing: the sidecar's metrics (`StoreTotals`), the
-fleet hub's page, metrics and ledger (`FleetIndex`) and a job's history (the check against it).
+"""What the index answers beyond the API's listing: the sidecar's metrics (`StoreTotals`) and a
+job's history (the check against it). The fleet hub reads its own index (hub/index/).
 
 Each is one query over the narrow `snapshots` rows (no snapshot.json is parsed), on the
 connection and under the lock of the `SnapshotIndex` that made this (index.py).
@@ -9,24 +9,12 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from datetime import datetime
-
-from profiler_service.store.queries import FleetRow
 
 __all__ = ["SnapshotIndexQueries"]
 
-_FLEET_COLUMNS = (
-    "id, namespace, target, pod, created_at, step_time_ms, bottleneck, rules, findings, pinned, "
-    "workload, gpu_waste"
-)
-
-
-def _fleet_row(r: tuple) -> FleetRow:
-    return FleetRow(*r[:9], bool(r[9]), *r[10:])
-
 
 class SnapshotIndexQueries:
-    """The aggregate and row queries of one index; answers `StoreTotals` and `FleetIndex`."""
+    """The aggregate and row queries of one index; answers `StoreTotals`."""
 
     def __init__(self, conn: sqlite3.Connection, lock: threading.Lock):
         self._conn, self._lock = conn, lock
@@ -77,29 +65,3 @@ class SnapshotIndexQueries:
                 (target, namespace or "", workload or "", before, limit),
             ).fetchall()
         return [(r[0], bool(r[1])) for r in rows]
-
-    def fleet_rows(self, since: datetime) -> list[FleetRow]:
-        """Every ready snapshot created since `since`, oldest first, without reading its JSON."""
-        with self._lock:
-            rows = self._conn.execute(
-                f"SELECT {_FLEET_COLUMNS} FROM snapshots WHERE status = 'ready' "
-                "AND created_at >= ? ORDER BY created_at, id",
-                (since.isoformat(),),
-            ).fetchall()
-        return [_fleet_row(r) for r in rows]
-
-    def fleet_row(self, snapshot_id: str) -> FleetRow | None:
-        """One ready snapshot as `fleet_rows` reads it, whenever it was taken (a baseline)."""
-        with self._lock:
-            r = self._conn.execute(
-                f"SELECT {_FLEET_COLUMNS} FROM snapshots WHERE status = 'ready' AND id = ?",
-                (snapshot_id,),
-            ).fetchone()
-        return _fleet_row(r) if r else None
-
-    def count_by_status(self) -> list[tuple[str | None, str, int]]:
-        """(namespace, status, snapshots) of every snapshot indexed, wherever it is."""
-        with self._lock:
-            return self._conn.execute(
-                "SELECT namespace, status, count(*) FROM snapshots GROUP BY namespace, status"
-            ).fetchall()

@@ -1,35 +1,12 @@
-"""What the store's readers beyond the API ask of its index, as protocols: the sidecar's metrics
-(`StoreTotals`) and the fleet hub's page, metrics and ledger (`FleetIndex`). They are handed the
-index's queries through these (`SnapshotStore.totals`, `SnapshotStore.fleet`: index_queries.py)
-and depend on nothing else of it, so another index (the hub's shared one, on a database) answers
-them the same way.
-"""
+"""What the sidecar's metrics ask of its store's index, as a protocol (`StoreTotals`): they are
+handed the index's queries through it (`SnapshotStore.totals`: index_queries.py) and depend on
+nothing else of it."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Protocol
 
-__all__ = ["FleetIndex", "FleetRow", "StoreTotals"]
-
-
-@dataclass(frozen=True)
-class FleetRow:
-    """One ready snapshot as the fleet page and metrics read it (index columns only)."""
-
-    id: str
-    namespace: str | None
-    target: str
-    pod: str | None
-    created_at: str
-    step_time_ms: float | None
-    bottleneck: str | None
-    rules: str
-    findings: str  # rule:severity ...
-    pinned: bool
-    workload: str | None = None
-    gpu_waste: str | None = None  # CaptureWaste JSON (analysis/gpu_waste.py)
+__all__ = ["StoreTotals"]
 
 
 class StoreTotals(Protocol):
@@ -43,18 +20,4 @@ class StoreTotals(Protocol):
 
     def doc(self, snapshot_id: str) -> str | None:
         """The stored snapshot.json text, unparsed."""
-        ...
-
-
-class FleetIndex(Protocol):
-    def fleet_rows(self, since: datetime) -> list[FleetRow]:
-        """Every ready snapshot created since `since`, oldest first."""
-        ...
-
-    def fleet_row(self, snapshot_id: str) -> FleetRow | None:
-        """One ready snapshot as `fleet_rows` reads it, whenever it was taken (a baseline)."""
-        ...
-
-    def count_by_status(self) -> list[tuple[str | None, str, int]]:
-        """(namespace, status, snapshots) of every snapshot indexed."""
         ...

@@ -39,7 +39,7 @@ from profiler_service.store.events import (
     StoreListener,
 )
 from profiler_service.store.index import IndexEntry, SnapshotIndex, SnapshotQuery
-from profiler_service.store.queries import FleetIndex, StoreTotals
+from profiler_service.store.queries import StoreTotals
 from profiler_service.store.reads import SnapshotReads
 from profiler_service.store.staging import Staging
 from profiler_service.store.state import StoreState
@@ -121,10 +121,6 @@ class SnapshotStore:
     # What readers beyond the API ask (store/queries.py): they read nothing else of the index.
     @property
     def totals(self) -> StoreTotals:
-        return self._state.index.queries
-
-    @property
-    def fleet(self) -> FleetIndex:
         return self._state.index.queries
 
     def check_writable(self) -> None:

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
+from datetime import timedelta
 
 import pytest
 from alembic.autogenerate import compare_metadata
@@ -28,6 +29,7 @@ from profiler_service.api.schemas import (
 )
 from profiler_service.config import ReportSettings
 from profiler_service.hub.index.database import FleetDatabase, database_url
+from profiler_service.hub.index.fleet_queries import FleetQueries
 from profiler_service.hub.index.queries import IndexQueries
 from profiler_service.hub.index.schema import metadata
 from profiler_service.hub.index.sync import IndexSync
@@ -141,6 +143,47 @@ def test_listings_filter_and_page_as_a_plain_filter_of_the_snapshots(db):
     assert [Snapshot.model_validate_json(i).id for p in pages for i in p] == order[:15]
 
 
+def test_the_fleet_views_queries_agree_with_a_pass_over_the_snapshots(db):
+    """Per job (namespace, workload, target): the latest, the oldest, the newest pinned, the
+    step-time points, the snapshots with each rule and with each finding and the newest."""
+    fleet = sample_fleet()
+    for i in (0, 9, 14):
+        fleet[i].pinned = True
+    IndexWrites(db).upsert(RemoteSnapshot(s, 1) for s in fleet)
+    queries = FleetQueries(db)
+    since = min(s.created_at for s in fleet) - timedelta(seconds=1)
+    ready = [s for s in newest_first(fleet) if s.status is SnapshotStatus.READY]
+    jobs: dict[tuple, list[Snapshot]] = {}
+    for s in ready:
+        jobs.setdefault((s.namespace, s.workload, s.target), []).append(s)  # newest first
+    found = queries.jobs(since)
+    assert set(found) == set(jobs)
+    points = queries.points(since)
+    rules = queries.rule_counts(since)
+    for key, its in jobs.items():
+        rows = found[key]
+        assert (rows.latest.id, rows.oldest.id, rows.snapshots) == (its[0].id, its[-1].id, len(its))
+        assert [r.id for r in rows.pinned] == [s.id for s in its if s.pinned][:2]
+        assert [p[0] for p in points[key]] == [s.created_at for s in reversed(its)]
+        by_rule: dict[str, int] = {}
+        for s in its:
+            for rule in {f.rule for f in s.findings}:
+                by_rule[rule] = by_rule.get(rule, 0) + 1
+        assert rules.get(key, {}) == by_rule
+    counts = queries.finding_counts(since)
+    expected: dict[tuple, list[Snapshot]] = {}
+    for s in ready:
+        for f in s.findings:
+            key = (s.namespace or "", s.workload or "", s.target, f.rule, f.severity.value)
+            expected.setdefault(key, []).append(s)
+    assert {k: (c.snapshots, c.newest_id) for k, c in counts.items()} == {
+        k: (len(v), v[0].id) for k, v in expected.items()
+    }
+    assert queries.fleet_rows(since)[0].id == ready[-1].id and len(
+        queries.fleet_rows(since)
+    ) == len(ready)
+
+
 def test_a_snapshot_indexed_again_replaces_its_row_and_findings(db):
     writes, queries = IndexWrites(db), IndexQueries(db)
     first = fleet_snapshot(1, namespace="ns", target="t", minutes_ago=1, rules=(("host_bound", C),))
@@ -149,7 +192,7 @@ def test_a_snapshot_indexed_again_replaces_its_row_and_findings(db):
     writes.upsert([RemoteSnapshot(again, 2)])
     assert writes.versions([first.id]) == {first.id: 2}
     assert queries.list_items(SnapshotQuery(rule="host_bound"))[1] == 0
-    assert queries.fleet_row(first.id).pinned is True
+    assert FleetQueries(db).fleet_row(first.id).pinned is True
     assert writes.remove([first.id, "20260101-000000-gone-0"]) == 1
     assert queries.list_items(SnapshotQuery())[1] == 0
 
@@ -232,6 +275,10 @@ def test_syncs_list_only_what_is_new_and_a_whole_listing_finds_deletions(s3, pos
     assert third.full and third.removed == 1 and third.indexed == 0
     items, total = IndexQueries(replicas[1]).list_items(SnapshotQuery(limit=100))
     assert total == 14 and old[3].id not in "".join(items)
+    # The counts a scrape reads, as the sync that changed the index counted them.
+    counted = FleetQueries(replicas[0]).count_by_status()
+    assert sum(n for *_, n in counted) == 14
+    assert {(ns, st) for ns, st, _ in counted} >= {("team-z", "ready"), ("team-a", "ready")}
     for db in replicas:
         db.close()
 

@@ -223,6 +223,15 @@ def test_the_fleet_page_and_metrics_show_each_jobs_latest_state(s3, tmp_path, in
             assert "<svg" in ranker  # the step time over the window
             rules = html.split('id="rules"')[1]
             assert "input_bound" in rules and "host_bound" in rules
+            # A page of jobs: the regressed first (every ranker), the counts over them all.
+            two = client.get("/fleet", params={"limit": 2}).text
+            shown = re.findall(r'<tr data-job="([^"]+)"', two.split('id="jobs"')[1])
+            assert shown == ["team-a/ranker", "team-b/ranker"]
+            assert "1-2 of 6 jobs" in two and 'href="?offset=2&amp;limit=2">next' in two
+            team_b = client.get("/fleet", params={"namespace": "team-b"}).text
+            assert set(
+                re.findall(r'<tr data-job="(team-[a-z])/', team_b.split('id="jobs"')[1])
+            ) == {"team-b"}
 
             text = client.get("/metrics").text
             latest = [s for s in snapshots if s.namespace == "team-a" and s.target == "ranker"][-1]

@@ -684,6 +684,7 @@ def test_the_listing_read_from_stored_texts_is_each_snapshot_without_its_analysi
             whole["findings"]
         )
         built.append(whole)
-    assert listed == {"data": built, "count": 3, "limit": 50, "offset": 0}
+    page = {"data": built, "count": 3, "count_capped": False, "limit": 50, "offset": 0}
+    assert listed == {**page, "next": None}
     assert [len(item["findings"]) for item in listed["data"]] == [2, 1, 0]
     assert listed["data"][0]["links"]["tensorboard"].endswith("&host=h+1")

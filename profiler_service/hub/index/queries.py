@@ -1,10 +1,9 @@
-"""What the hub reads from its fleet index: a listing page (filters, keyset or offset paging)
-and the fleet view's rows and counts (`store/queries.py`'s `FleetIndex`), from columns only.
+"""A listing page of the hub's fleet index: filters, keyset or offset paging, a capped count,
+from columns only (the fleet view's reads: fleet_queries.py).
 """
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -12,25 +11,11 @@ import sqlalchemy as sa
 from profiler_service.api.schemas import COUNT_CAP
 from profiler_service.hub.index.database import FleetDatabase, utc
 from profiler_service.hub.index.schema import findings, snapshots
-from profiler_service.store.index import FleetRow, SnapshotQuery
+from profiler_service.store.index import SnapshotQuery
 
 __all__ = ["IndexQueries"]
 
-_FLEET_COLUMNS = [
-    snapshots.c[name]
-    for name in (
-        "id", "namespace", "target", "pod", "created_at", "step_time_ms", "bottleneck", "rules",
-        "findings", "pinned", "workload", "gpu_waste",
-    )
-]  # fmt: skip
 _EQUAL = ("status", "trigger", "target", "pod", "namespace", "workload")
-
-
-def _fleet_row(row: Any) -> FleetRow:
-    values = list(row)
-    values[4] = utc(values[4]).isoformat()
-    values[9] = bool(values[9])
-    return FleetRow(*values)
 
 
 class IndexQueries:
@@ -63,29 +48,3 @@ class IndexQueries:
             items = list(conn.execute(page).scalars())
             total = conn.execute(count).scalar() or 0
         return items, total
-
-    # ---- the fleet view (store/queries.py FleetIndex) -------------------------------------
-
-    def fleet_rows(self, since: datetime) -> list[FleetRow]:
-        query = (
-            sa.select(*_FLEET_COLUMNS)
-            .where(snapshots.c.status == "ready", snapshots.c.created_at >= utc(since))
-            .order_by(snapshots.c.created_at, snapshots.c.id)
-        )
-        with self.db.connect() as conn:
-            return [_fleet_row(r) for r in conn.execute(query)]
-
-    def fleet_row(self, snapshot_id: str) -> FleetRow | None:
-        query = sa.select(*_FLEET_COLUMNS).where(
-            snapshots.c.status == "ready", snapshots.c.id == snapshot_id
-        )
-        with self.db.connect() as conn:
-            row = conn.execute(query).first()
-        return _fleet_row(row) if row else None
-
-    def count_by_status(self) -> list[tuple[str | None, str, int]]:
-        query = sa.select(snapshots.c.namespace, snapshots.c.status, sa.func.count()).group_by(
-            snapshots.c.namespace, snapshots.c.status
-        )
-        with self.db.connect() as conn:
-            return [tuple(r) for r in conn.execute(query)]  # type: ignore[misc]

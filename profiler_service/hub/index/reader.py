@@ -25,6 +25,7 @@ from profiler_service.errors import (
     StoreNotWritable,
 )
 from profiler_service.hub.index.database import FleetDatabase
+from profiler_service.hub.index.fleet_queries import FleetQueries
 from profiler_service.hub.index.queries import IndexQueries
 from profiler_service.hub.index.writes import IndexWrites
 from profiler_service.models import Snapshot
@@ -43,7 +44,8 @@ class HubSnapshots:
         self.db = db
         self.bucket = bucket
         self.writes = IndexWrites(db)
-        self.fleet = IndexQueries(db)  # the fleet view's reads (store/queries.py FleetIndex)
+        self.listing = IndexQueries(db)
+        self.fleet = FleetQueries(db)  # the fleet view's reads
         self._cache: OrderedDict[tuple[str, int], Snapshot] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -78,7 +80,7 @@ class HubSnapshots:
         return found.snapshot
 
     def list_docs(self, query: SnapshotQuery) -> tuple[list[str], int]:
-        return self.fleet.list_items(query)
+        return self.listing.list_items(query)
 
     def file_path(self, snapshot_id: str, name: str) -> Path:
         """The hub holds no files: every one streams from the bucket (`remote_file`)."""

@@ -95,6 +95,7 @@ class IndexSync:
             values["last_full_at"] = repr(now)
         if stats.indexed or stats.removed:  # the fleet view's cache key, on every replica
             values["changes"] = str(int(state.get("changes", "0")) + 1)
+            self.writes.recount()
         self.writes.set_state(**values)
         stats.duration_s = time.monotonic() - started
         return stats

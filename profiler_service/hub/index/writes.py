@@ -13,7 +13,13 @@ from sqlalchemy.dialects import postgresql, sqlite
 from profiler_service.analysis.gpu_waste import capture_waste
 from profiler_service.api.schemas import list_item_json
 from profiler_service.hub.index.database import FleetDatabase, utc
-from profiler_service.hub.index.schema import findings, manifests, snapshots, sync_state
+from profiler_service.hub.index.schema import (
+    findings,
+    manifests,
+    snapshot_counts,
+    snapshots,
+    sync_state,
+)
 from profiler_service.store.events import RemoteSnapshot
 
 __all__ = ["IndexWrites", "snapshot_row"]
@@ -109,6 +115,19 @@ class IndexWrites:
                 )
             ).first()
         return (row[0], row[1]) if row else None
+
+    def recount(self) -> None:
+        """`snapshot_counts` counted again (after a sync that changed the index)."""
+        s = snapshots
+        namespace = sa.func.coalesce(s.c.namespace, "")
+        counted = sa.select(namespace, s.c.status, sa.func.count()).group_by(namespace, s.c.status)
+        with self.db.begin() as conn:
+            conn.execute(sa.delete(snapshot_counts))
+            conn.execute(
+                sa.insert(snapshot_counts).from_select(
+                    ["namespace", "status", "snapshots"], counted
+                )
+            )
 
     # ---- what the syncs remember --------------------------------------------------------
 

@@ -1,5 +1,5 @@
-"""The fleet index: snapshots (columns, no documents), their findings, the syncs' state, the
-manifests read, the sidecars' registry.
+"""The fleet index: snapshots (columns, no documents), their findings, their counts, the syncs'
+state, the manifests read, the sidecars' registry.
 
 Revision ID: 0001
 Revises:
@@ -69,6 +69,12 @@ def upgrade() -> None:
     for name, columns in _FINDING_INDEXES.items():
         op.create_index(name, "findings", columns)
     op.create_table(
+        "snapshot_counts",
+        sa.Column("namespace", sa.String(63), primary_key=True),
+        sa.Column("status", sa.String(16), primary_key=True),
+        sa.Column("snapshots", sa.BigInteger(), nullable=False),
+    )
+    op.create_table(
         "sync_state",
         sa.Column("key", sa.String(64), primary_key=True),
         sa.Column("value", sa.Text(), nullable=False),
@@ -90,5 +96,12 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    for table in ("sidecars", "manifests", "sync_state", "findings", "snapshots"):
+    for table in (
+        "sidecars",
+        "manifests",
+        "sync_state",
+        "snapshot_counts",
+        "findings",
+        "snapshots",
+    ):
         op.drop_table(table)
