@@ -4,7 +4,6 @@ README's first command)."""
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 import time
@@ -14,6 +13,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from profiler_service import __version__
+from profiler_service.cli_analysis import cmd_analyze, cmd_compare, get, print_snapshot
 from profiler_service.config import AppSettings, Settings
 from profiler_service.errors import ServiceError
 
@@ -72,28 +72,12 @@ def cmd_ledger(args: argparse.Namespace) -> int:
     from profiler_service.hub.ledger import Ledger
     from profiler_service.hub.ledger_text import format_ledger
 
-    response = _get(args.hub, "/fleet/ledger", args.token, args.timeout, window=args.window)
+    response = get(args.hub, "/fleet/ledger", args.token, args.timeout, window=args.window)
     if args.json:
         print(response.text)
     else:
         print(format_ledger(Ledger.model_validate_json(response.content), top=args.top))
     return 0
-
-
-def _get(base: str, path: str, token: str | None, timeout: float, **params: str):
-    """A service's or hub's answer to `GET base/path`; a ServiceError saying why otherwise."""
-    import httpx
-
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    url = f"{base.rstrip('/')}{path}"
-    try:
-        response = httpx.get(url, params=params, headers=headers, timeout=timeout)
-    except httpx.HTTPError as exc:
-        raise ServiceError(f"{base} did not answer: {exc}") from None
-    if response.status_code != 200:
-        raise ServiceError(f"{base} answered {response.status_code} for {path}: "
-                           f"{response.text[:300]}")  # fmt: skip
-    return response
 
 
 def cmd_capture(args: argparse.Namespace) -> int:
@@ -133,7 +117,7 @@ def cmd_capture(args: argparse.Namespace) -> int:
         snapshot = service.store.get(snapshot.id)
     finally:
         service.stop()
-    _print_snapshot(snapshot, service.store.root)
+    print_snapshot(snapshot, service.store.root)
     return 0 if snapshot.status is SnapshotStatus.READY else 1
 
 
@@ -141,165 +125,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from profiler_service.demo.run import run_demo
 
     return run_demo(store=args.store or Path("./profiles"), duration=args.duration or "3s")
-
-
-def _print_snapshot(snapshot, store_root: Path) -> None:
-    from profiler_service.analysis.text_report import format_snapshot
-
-    print(format_snapshot(snapshot))
-    if snapshot.files:
-        print(f"  stored in {store_root / 'plugins' / 'profile' / snapshot.id}")
-        print(f"  open it:  xprof --logdir {store_root} --port 8791   (run {snapshot.id})")
-
-
-def cmd_analyze(args: argparse.Namespace) -> int:
-    import shutil
-    import tempfile
-
-    from profiler_service.analysis.analyzer import AnalysisFailed, XprofAnalyzer
-    from profiler_service.analysis.text_report import format_findings, format_summary
-
-    if args.run is None and args.path.is_dir() and not any(args.path.glob("*.xplane.pb")):
-        from profiler_service.analysis.corpus import find_runs
-
-        runs = find_runs(args.path)
-        if len(runs) > 1:
-            return analyze_runs(args, runs)
-        xplanes = sorted(runs[0].glob("*.xplane.pb")) if runs else []
-    else:
-        xplanes = find_xplanes(args.path, args.run)
-        if not xplanes and args.run is not None and args.path.is_dir():
-            xplanes = _named_run(args.path, args.run)
-    if not xplanes:
-        print(f"profiler-service: no .xplane.pb found at {args.path}", file=sys.stderr)
-        return 2
-    # XProf writes cache files beside the capture: work on a copy, the input may be read-only.
-    with tempfile.TemporaryDirectory(prefix="profiler-analyze-") as tmp:
-        for path in xplanes:
-            shutil.copy(path, Path(tmp) / path.name)
-        analyzer = XprofAnalyzer(timeout_s=args.timeout)
-        try:
-            result = analyzer.analyze(Path(tmp))
-        except AnalysisFailed as exc:
-            print(f"profiler-service: {exc.code}: {exc.detail}", file=sys.stderr)
-            return 1
-        finally:
-            analyzer.close()
-    if args.json:
-        print(result.model_dump_json(indent=2))
-    else:
-        print(f"{len(xplanes)} capture file(s) from {xplanes[0].parent}")
-        print("\n".join(format_summary(result.summary) + format_findings(result.findings)))
-    return 0
-
-
-def analyze_runs(args: argparse.Namespace, runs: list[Path]) -> int:
-    """One row a run; exit 1 when any run failed to analyse. One analyzer serves them all: its
-    warm worker imports XProf once, not once a run."""
-    from profiler_service.analysis.analyzer import XprofAnalyzer
-    from profiler_service.analysis.corpus import (
-        RunRow,
-        analyse_runs,
-        format_table,
-        format_totals,
-    )
-
-    started = time.monotonic()
-    analyzer = XprofAnalyzer(timeout_s=args.timeout)
-    count = 0
-
-    def progress(row: RunRow) -> None:
-        """On a terminal, each run as it is done: a large corpus takes minutes."""
-        nonlocal count
-        count += 1
-        if sys.stderr.isatty():
-            print(f"[{count}/{len(runs)}] {row.run}", file=sys.stderr)
-
-    try:
-        rows = analyse_runs(args.path, runs, analyzer, progress)
-    finally:
-        analyzer.close()
-    if args.json:
-        print(json.dumps([row.model_dump(mode="json") for row in rows], indent=2))
-    else:
-        print(f"{len(runs)} runs under {args.path}")
-        print("\n".join(format_table(rows)))
-        print(format_totals(rows, time.monotonic() - started))
-    return 1 if any(row.error for row in rows) else 0
-
-
-def cmd_compare(args: argparse.Namespace) -> int:
-    """Exit 0: within the threshold; 1: regressed; 2: cannot tell (missing, not analysed)."""
-    from profiler_service.analysis.compare import GateMetric, compare, parse_threshold
-    from profiler_service.analysis.text_report import format_comparison
-
-    metric = GateMetric(args.metric)
-    threshold = parse_threshold(args.max_regression)
-    base, head = (load_snapshot(ref, args) for ref in (args.base, args.head))
-    comparison = compare(base, head)
-    print(f"{base.id} -> {head.id} ({metric.value}, max regression {threshold:.0%})")
-    print("\n".join(format_comparison(comparison, metric, threshold)))
-    regressed = comparison.is_regression(metric, threshold)
-    if regressed is None:
-        print(f"cannot gate: {metric.value} is missing from one side", file=sys.stderr)
-        return 2
-    ratio = comparison.ratio(metric)
-    verdict = "REGRESSION" if regressed else "ok"
-    line = f"{verdict}: {metric.value} is {ratio:.1%} of the baseline (limit {1 + threshold:.0%})"
-    change = comparison.step_change
-    if metric is GateMetric.STEP_TIME and change and change.change_interval_95:
-        lo, hi = change.change_interval_95
-        line += f"; 95% interval of the change {lo:+.1%} to {hi:+.1%}, decided on its low end"
-    print(line)
-    return 1 if regressed else 0
-
-
-def load_snapshot(ref: str, args: argparse.Namespace):
-    """A snapshot from a path (snapshot.json or its directory), a service (--url), or --store."""
-    from profiler_service.models import Snapshot
-
-    path = Path(ref)
-    if path.is_dir():
-        path = path / "snapshot.json"
-    if path.is_file():
-        return Snapshot.model_validate_json(path.read_bytes())
-    if args.url:
-        return Snapshot.model_validate(_get(args.url, f"/profiles/{ref}", args.token, 30).json())
-    if args.store:
-        from profiler_service.store import SnapshotStore
-
-        store = SnapshotStore(args.store)
-        store.open()
-        try:
-            return store.get(ref)
-        finally:
-            store.close()
-    raise ServiceError(f"{ref!r} is neither a snapshot path nor an id with --url or --store")
-
-
-def find_xplanes(path: Path, run: str | None = None) -> list[Path]:
-    """`.xplane.pb` files of a file, a run directory, or a logdir (its newest run, or `run`)."""
-    if path.is_file():
-        return [path] if path.name.endswith(".xplane.pb") else []
-    direct = sorted(path.glob("*.xplane.pb"))
-    if direct:
-        return direct
-    runs = sorted(
-        (d for d in path.glob("**/plugins/profile/*") if d.is_dir() and any(d.glob("*.xplane.pb"))),
-        key=lambda d: d.stat().st_mtime,
-    )
-    if run is not None:
-        runs = [d for d in runs if d.name == run]
-    return sorted(runs[-1].glob("*.xplane.pb")) if runs else []
-
-
-def _named_run(root: Path, run: str) -> list[Path]:
-    """`--run` outside the plugins/profile layout: a run folder named `run`, or at the short
-    path the table of many runs shows."""
-    from profiler_service.analysis.corpus import find_runs, short_name
-
-    named = [d for d in find_runs(root) if run in (d.name, short_name(d, root))]
-    return sorted(named[0].glob("*.xplane.pb")) if len(named) == 1 else []
 
 
 def _add_bind(parser: argparse.ArgumentParser) -> None:

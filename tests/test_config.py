@@ -256,6 +256,8 @@ NAMES = [
     "memory_watch_share", "memory_watch_horizon_s", "memory_watch_growth_min_share",
     "memory_watch_window_s", "memory_watch_cooldown_s", "memory_watch_duration_s",
     "memory_watch_capacity_bytes", "memory_watch_target", "workload", "tokens_file",
+    # the fleet index's (hub)
+    "hub_full_sync_interval_s", "hub_database_url",
     # the fleet ledger's (hub)
     "hub_prometheus_url", "hub_gpu_util_query", "hub_gpu_util_max", "hub_gpu_namespace_label",
     "hub_gpu_pod_label", "hub_gpu_model_label", "hub_ledger_resolution_s", "hub_ledger_bucket_s",

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pydantic import model_validator
 
 from profiler_service.config.base import Group, Root
+from profiler_service.config.hub import FleetSettings, LedgerSettings, RegistrationSettings
 from profiler_service.config.pipeline import (
     DEFAULT_PROM_QUERIES,
     AnalysisSettings,
@@ -25,10 +26,7 @@ from profiler_service.config.pipeline import (
 )
 from profiler_service.config.serving import (
     AlertSettings,
-    FleetSettings,
     GrafanaSettings,
-    LedgerSettings,
-    RegistrationSettings,
     ReportSettings,
     ServerSettings,
     SnapshotStoreSettings,

@@ -23,7 +23,7 @@ from urllib.parse import urlencode
 
 from profiler_service.analysis.compare import regressed
 from profiler_service.config import ReportSettings
-from profiler_service.exporters import charts
+from profiler_service.exporters import fleet_charts
 from profiler_service.exporters.report import SEVERITY_COLOURS, _environment
 from profiler_service.hub.index.fleet_queries import FleetQueries, FleetRow
 from profiler_service.hub.ledger import Ledger
@@ -186,13 +186,13 @@ def render_fleet(
             next_page=following,
             sidecars=sidecars[:limit],
             sidecars_total=len(sidecars),
-            charts=charts,
+            charts=fleet_charts,
             severity_colours=SEVERITY_COLOURS,
             regression_max_share=settings.regression_max_share,
             ledger=ledger,
             idle_bars=[(n.namespace or "(none)", n.idle_by_cause) for n in ledger.namespaces[:15]]
             if ledger
             else [],
-            cause_colours=charts.IDLE_CAUSE_COLOURS,
+            cause_colours=fleet_charts.IDLE_CAUSE_COLOURS,
         )
     )

@@ -53,8 +53,10 @@ class RemoteEntry:
     version: int  # changes whenever snapshot.json is rewritten (ETag, else mtime)
 
 
-class BucketClient:
-    """fsspec calls for one bucket prefix; every method may raise what the backend raises."""
+class BucketFiles:
+    """One bucket prefix as files: its fsspec filesystem, listings (whole, or from a name on),
+    and the small records kept beside the snapshots (registrations, manifests, baselines).
+    Every method may raise what the backend raises."""
 
     def __init__(self, url: str, options: dict[str, Any] | None = None):
         self.url = url.rstrip("/")
@@ -74,6 +76,107 @@ class BucketClient:
 
     def __repr__(self) -> str:  # never the options: they may hold credentials
         return f"BucketClient({self.url!r})"
+
+    def _ensure_dir(self, path: str) -> None:
+        """Directories exist only on filesystems; on object stores makedirs would even create
+        a missing bucket, which is the operator's job (with its region, policy, lifecycle)."""
+        if self.protocol in ("file", "local"):
+            self.fs.makedirs(path, exist_ok=True)
+
+    def put_record(self, relpath: str, data: bytes) -> None:
+        """Write `URL/<relpath>` whole (e.g. `sidecars/<namespace>.<name>.json`)."""
+        path = f"{self.root}/{relpath}"
+        self._ensure_dir(posixpath.dirname(path))
+        self.fs.pipe_file(path, data)
+
+    def read_records(self, prefix: str) -> dict[str, bytes]:
+        """Every object under `URL/<prefix>/`, by its path relative to URL (listed afresh,
+        never from a cache)."""
+        self.fs.invalidate_cache(f"{self.root}/{prefix}")
+        found = self._find(f"{self.root}/{prefix}")
+        data = self.fs.cat(list(found), on_error="omit") if found else {}
+        return {self._relative(path): value for path, value in data.items()}
+
+    def list_records(self, prefix: str) -> dict[str, int]:
+        """Every object under `URL/<prefix>/`: its path relative to URL, and its version."""
+        base = f"{self.root}/{prefix}"
+        self.fs.invalidate_cache(base)
+        return {
+            self._relative(path): _version(info)
+            for path, info in self._find(base, detail=True).items()
+        }
+
+    def _relative(self, path: str) -> str:
+        """A path fsspec answered (with or without its protocol) relative to URL."""
+        return posixpath.relpath(self.fs._strip_protocol(path), self.root)
+
+    def read_paths(self, relpaths: list[str]) -> dict[str, bytes]:
+        """The objects at these paths relative to URL (concurrently where fsspec can); a
+        missing one is left out."""
+        if not relpaths:
+            return {}
+        paths = {f"{self.root}/{p}": p for p in relpaths}
+        data = self.fs.cat(list(paths), on_error="omit")
+        return {paths[self.fs._strip_protocol(p)]: v for p, v in data.items()}
+
+    def remove_record(self, relpath: str) -> None:
+        path = f"{self.root}/{relpath}"
+        if self.fs.exists(path):
+            self.fs.rm_file(path)
+
+    def _find_after(self, base: str, start_after: str | None) -> Iterator[tuple[str, Any]]:
+        """(path, info) of every object under `base` whose name after it sorts after
+        `start_after`."""
+        if start_after and self.protocol in ("s3", "s3a"):
+            yield from self._s3_list_after(base, start_after)
+            return
+        if start_after and self.protocol in ("file", "local"):  # the new directories only
+            try:
+                names = self.fs.ls(base, detail=False)
+            except FileNotFoundError:
+                return
+            for directory in names:
+                if posixpath.basename(directory) > start_after:
+                    yield from self._find(directory, detail=True).items()
+            return
+        for path, info in self._find(base, detail=True).items():
+            if (
+                not start_after
+                or posixpath.relpath(self.fs._strip_protocol(path), base) > start_after
+            ):
+                yield path, info
+
+    def _s3_list_after(self, base: str, start_after: str) -> Iterator[tuple[str, Any]]:
+        """ListObjectsV2 from `start_after` on, page by page (s3fs lists from the start)."""
+        bucket, _, key = base.partition("/")
+        prefix = f"{key}/" if key else ""
+        token = None
+        while True:
+            ask = {"Bucket": bucket, "Prefix": prefix, "StartAfter": prefix + start_after}
+            if token:
+                ask["ContinuationToken"] = token
+            page = self.fs.call_s3("list_objects_v2", **ask)
+            for obj in page.get("Contents", []):
+                yield f"{bucket}/{obj['Key']}", {"ETag": obj.get("ETag"), "size": obj.get("Size")}
+            token = page.get("NextContinuationToken")
+            if not page.get("IsTruncated") or not token:
+                return
+
+    def _size(self, path: str) -> int | None:
+        try:
+            return int(self.fs.info(path)["size"])
+        except FileNotFoundError:
+            return None
+
+    def _find(self, prefix: str, *, detail: bool = False) -> Any:
+        try:
+            return self.fs.find(prefix, withdirs=False, detail=detail)
+        except FileNotFoundError:
+            return {} if detail else []
+
+
+class BucketClient(BucketFiles):
+    """The snapshots in the bucket, in XProf's layout (this module's docstring)."""
 
     # ---- paths -----------------------------------------------------------------------------
 
@@ -137,12 +240,6 @@ class BucketClient:
             answer = self.fs.info(path)
         return RemoteEntry(snapshot.id, location, _version(answer))
 
-    def _ensure_dir(self, path: str) -> None:
-        """Directories exist only on filesystems; on object stores makedirs would even create
-        a missing bucket, which is the operator's job (with its region, policy, lifecycle)."""
-        if self.protocol in ("file", "local"):
-            self.fs.makedirs(path, exist_ok=True)
-
     def delete(self, snapshot_id: str) -> None:
         """`snapshot.json` first (readers treat the rest as absent), then everything under it."""
         for location in (READY, FAILED):
@@ -157,49 +254,6 @@ class BucketClient:
             self.fs.rm(sorted(paths, reverse=True))
         if self.fs.exists(prefix):  # an empty directory on a real filesystem
             self.fs.rm(prefix, recursive=True)
-
-    # ---- small records beside the snapshots (the fleet hub's registrations) ----------------
-
-    def put_record(self, relpath: str, data: bytes) -> None:
-        """Write `URL/<relpath>` whole (e.g. `sidecars/<namespace>.<name>.json`)."""
-        path = f"{self.root}/{relpath}"
-        self._ensure_dir(posixpath.dirname(path))
-        self.fs.pipe_file(path, data)
-
-    def read_records(self, prefix: str) -> dict[str, bytes]:
-        """Every object under `URL/<prefix>/`, by its path relative to URL (listed afresh,
-        never from a cache)."""
-        self.fs.invalidate_cache(f"{self.root}/{prefix}")
-        found = self._find(f"{self.root}/{prefix}")
-        data = self.fs.cat(list(found), on_error="omit") if found else {}
-        return {self._relative(path): value for path, value in data.items()}
-
-    def list_records(self, prefix: str) -> dict[str, int]:
-        """Every object under `URL/<prefix>/`: its path relative to URL, and its version."""
-        base = f"{self.root}/{prefix}"
-        self.fs.invalidate_cache(base)
-        return {
-            self._relative(path): _version(info)
-            for path, info in self._find(base, detail=True).items()
-        }
-
-    def _relative(self, path: str) -> str:
-        """A path fsspec answered (with or without its protocol) relative to URL."""
-        return posixpath.relpath(self.fs._strip_protocol(path), self.root)
-
-    def read_paths(self, relpaths: list[str]) -> dict[str, bytes]:
-        """The objects at these paths relative to URL (concurrently where fsspec can); a
-        missing one is left out."""
-        if not relpaths:
-            return {}
-        paths = {f"{self.root}/{p}": p for p in relpaths}
-        data = self.fs.cat(list(paths), on_error="omit")
-        return {paths[self.fs._strip_protocol(p)]: v for p, v in data.items()}
-
-    def remove_record(self, relpath: str) -> None:
-        path = f"{self.root}/{relpath}"
-        if self.fs.exists(path):
-            self.fs.rm_file(path)
 
     # ---- reading ---------------------------------------------------------------------------
 
@@ -221,44 +275,6 @@ class BucketClient:
                 # ready wins over a stale failed record of the same id
                 found[snapshot_id] = RemoteEntry(snapshot_id, location, _version(info))
         return found
-
-    def _find_after(self, base: str, start_after: str | None) -> Iterator[tuple[str, Any]]:
-        """(path, info) of every object under `base` whose name after it sorts after
-        `start_after`."""
-        if start_after and self.protocol in ("s3", "s3a"):
-            yield from self._s3_list_after(base, start_after)
-            return
-        if start_after and self.protocol in ("file", "local"):  # the new directories only
-            try:
-                names = self.fs.ls(base, detail=False)
-            except FileNotFoundError:
-                return
-            for directory in names:
-                if posixpath.basename(directory) > start_after:
-                    yield from self._find(directory, detail=True).items()
-            return
-        for path, info in self._find(base, detail=True).items():
-            if (
-                not start_after
-                or posixpath.relpath(self.fs._strip_protocol(path), base) > start_after
-            ):
-                yield path, info
-
-    def _s3_list_after(self, base: str, start_after: str) -> Iterator[tuple[str, Any]]:
-        """ListObjectsV2 from `start_after` on, page by page (s3fs lists from the start)."""
-        bucket, _, key = base.partition("/")
-        prefix = f"{key}/" if key else ""
-        token = None
-        while True:
-            ask = {"Bucket": bucket, "Prefix": prefix, "StartAfter": prefix + start_after}
-            if token:
-                ask["ContinuationToken"] = token
-            page = self.fs.call_s3("list_objects_v2", **ask)
-            for obj in page.get("Contents", []):
-                yield f"{bucket}/{obj['Key']}", {"ETag": obj.get("ETag"), "size": obj.get("Size")}
-            token = page.get("NextContinuationToken")
-            if not page.get("IsTruncated") or not token:
-                return
 
     def read_docs(self, entries: list[RemoteEntry]) -> dict[str, bytes]:
         """The `snapshot.json` bytes of each entry (fetched concurrently where fsspec can)."""
@@ -288,18 +304,6 @@ class BucketClient:
         with self.fs.open(path, "rb") as f:
             while chunk := f.read(CHUNK_BYTES):
                 yield chunk
-
-    def _size(self, path: str) -> int | None:
-        try:
-            return int(self.fs.info(path)["size"])
-        except FileNotFoundError:
-            return None
-
-    def _find(self, prefix: str, *, detail: bool = False) -> Any:
-        try:
-            return self.fs.find(prefix, withdirs=False, detail=detail)
-        except FileNotFoundError:
-            return {} if detail else []
 
 
 def _version(info: dict[str, Any]) -> int:
