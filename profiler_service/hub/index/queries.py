@@ -29,9 +29,11 @@ class IndexQueries:
         where: list[Any] = [s.c[name] == getattr(q, name) for name in _EQUAL if getattr(q, name)]
         if q.namespaces is not None:
             where.append(s.c.namespace.in_(sorted(q.namespaces)))
+        # `IN (...)`, not a correlated EXISTS: SQLite searched the findings' own index once per
+        # snapshot (0.14 s at 2,000 snapshots); both engines join the subquery once.
         for column, value in ((findings.c.rule, q.rule), (findings.c.severity, q.severity)):
             if value is not None:
-                where.append(sa.exists().where(findings.c.snapshot_id == s.c.id, column == value))
+                where.append(s.c.id.in_(sa.select(findings.c.snapshot_id).where(column == value)))
         if q.since is not None:
             where.append(s.c.created_at >= utc(q.since))
         if q.until is not None:

@@ -25,6 +25,7 @@ from profiler_service.store.events import RemoteSnapshot
 __all__ = ["IndexWrites", "snapshot_row"]
 
 IN_BATCH = 1000  # ids per `IN (...)`: bounded statements, whatever the listing's size
+UPSERT_BATCH = 500  # snapshots a statement: 17 values each, within SQLite's 32,766
 
 
 def snapshot_row(found: RemoteSnapshot) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -64,7 +65,13 @@ class IndexWrites:
         self._insert = postgresql.insert if db.shared else sqlite.insert
 
     def upsert(self, found: Iterable[RemoteSnapshot]) -> list[str]:
-        """Index these (again), in one transaction; the ids written."""
+        """Index these (again), `UPSERT_BATCH` a transaction; the ids written."""
+        found, ids = list(found), []
+        for first in range(0, len(found), UPSERT_BATCH):
+            ids += self._upsert(found[first : first + UPSERT_BATCH])
+        return ids
+
+    def _upsert(self, found: list[RemoteSnapshot]) -> list[str]:
         rows, finding_rows = [], []
         for f in found:
             row, more = snapshot_row(f)
