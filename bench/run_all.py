@@ -30,6 +30,11 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
     "metrics": ("bench_metrics.py", [], []),
     "webhooks": ("bench_webhooks.py", [], []),
     "hub": ("bench_hub.py", [], ["--snapshots", "2000", "--sidecars", "100"]),
+    "hub-database": (
+        "bench_hub_database.py",
+        [],
+        ["--snapshots", "20000", "--sidecars", "500", "--sync-snapshots", "2000"],
+    ),
     "ledger": ("bench_ledger.py", [], ["--jobs", "200", "--rounds", "1"]),
     "soak": ("bench_soak.py", ["--max-minutes", "90"], ["--captures", "200"]),
     "soak-in-process": (
