@@ -82,5 +82,5 @@ class LedgerBook:
 
     def build(self, window_s: float, now: float) -> Ledger:
         since = now - window_s - self.settings.ledger_capture_horizon_s
-        rows = self.index.fleet_rows(datetime.fromtimestamp(since, UTC))
+        rows = self.index.ledger_rows(datetime.fromtimestamp(since, UTC))
         return build_ledger(rows, self.settings, window_s=window_s, end=now, link=self.link)

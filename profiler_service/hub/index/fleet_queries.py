@@ -178,9 +178,24 @@ class FleetQueries:
                 counts.setdefault(_key(namespace, workload, target), {})[rule] = n
         return counts
 
-    def fleet_rows(self, since: datetime) -> list[FleetRow]:
-        """Every ready snapshot since `since`, oldest first (the ledger's rows)."""
-        query = sa.select(*_COLUMNS).where(*_ready_since(since)).order_by(s.c.created_at, s.c.id)
+    def ledger_rows(self, since: datetime) -> list[FleetRow]:
+        """What the ledger reads of the ready snapshots since `since`, oldest first: each with
+        the GPU's waste (analysis/gpu_waste.py), and the newest of each pod (which job a pod
+        Prometheus counts belongs to); not the captures of CPUs in between."""
+        pod = (s.c.namespace, s.c.pod)
+        window = (
+            sa.select(
+                *_COLUMNS,
+                sa.func.row_number().over(partition_by=pod, order_by=_NEWEST_FIRST).label("rn"),
+            )
+            .where(*_ready_since(since))
+            .subquery()
+        )
+        query = (
+            sa.select(*[window.c[c.name] for c in _COLUMNS])
+            .where(sa.or_(window.c.gpu_waste.is_not(None), window.c.rn == 1))
+            .order_by(window.c.created_at, window.c.id)
+        )
         with self.db.connect() as conn:
             return [_row(r) for r in conn.execute(query)]
 
