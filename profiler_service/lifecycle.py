@@ -186,6 +186,24 @@ class BackgroundLoop:
         event.wait(None if delay_s is None else max(0.0, delay_s))
 
 
+class LoopOwner:
+    """A part whose life is one `BackgroundLoop` (`self._loop`): it starts and stops with it
+    and lists it in `loops` (the `Lifecycle` reports its health). A part that does more at
+    either end overrides `start` or `stop` and calls these."""
+
+    _loop: BackgroundLoop
+
+    @property
+    def loops(self) -> tuple[BackgroundLoop, ...]:
+        return (self._loop,)
+
+    def start(self) -> None:
+        self._loop.start()
+
+    def stop(self, timeout_s: float | None = None) -> None:
+        self._loop.stop(timeout_s)
+
+
 class _Closing:
     """A part with nothing to start and something to close at the end (a file, a pool)."""
 

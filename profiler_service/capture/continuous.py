@@ -34,7 +34,7 @@ import grpc
 from profiler_service.capture.capturer import Captured, CaptureFailed, CaptureJob, collect_xplanes
 from profiler_service.config import CaptureSettings
 from profiler_service.errors import SnapshotErrorCode
-from profiler_service.lifecycle import BackgroundLoop
+from profiler_service.lifecycle import BackgroundLoop, LoopOwner
 from profiler_service.proto_subset import F, message_classes
 from profiler_service.targets import Target
 
@@ -68,7 +68,7 @@ def _messages() -> dict[str, Any]:
     return message_classes("profiler_service.profiler", PROFILER_FIELDS)
 
 
-class ContinuousSession:
+class ContinuousSession(LoopOwner):
     """One job's continuous session, kept running and rotated by a thread of its own."""
 
     def __init__(self, address: str, settings: CaptureSettings, rotate_s: float):
@@ -83,10 +83,6 @@ class ContinuousSession:
         self.running = False
         self.since: float | None = None  # unix time the trace now held by the job began
         self.error: str | None = None
-
-    @property
-    def loops(self) -> tuple[BackgroundLoop, ...]:
-        return (self._loop,)
 
     def _call(self, method: str, request: bytes, timeout_s: float = RPC_TIMEOUT_S) -> bytes:
         rpc = self._channel.unary_unary(
@@ -141,9 +137,6 @@ class ContinuousSession:
                     log.warning("look-back trace on %s: %s", self.address, exc.details())
                 self.running, self.error = False, f"{exc.code().name}: {exc.details()}"
                 return START_RETRY_S
-
-    def start(self) -> None:
-        self._loop.start()
 
     def stop(self, timeout_s: float | None = None) -> None:
         """End the rotation, then the job's session (what it traced is dropped)."""

@@ -35,7 +35,7 @@ from profiler_service.analysis import impact
 from profiler_service.analysis.text_report import describe_saving
 from profiler_service.analysis.verification import headline
 from profiler_service.config import GrafanaSettings
-from profiler_service.lifecycle import BackgroundLoop
+from profiler_service.lifecycle import BackgroundLoop, LoopOwner
 from profiler_service.models import Snapshot, SnapshotStatus, utcnow
 
 __all__ = ["GrafanaAnnotator", "annotation_for", "dashboard_and_panel", "grafana_annotator"]
@@ -113,7 +113,7 @@ def annotation_for(snapshot: Snapshot, public_url: str | None) -> dict[str, Any]
     return body
 
 
-class GrafanaAnnotator:
+class GrafanaAnnotator(LoopOwner):
     """Posts one annotation per finished snapshot; `on_finished` is the controller callback."""
 
     def __init__(
@@ -141,10 +141,6 @@ class GrafanaAnnotator:
         self._closing = threading.Event()  # stop(): post what is queued, without retry waits
         self._wait = wait or self._closing.wait
         self._loop = BackgroundLoop("grafana-annotations", self._round)
-
-    @property
-    def loops(self) -> tuple[BackgroundLoop, ...]:
-        return (self._loop,)
 
     def start(self) -> None:
         self._closing.clear()

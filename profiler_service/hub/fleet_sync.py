@@ -18,7 +18,7 @@ from profiler_service.hub.index.registry_table import BUCKET_REPLICA, RegistryTa
 from profiler_service.hub.index.sync import IndexSync
 from profiler_service.hub.registration import RECORDS_PREFIX
 from profiler_service.hub.registry import SidecarRecord, SidecarRegistry
-from profiler_service.lifecycle import BackgroundLoop
+from profiler_service.lifecycle import BackgroundLoop, LoopOwner
 from profiler_service.store.baselines import FleetBaselines
 from profiler_service.store.bucket_catalogue import RefreshStats, brief
 
@@ -27,7 +27,7 @@ __all__ = ["FleetSync"]
 log = logging.getLogger(__name__)
 
 
-class FleetSync:
+class FleetSync(LoopOwner):
     """What the metrics read (hub/metrics.py `SyncState`): this replica's syncs, their
     failures, the last one it ran; `version` changes whenever any replica's sync changed the
     index (the fleet view's cache key)."""
@@ -112,16 +112,6 @@ class FleetSync:
             return
         self.version = state.get("changes", "0")
         self.baseline_ids = frozenset(json.loads(state.get("baselines", "[]")))
-
-    def start(self) -> None:
-        self._loop.start()
-
-    def stop(self, timeout_s: float | None = None) -> None:
-        self._loop.stop(timeout_s)
-
-    @property
-    def loops(self) -> tuple[BackgroundLoop, ...]:
-        return (self._loop,)
 
     def _round(self) -> float:
         self.once()

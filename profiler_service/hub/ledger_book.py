@@ -10,12 +10,12 @@ from datetime import UTC, datetime
 from profiler_service.config import LedgerSettings
 from profiler_service.hub.index.fleet_queries import FleetQueries
 from profiler_service.hub.ledger import Ledger, build_ledger
-from profiler_service.lifecycle import BackgroundLoop
+from profiler_service.lifecycle import BackgroundLoop, LoopOwner
 
 __all__ = ["LedgerBook"]
 
 
-class LedgerBook:
+class LedgerBook(LoopOwner):
     """Ledgers by window, each rebuilt once older than `hub_ledger_refresh_s` or once a sync
     changed the index (`version`): the page and the API wait for a build at most once per
     window and change; a loop keeps the metric's window (`hub_ledger_metric_window_s`) built,
@@ -35,16 +35,6 @@ class LedgerBook:
         self._building = threading.Lock()  # one build at a time
         self._built: dict[float, tuple[float, object, Ledger]] = {}
         self._loop = BackgroundLoop("fleet-ledger", self._round)
-
-    @property
-    def loops(self) -> tuple[BackgroundLoop, ...]:
-        return (self._loop,)
-
-    def start(self) -> None:
-        self._loop.start()
-
-    def stop(self, timeout_s: float | None = None) -> None:
-        self._loop.stop(timeout_s)
 
     def _round(self) -> float:
         self.ledger(self.settings.ledger_metric_window_s, max_age_s=0)

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pydantic import ValidationError
 
 from profiler_service.hub.registry import SidecarRecord, SidecarRegistry
-from profiler_service.lifecycle import BackgroundLoop
+from profiler_service.lifecycle import BackgroundLoop, LoopOwner
 from profiler_service.store.bucket_client import BucketClient
 
 __all__ = ["PEERS_PREFIX", "RegistryShare", "replica_name"]
@@ -45,7 +45,7 @@ def replica_name() -> str:
     return "".join(c if c.isalnum() or c in "-._" else "-" for c in name)
 
 
-class RegistryShare:
+class RegistryShare(LoopOwner):
     """One `BackgroundLoop`: publish this replica's heartbeats, merge the others'. `once()` is
     one round (the tests call it); `start()` runs one round first, then the loop."""
 
@@ -151,10 +151,6 @@ class RegistryShare:
     def start(self) -> None:
         self.once()  # know the fleet before the first request
         self._loop.start()
-
-    @property
-    def loops(self) -> tuple[BackgroundLoop, ...]:
-        return (self._loop,)
 
     def _round(self) -> float:
         """A sidecar joining or leaving is shared at once (it wakes the loop); the rest every

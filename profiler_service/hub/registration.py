@@ -20,7 +20,7 @@ from pydantic import SecretStr
 from profiler_service import __version__
 from profiler_service.config import RegistrationSettings, Settings
 from profiler_service.hub.registry import SidecarRecord
-from profiler_service.lifecycle import BackgroundLoop
+from profiler_service.lifecycle import BackgroundLoop, LoopOwner
 
 if TYPE_CHECKING:
     from profiler_service.store.bucket_client import BucketClient  # fsspec: only with a bucket
@@ -56,7 +56,7 @@ def record_path(record: SidecarRecord) -> str:
     return f"{RECORDS_PREFIX}/{record.namespace or '_'}.{record.name}.json"
 
 
-class HubRegistration:
+class HubRegistration(LoopOwner):
     """One daemon thread; `beat()` is one heartbeat (the tests call it directly)."""
 
     def __init__(
@@ -128,13 +128,6 @@ class HubRegistration:
 
         record = self.record.model_copy(update={"last_seen": datetime.now(UTC), "via": "bucket"})
         self.bucket.put_record(record_path(record), record.model_dump_json().encode())
-
-    def start(self) -> None:
-        self._loop.start()
-
-    @property
-    def loops(self) -> tuple[BackgroundLoop, ...]:
-        return (self._loop,)
 
     def _round(self) -> float:
         self.beat()

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
-from profiler_service.lifecycle import BackgroundLoop
+from profiler_service.lifecycle import BackgroundLoop, LoopOwner
 from profiler_service.lookback.models import LeadUp
 from profiler_service.lookback.ring import Sample, SampleRing
 from profiler_service.lookback.sources import Source
@@ -15,7 +15,7 @@ from profiler_service.lookback.sources import Source
 log = logging.getLogger(__name__)
 
 
-class Sampler:
+class Sampler(LoopOwner):
     def __init__(
         self,
         ring: SampleRing,
@@ -32,10 +32,6 @@ class Sampler:
         self._next_at: float | None = None  # time.monotonic() of the next round
         self._failing: set[str] = set()  # sources whose failure was logged already
         self._source_of: dict[str, str] = {}  # reading -> the source's name
-
-    @property
-    def loops(self) -> tuple[BackgroundLoop, ...]:
-        return (self._loop,)
 
     def sample(self) -> Sample:
         """One reading of every source, appended to the ring and handed to the listeners.
@@ -67,12 +63,6 @@ class Sampler:
         if failed is not None:
             raise failed
         return sample
-
-    def start(self) -> None:
-        self._loop.start()
-
-    def stop(self, timeout_s: float | None = None) -> None:
-        self._loop.stop(timeout_s)
 
     def round(self) -> float:
         """One sample; the wait until the next is due (no burst of samples after a stall)."""

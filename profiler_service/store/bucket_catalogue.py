@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from profiler_service.lifecycle import BackgroundLoop
+from profiler_service.lifecycle import BackgroundLoop, LoopOwner
 from profiler_service.models import Snapshot
 from profiler_service.store.events import REMOTE, RemoteSnapshot, StoreEvent, StoreEventKind
 from profiler_service.store.layout import FAILED, READY
@@ -69,7 +69,7 @@ class OwnChanges(Protocol):
     def queue_delete(self, snapshot_id: str) -> None: ...
 
 
-class BucketCatalogue:
+class BucketCatalogue(LoopOwner):
     def __init__(
         self,
         store: SnapshotStore,
@@ -99,17 +99,10 @@ class BucketCatalogue:
 
     # ---- lifecycle -------------------------------------------------------------------------
 
-    @property
-    def loops(self) -> tuple[BackgroundLoop, ...]:
-        return (self._loop,)
-
     def start(self) -> None:
-        self._loop.start()
+        super().start()
         if math.isfinite(self.refresh_interval_s):
             self._wake.set()  # the first listing, without waiting for a reader
-
-    def stop(self, timeout_s: float | None = None) -> None:
-        self._loop.stop(timeout_s)
 
     # ---- what the store tells (events.py) ---------------------------------------------------
 

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from profiler_service.lifecycle import BackgroundLoop
+from profiler_service.lifecycle import BackgroundLoop, LoopOwner
 from profiler_service.models import is_snapshot_id
 from profiler_service.store.bucket_catalogue import BucketCatalogue, brief
 from profiler_service.store.events import StoreEvent, StoreEventKind
@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 UPLOAD, DELETE = "upload", "delete"
 
 
-class UploadQueue:
+class UploadQueue(LoopOwner):
     def __init__(
         self,
         store: SnapshotStore,
@@ -72,10 +72,6 @@ class UploadQueue:
         for snapshot_id in self.uploading():
             self.store.hold(snapshot_id)
 
-    @property
-    def loops(self) -> tuple[BackgroundLoop, ...]:
-        return (self._loop,)
-
     def start(self) -> None:
         self.pending_dir.mkdir(parents=True, exist_ok=True)
         pending = self.pending_count()
@@ -83,9 +79,6 @@ class UploadQueue:
             log.info("%d snapshot(s) wait for upload to %s", pending, self.bucket.url)
         self._loop.start()
         self._wake.set()
-
-    def stop(self, timeout_s: float | None = None) -> None:
-        self._loop.stop(timeout_s)
 
     def store_changed(self, event: StoreEvent) -> None:
         """Queue the bucket's side of a change (deletes: the catalogue queues them); never

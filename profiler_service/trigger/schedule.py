@@ -16,7 +16,7 @@ from prometheus_client.metrics_core import CounterMetricFamily, Metric
 
 from profiler_service.capture.controller import CaptureController, CaptureRequest
 from profiler_service.config import Schedule, ScheduleSettings
-from profiler_service.lifecycle import BackgroundLoop
+from profiler_service.lifecycle import BackgroundLoop, LoopOwner
 from profiler_service.models import Trigger, TriggerKind
 from profiler_service.trigger.outcomes import START_OUTCOMES, Outcome
 from profiler_service.trigger.plugin import TriggerPlugin
@@ -24,7 +24,7 @@ from profiler_service.trigger.plugin import TriggerPlugin
 log = logging.getLogger(__name__)
 
 
-class CaptureScheduler:
+class CaptureScheduler(LoopOwner):
     def __init__(
         self,
         settings: ScheduleSettings,
@@ -40,17 +40,10 @@ class CaptureScheduler:
         self._due: list[float] | None = None  # per schedule, on `clock`; set by the first round
         self._loop = BackgroundLoop("capture-scheduler", self.round)
 
-    @property
-    def loops(self) -> tuple[BackgroundLoop, ...]:
-        return (self._loop,)
-
     def start(self) -> None:
         """Its thread runs only when a schedule is configured."""
         if self.settings.schedules:
             self._loop.start()
-
-    def stop(self, timeout_s: float | None = None) -> None:
-        self._loop.stop(timeout_s)
 
     def next_delay_s(self, schedule: Schedule) -> float:
         return schedule.interval_s + self.rng.uniform(0, schedule.jitter_s)

@@ -24,7 +24,7 @@ from profiler_service.hub.index.database import FleetDatabase
 from profiler_service.hub.index.schema import sidecars
 from profiler_service.hub.peers import SHARE_INTERVAL_S, STALE_FILE_TTLS
 from profiler_service.hub.registry import SidecarRecord, SidecarRegistry
-from profiler_service.lifecycle import BackgroundLoop
+from profiler_service.lifecycle import BackgroundLoop, LoopOwner
 
 __all__ = ["BUCKET_REPLICA", "RegistryTable"]
 
@@ -34,7 +34,7 @@ BUCKET_REPLICA = "bucket"  # the rows of records sidecars wrote into the bucket
 READ_SLACK_S = 10.0  # rows read again before the newest seen: replicas' clocks and commits
 
 
-class RegistryTable:
+class RegistryTable(LoopOwner):
     """One `BackgroundLoop`, as `RegistryShare`: `once()` publishes and merges; `start()` runs
     one round, then the loop."""
 
@@ -152,13 +152,6 @@ class RegistryTable:
     def start(self) -> None:
         self.once()  # know the fleet before the first request
         self._loop.start()
-
-    def stop(self, timeout_s: float | None = None) -> None:
-        self._loop.stop(timeout_s)
-
-    @property
-    def loops(self) -> tuple[BackgroundLoop, ...]:
-        return (self._loop,)
 
     def _round(self) -> float:
         self.once()
