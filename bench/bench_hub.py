@@ -37,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -205,14 +206,17 @@ def rss_mb(pid: int) -> tuple[float, float]:
     return rss, hwm
 
 
-def wait_sync(log: Path, pattern: str, timeout_s: float) -> re.Match:
+def wait_sync(
+    log: Path, pattern: str, timeout_s: float, good: Callable[[re.Match], bool] = bool
+) -> re.Match:
+    """The first line of the hub's log matching `pattern` for which `good` holds."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         text = log.read_text()
-        found = re.search(pattern, text)
-        if found:
-            return found
-        if "could not list" in text:
+        for found in re.finditer(pattern, text):
+            if good(found):
+                return found
+        if "could not list" in text or "could not sync" in text:
             raise RuntimeError(f"the hub's sync failed: {text[-2000:]}")
         time.sleep(0.2)
     raise RuntimeError(f"no sync line {pattern!r}: {log.read_text()[-2000:]}")

@@ -54,6 +54,7 @@ from bench_hub import (
     rss_mb,
     stop,
     wait_http,
+    wait_sync,
     write_manifests,
 )
 
@@ -300,7 +301,7 @@ def run(args, work: Path, server: PostgresServer, procs: list) -> None:
         fsspec.filesystem("file"), str(bucket), True,
         lambda i: just_taken(fleet_doc(template, i, args.sidecars, now, rng), i, rng), 100,
     )  # fmt: skip
-    found = wait_log(log, SYNC_LINE.format("since the cursor"), lambda m: int(m[2]) > 0, 120)
+    found = wait_sync(log, SYNC_LINE.format("since the cursor"), 120, lambda m: int(m[2]) > 0)
     print(f"incremental sync: {found[1]} listed, {found[2]} indexed in {float(found[3]):.2f} s "
           f"(of {len(new)} new)")  # fmt: skip
     record(
@@ -339,7 +340,7 @@ def run(args, work: Path, server: PostgresServer, procs: list) -> None:
     killed_at = time.perf_counter() - began
     committed = count_rows(libpq2)
     survivor = next(r for r in replicas if r[0] is not holder)
-    found = wait_log(survivor[2], SYNC_LINE.format("whole bucket"), lambda m: int(m[2]) > 0, 3600)
+    found = wait_sync(survivor[2], SYNC_LINE.format("whole bucket"), 3600, lambda m: int(m[2]) > 0)
     total = time.perf_counter() - began
     rows = count_rows(libpq2)
     print(f"first sync of {len(docs):,}: the lease holder killed at {killed_at:.0f} s with "
@@ -358,18 +359,6 @@ def just_taken(doc: dict, i: int, rng: random.Random) -> dict:
     doc["id"] = f"{created:%Y%m%d-%H%M%S}-{doc['target']}-{rng.getrandbits(48):012x}"
     doc["created_at"] = created.isoformat()
     return doc
-
-
-def wait_log(log: Path, pattern: str, good, timeout_s: float):
-    import re
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        for found in re.finditer(pattern, log.read_text()):
-            if good(found):
-                return found
-        time.sleep(0.2)
-    raise RuntimeError(f"no {pattern!r} in {log}: {log.read_text()[-2000:]}")
 
 
 if __name__ == "__main__":
