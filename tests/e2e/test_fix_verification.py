@@ -21,6 +21,9 @@ from helpers import RECORDS_MEMORY, free_port, start_job
 # measured another host: such a pair is captured again, at most `RETRIES` times.
 OTHERS_MAX_CORES = 0.5
 RETRIES = 2
+# The measured saving must fall in the predicted range in AGREE of at most MEASUREMENTS pairs.
+MEASUREMENTS = 3
+AGREE = 2
 
 PAIRS = {
     "retracing": (
@@ -100,8 +103,10 @@ def cores_held_by_others(ours: list[psutil.Process]) -> Iterator[list[float]]:
     held[0] = max(0.0, (busy() - busy0) - (spent() - ours0)) / wall
 
 
-@pytest.mark.parametrize("pair", list(PAIRS))
-def test_a_fixed_twin_is_verified_against_the_prediction(pair, service_factory):
+def checked_pair(pair: str, service_factory) -> tuple[bool, str]:
+    """One measurement of a pair: whether its saving fell in the predicted range (and the step
+    got faster beyond noise), and what it measured. What does not depend on the host's speed
+    (the finding, the link between the snapshots, the status) is asserted here."""
     broken, fixed, status = PAIRS[pair]
     rule = pair.split(":")[0]
     (before, after), others = capture_pair(service_factory, broken, fixed)
@@ -128,8 +133,23 @@ def test_a_fixed_twin_is_verified_against_the_prediction(pair, service_factory):
     else:  # still input-bound on a small machine, or not: either is the truth, said so
         assert checked["status"] in ("resolved", "persists"), report
     assert checked["predicted_saving_share"] == predicted["saving_share"]
-    assert lo <= measured <= hi, report
-    assert after["step_change"]["change_interval_95"][1] < 0, report  # faster beyond noise
+    faster = after["step_change"]["change_interval_95"][1] < 0  # faster beyond noise
+    return lo <= measured <= hi and faster, report
+
+
+@pytest.mark.parametrize("pair", list(PAIRS))
+def test_a_fixed_twin_is_verified_against_the_prediction(pair, service_factory):
+    """The saving falls in the predicted range in most measurements: `AGREE` of at most
+    `MEASUREMENTS` pairs, each on a fresh service. One pair's step times can be off by 2x on a
+    shared 2-core VM with no other process busy (CI once measured a tuned pipeline's step at
+    14.1 ms that runs 7-9 ms in every other capture): a prediction wrong for the job fails
+    every measurement, such a host fails one."""
+    agreed, reports = 0, []
+    while agreed < AGREE and len(reports) - agreed <= MEASUREMENTS - AGREE:
+        ok, report = checked_pair(pair, service_factory)
+        agreed += ok
+        reports.append(("in range: " if ok else "OUT OF RANGE: ") + report)
+    assert agreed >= AGREE, "\n".join(reports)
 
 
 def test_step_temporaries_resolved_by_its_twin_saves_no_predicted_time(service_factory):
