@@ -331,14 +331,23 @@ def run(args, work: Path, server: PostgresServer, procs: list) -> None:
     began = min(r[3] for r in replicas)
     for proc, base, _, started in replicas:
         ready(proc, base, started)
-    holder = None
-    while holder is None or count_rows(libpq2) < len(docs) // 3:
+    holder, committed = None, 0
+    while holder is None or committed < len(docs) // 3:
+        if committed >= len(docs):
+            break
         holder = holder or lease_holder(libpq2, [r[0] for r in replicas])
         time.sleep(0.2)
-    holder.send_signal(signal.SIGKILL)
-    holder.wait()
+        committed = count_rows(libpq2)
+    if holder is not None:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
     killed_at = time.perf_counter() - began
     committed = count_rows(libpq2)
+    if committed >= len(docs):
+        raise SystemExit(
+            f"the first sync of {len(docs):,} snapshots ended before its replica could be killed "
+            "in the middle: give --sync-snapshots more"
+        )
     survivor = next(r for r in replicas if r[0] is not holder)
     found = wait_sync(survivor[2], SYNC_LINE.format("whole bucket"), 3600, lambda m: int(m[2]) > 0)
     total = time.perf_counter() - began
