@@ -82,9 +82,17 @@ class CaptureMetrics:
         )
         self.fix_saving = Gauge(
             "profiler_fix_saving_ratio",
-            "The last resolved finding of each rule: the share of step time its fix saved "
-            "(measured) against what the finding predicted (predicted).",
+            "The last checked prediction of each rule (where the step's change was that "
+            "finding's alone): the share of step time the fix saved (measured) against what the "
+            "finding predicted (predicted).",
             ["target", "rule", "kind"],
+            registry=registry,
+        )
+        self.predictions = Counter(
+            "profiler_fix_predictions",
+            "Checked predictions by where the measured saving fell against the predicted range "
+            "(within, below, above): how well the findings' impact holds on this fleet.",
+            ["target", "rule", "agreement"],
             registry=registry,
         )
         # Series start at 0, so increase() sees a target's first capture.
@@ -108,12 +116,16 @@ class CaptureMetrics:
             self.fixes.labels(snapshot.target, checked.rule, checked.status.value).inc(
                 exemplar=exemplar
             )
-            if checked.measured_saving_share is not None:
-                saving = self.fix_saving.labels(snapshot.target, checked.rule, "measured")
-                saving.set(checked.measured_saving_share)
-            if checked.status == "resolved" and checked.predicted_saving_share is not None:
-                saving = self.fix_saving.labels(snapshot.target, checked.rule, "predicted")
-                saving.set(checked.predicted_saving_share)
+            if checked.prediction is None:
+                continue
+            self.predictions.labels(snapshot.target, checked.rule, checked.prediction.value).inc(
+                exemplar=exemplar
+            )
+            for kind, share in (
+                ("measured", checked.measured_saving_share),
+                ("predicted", checked.predicted_saving_share),
+            ):
+                self.fix_saving.labels(snapshot.target, checked.rule, kind).set(share or 0.0)
         started, traced, finished = (
             snapshot.capture_started_at,
             snapshot.capture_finished_at,

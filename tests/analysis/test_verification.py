@@ -21,6 +21,7 @@ from profiler_service.analysis.models import (
 from profiler_service.analysis.text_report import format_snapshot
 from profiler_service.analysis.verification import (
     FixStatus,
+    PredictionCheck,
     headline,
     step_change,
     verify,
@@ -99,7 +100,8 @@ def test_each_rule_is_resolved_persists_regressed_or_new():
     assert resolved.measured_saving_share == pytest.approx(0.88, abs=0.02)
     assert checked["host_overhead"].measured_saving_share == resolved.measured_saving_share
     assert checked["straggler"].measured_saving_share is None  # new: nothing predicted
-    assert resolved.as_predicted is True  # 0.88 within 0.875's range, 0.84-0.9
+    assert resolved.prediction is PredictionCheck.WITHIN  # 0.88 within 0.875's range, 0.84-0.9
+    assert checked["host_overhead"].prediction is None  # the faster step is input_bound's fix
     assert next(iter(checked)) == "input_bound"  # resolved first
 
 
@@ -116,6 +118,42 @@ def test_the_headline_names_each_status_the_step_change_and_the_prediction():
     text = headline("20261205-120000-trainer-aaa", checked)
     assert text.startswith("Since 20261205-120000-trainer-aaa: input_bound resolved")
     assert "(predicted -88%)" in text and "step 75.9 -> 3.02 ms (-96%, 95% interval" in text
+
+
+def test_a_prediction_is_checked_where_something_changed_and_a_miss_is_named():
+    # 100 ms, 90 % of it input wait, over 8 cores: 81-90 % predicted.
+    before = [finding("input_bound", 0.9, input_share_pct=90.0)]
+    fixed_by_half = step_change(captured(noisy(100, 60, 1)), captured(noisy(50, 60, 2)))
+    [persists] = verify(before, [finding("input_bound", 0.8, input_share_pct=80.0)], fixed_by_half)
+    assert persists.status is FixStatus.PERSISTS and persists.prediction is PredictionCheck.BELOW
+    text = headline("20261205-120000-trainer-aaa", [persists])
+    assert "input_bound persists (saved 50%, below the predicted 81%-90%: one capture" in text
+    assert "capture again to confirm" in text
+
+    # Nothing changed: a finding that persists is not held against its prediction.
+    unchanged = step_change(captured(noisy(100, 60, 1)), captured(noisy(100, 60, 2)))
+    [untouched] = verify(before, before, unchanged)
+    assert untouched.measured_saving_share is not None and untouched.prediction is None
+    assert "below" not in headline("x", [untouched])
+
+    # Saved more than the whole wait: some other change too.
+    small = [finding("input_bound", 0.2, input_share_pct=20.0)]
+    [beyond] = verify(small, [], fixed_by_half)
+    assert beyond.prediction is PredictionCheck.ABOVE and "above the predicted" in headline(
+        "x", [beyond]
+    )
+
+    # Two findings resolved together: the step's change is neither's alone.
+    both = verify([*before, finding("retracing", 0.05)], [], fixed_by_half)
+    assert [v.status for v in both] == [FixStatus.RESOLVED] * 2
+    assert [v.prediction for v in both] == [None, None]
+
+    # A memory finding promised no step time: resolved, nothing to check.
+    memory = Finding(rule="step_temporaries", severity=Severity.WARNING, title="t", impact_share=0)
+    memory.impact = impact.estimate(memory, captured([100.0] * 10))
+    assert memory.impact.saving_range == (0.0, 0.0)
+    [freed] = verify([memory], [], fixed_by_half)
+    assert freed.status is FixStatus.RESOLVED and freed.prediction is None
 
 
 def snapshot(i: int, summary: Summary, findings: list[Finding], **fields) -> Snapshot:

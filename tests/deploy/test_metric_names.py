@@ -81,13 +81,18 @@ def used_names() -> dict[str, set[str]]:
 
 
 def scrape(url: str) -> set[str]:
-    """Sample names, and the names of gauges exported with no sample yet (a gauge's one sample
-    has its family's name): profiler_latest_host_busy_seconds needs a multi-worker snapshot."""
+    """Sample names, and those of families exported with no sample yet (a gauge's one sample
+    has its family's name, a counter's is `_total`): profiler_latest_host_busy_seconds needs a
+    multi-worker snapshot, profiler_fix_predictions_total a fix verified."""
     text = httpx.get(f"{url}/metrics", timeout=30).text
     families = list(text_string_to_metric_families(text))
-    return {s.name for family in families for s in family.samples} | {
-        family.name for family in families if family.type == "gauge"
+    sampled = {s.name for family in families for s in family.samples}
+    declared = {
+        family.name + ("_total" if family.type == "counter" else "")
+        for family in families
+        if family.type in ("gauge", "counter")
     }
+    return sampled | declared
 
 
 @pytest.fixture

@@ -134,7 +134,10 @@ def checked_pair(pair: str, service_factory) -> tuple[bool, str]:
         assert checked["status"] in ("resolved", "persists"), report
     assert checked["predicted_saving_share"] == predicted["saving_share"]
     faster = after["step_change"]["change_interval_95"][1] < 0  # faster beyond noise
-    return lo <= measured <= hi and faster, report
+    within = lo <= measured <= hi
+    if within and faster:  # the snapshot's own verdict, on its saving's interval
+        assert checked["prediction"] == "within", report
+    return within and faster, report
 
 
 @pytest.mark.parametrize("pair", list(PAIRS))

@@ -12,6 +12,11 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
+from profiler_service.analysis.verification import (
+    FixStatus,
+    PredictionCheck,
+    Verification,
+)
 from profiler_service.api.app import create_app
 from profiler_service.models import SnapshotError, SnapshotStatus, TriggerKind, utcnow
 from profiler_service.targets import in_process_target
@@ -114,6 +119,37 @@ def test_openmetrics_carries_the_snapshot_id_as_exemplar(service, add):
     analysis = {x.labels["le"]: x.value for x in s["profiler_analysis_duration_seconds_bucket"]}
     assert (analysis["5.0"], analysis["10.0"], analysis["+Inf"]) == (0, 1, 1)
     assert s["profiler_analysis_duration_seconds_sum"][0].value == 8.0
+
+
+def test_fix_verdicts_and_checked_predictions_are_counted(service, add):
+    snapshot = add("20260105-120000-default-abc123")
+    snapshot.verification = [
+        Verification(
+            rule="input_bound",
+            status=FixStatus.PERSISTS,
+            predicted_saving_share=0.5,
+            predicted_saving_range=(0.25, 0.82),
+            measured_saving_share=0.05,
+            prediction=PredictionCheck.BELOW,
+        ),
+        # Not checked (the step's change was not its alone): no saving kept, no prediction.
+        Verification(rule="retracing", status=FixStatus.PERSISTS, measured_saving_share=0.05),
+    ]
+    for callback in service.controller.on_finished:
+        callback(snapshot)
+    with TestClient(create_app(service)) as client:
+        s = samples(
+            parse_openmetrics(client.get("/metrics", headers={"Accept": PROMETHEUS_ACCEPT}).text)
+        )
+    verdicts = {
+        (x.labels["rule"], x.labels["status"]): x.value for x in s["profiler_fix_verified_total"]
+    }
+    assert verdicts == {("input_bound", "persists"): 1, ("retracing", "persists"): 1}
+    [below] = s["profiler_fix_predictions_total"]
+    assert below.labels == {"target": "default", "rule": "input_bound", "agreement": "below"}
+    assert below.value == 1 and below.exemplar.labels == {"snapshot_id": snapshot.id}
+    saving = {(x.labels["rule"], x.labels["kind"]): x.value for x in s["profiler_fix_saving_ratio"]}
+    assert saving == {("input_bound", "measured"): 0.05, ("input_bound", "predicted"): 0.5}
 
 
 def test_text_format_leaves_exemplars_out(service, add):
