@@ -3,7 +3,9 @@ Tensor Cores."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from profiler_service.analysis.evidence.base import Evidence
 
 __all__ = [
     "CommunicationBoundEvidence",
@@ -14,10 +16,8 @@ __all__ = [
 ]
 
 
-class DeviceIdleEvidence(BaseModel):
+class DeviceIdleEvidence(Evidence):
     """device_idle: how idle the accelerator was and, on a GPU, what the host did meanwhile."""
-
-    model_config = ConfigDict(extra="ignore")
 
     device_idle_pct: float = Field(description="the share of the time the device idled")
     device_duty_cycle_pct: float | None = Field(None, description="XProf's device duty cycle")
@@ -32,10 +32,8 @@ class DeviceIdleEvidence(BaseModel):
     )
 
 
-class OpDominatesEvidence(BaseModel):
+class OpDominatesEvidence(Evidence):
     """op_dominates: the op that takes most of the op time on its side (device, else host)."""
-
-    model_config = ConfigDict(extra="ignore")
 
     op: str = Field(description="the op's name")
     type: str = Field(description="the op's type (MatMul, Conv2D, ...)")
@@ -46,10 +44,8 @@ class OpDominatesEvidence(BaseModel):
     occurrences: int = Field(description="how many times it ran in the capture")
 
 
-class CommunicationBoundEvidence(BaseModel):
+class CommunicationBoundEvidence(Evidence):
     """communication_bound: the step's time in collectives and device-to-device copies."""
-
-    model_config = ConfigDict(extra="ignore")
 
     communication_share: float = Field(
         description="the share (0-1) of step time in collectives and device-to-device copies"
@@ -60,11 +56,9 @@ class CommunicationBoundEvidence(BaseModel):
     )
 
 
-class HostDeviceTransferEvidence(BaseModel):
+class HostDeviceTransferEvidence(Evidence):
     """host_device_transfer: how much of the time copies between host and device take, from
     XProf's Memcpy ops (`transfer_share` only) or from the GPU's own plane (the other fields)."""
-
-    model_config = ConfigDict(extra="ignore")
 
     transfer_share: float = Field(
         description="the share (0-1) of device op time in Memcpy ops (XProf), or of the capture "
@@ -84,10 +78,8 @@ class HostDeviceTransferEvidence(BaseModel):
     )
 
 
-class TensorCoresUnusedEvidence(BaseModel):
+class TensorCoresUnusedEvidence(Evidence):
     """tensor_cores_unused: kernel time that could run on Tensor Cores and does not."""
-
-    model_config = ConfigDict(extra="ignore")
 
     eligible_unused_share: float = Field(
         description="the share (0-1) of kernel time in Tensor-Core-eligible ops whose kernels "

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from profiler_service.analysis.evidence.base import Evidence
 
 __all__ = ["StragglerEvidence"]
 
 
-class StragglerEvidence(BaseModel):
+class StragglerEvidence(Evidence):
     """straggler: each worker's busy time a step, and what slows the busiest one."""
-
-    model_config = ConfigDict(extra="ignore")
 
     straggler: str = Field(description="the busiest worker (host), which the others wait for")
     busy_ms_by_host: dict[str, float] = Field(

@@ -3,7 +3,9 @@ tiny kernels, several GPUs against each other."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from profiler_service.analysis.evidence.base import Evidence
 
 __all__ = [
     "DeviceTraceMissingEvidence",
@@ -13,21 +15,17 @@ __all__ = [
 ]
 
 
-class DeviceTraceMissingEvidence(BaseModel):
+class DeviceTraceMissingEvidence(Evidence):
     """device_trace_missing: the GPUs the capture names, none with a kernel or a copy."""
-
-    model_config = ConfigDict(extra="ignore")
 
     gpus: list[str] = Field(description="the GPUs the capture names (/device:GPU:0, ...)")
     models: list[str] = Field(description="their models, where the capture identifies them")
     step_count: int = Field(description="the steps the capture marked")
 
 
-class MixedPrecisionEvidence(BaseModel):
+class MixedPrecisionEvidence(Evidence):
     """mixed_precision: a GPU with Tensor Cores computing in 32-bit, by XProf's figure or by
     the kernels' own names."""
-
-    model_config = ConfigDict(extra="ignore")
 
     gpu: str | None = Field(description="the GPU's model, where the capture identifies it")
     compute_capability: str = Field(description="its compute capability (7.0 and up)")
@@ -50,11 +48,9 @@ class MixedPrecisionEvidence(BaseModel):
     )
 
 
-class KernelLaunchBoundEvidence(BaseModel):
+class KernelLaunchBoundEvidence(Evidence):
     """kernel_launch_bound: launching kernels takes the step, by XProf's figure (the first two
     fields) or by the GPU's own plane (the others)."""
-
-    model_config = ConfigDict(extra="ignore")
 
     kernel_launch_share: float | None = Field(
         None, description="from XProf: the share (0-1) of step time spent launching kernels"
@@ -82,10 +78,8 @@ class KernelLaunchBoundEvidence(BaseModel):
     )
 
 
-class GpuImbalanceEvidence(BaseModel):
+class GpuImbalanceEvidence(Evidence):
     """gpu_imbalance: each GPU's busy share, the ones that ran nothing, the slowest."""
-
-    model_config = ConfigDict(extra="ignore")
 
     busy_pct: dict[str, float] = Field(
         description="each GPU's share of the capture busy with kernels or copies, in %"

@@ -3,7 +3,9 @@ execution, compiles, the steps marked."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from profiler_service.analysis.evidence.base import Evidence
 
 __all__ = [
     "BetweenStepsEvidence",
@@ -15,21 +17,17 @@ __all__ = [
 ]
 
 
-class HostOverheadEvidence(BaseModel):
+class HostOverheadEvidence(Evidence):
     """host_overhead: XProf's "All Others" time (Python, I/O between TF ops) in the step."""
-
-    model_config = ConfigDict(extra="ignore")
 
     all_others_share: float = Field(description="its share (0-1) of step time")
     all_others_ms_avg: float = Field(description="its mean time a step, in milliseconds")
     step_time_ms_avg: float = Field(description="the mean step time")
 
 
-class BetweenStepsEvidence(BaseModel):
+class BetweenStepsEvidence(Evidence):
     """between_steps: the training loop's own Python, from one marked step's end to the next
     one's start."""
-
-    model_config = ConfigDict(extra="ignore")
 
     between_steps_share: float = Field(description="its share (0-1) of each step")
     between_steps_ms_avg: float = Field(description="its mean time a step, in milliseconds")
@@ -37,11 +35,9 @@ class BetweenStepsEvidence(BaseModel):
     steps_per_marker: int = Field(description="the training steps each marked step runs")
 
 
-class EagerExecutionEvidence(BaseModel):
+class EagerExecutionEvidence(Evidence):
     """eager_execution: ops run eagerly, by XProf's figure (the first two fields) or read from
     the capture's own events (the others)."""
-
-    model_config = ConfigDict(extra="ignore")
 
     host_eager_pct: float | None = Field(
         None, description="from XProf: the share of host op time run eagerly, in %"
@@ -70,27 +66,21 @@ class EagerExecutionEvidence(BaseModel):
     )
 
 
-class CompileTimeEvidence(BaseModel):
+class CompileTimeEvidence(Evidence):
     """compile_time: compilation in the step (XProf's figure)."""
-
-    model_config = ConfigDict(extra="ignore")
 
     compile_share: float = Field(description="its share (0-1) of step time")
     compile_ms_avg: float = Field(description="its mean time a step, in milliseconds")
 
 
-class NoStepMarkersEvidence(BaseModel):
+class NoStepMarkersEvidence(Evidence):
     """no_step_markers: the capture marked no training step."""
-
-    model_config = ConfigDict(extra="ignore")
 
     steps: int = Field(description="the steps marked: 0")
 
 
-class ShortCaptureEvidence(BaseModel):
+class ShortCaptureEvidence(Evidence):
     """short_capture: too few steps for steady figures."""
-
-    model_config = ConfigDict(extra="ignore")
 
     steps: int = Field(description="the steps the capture marked")
     step_time_ms_avg: float | None = Field(description="their mean time")

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from profiler_service.analysis.evidence.base import Evidence
 
 __all__ = ["InputBoundEvidence"]
 
 
-class InputBoundEvidence(BaseModel):
+class InputBoundEvidence(Evidence):
     """input_bound: how much of the step waits on input, by whose reading, and what the
     pipeline lacks."""
-
-    model_config = ConfigDict(extra="ignore")
 
     input_share_pct: float = Field(
         description="the share of step time (XProf), or of the capture the GPU idled in the "

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from profiler_service.analysis.evidence.base import Evidence
 
 __all__ = [
     "AliveAtPeak",
@@ -17,10 +19,8 @@ __all__ = [
 ]
 
 
-class MemoryPressureEvidence(BaseModel):
+class MemoryPressureEvidence(Evidence):
     """memory_pressure: the allocator whose peak comes nearest its capacity."""
-
-    model_config = ConfigDict(extra="ignore")
 
     allocator: str = Field(description="the allocator (GPU_0_bfc, cpu, ...)")
     peak_bytes_in_use: int = Field(description="its peak memory in use, in bytes")
@@ -28,10 +28,8 @@ class MemoryPressureEvidence(BaseModel):
     peak_share_of_capacity: float = Field(description="the peak's share (0-1) of the capacity")
 
 
-class MemoryFragmentationEvidence(BaseModel):
+class MemoryFragmentationEvidence(Evidence):
     """memory_fragmentation: the allocator most fragmented at its peak."""
-
-    model_config = ConfigDict(extra="ignore")
 
     allocator: str = Field(description="the allocator")
     fragmentation_share: float = Field(
@@ -40,10 +38,8 @@ class MemoryFragmentationEvidence(BaseModel):
     peak_share_of_capacity: float = Field(description="the peak's share (0-1) of its capacity")
 
 
-class MemoryTemporariesEvidence(BaseModel):
+class MemoryTemporariesEvidence(Evidence):
     """memory_temporaries: the peak held by concat/stack-style temporaries."""
-
-    model_config = ConfigDict(extra="ignore")
 
     allocator: str = Field(description="the allocator")
     temporaries_bytes: int = Field(description="the temporaries' bytes at the peak")
@@ -51,11 +47,9 @@ class MemoryTemporariesEvidence(BaseModel):
     ops: list[str] = Field(description="the ops that allocated the temporaries")
 
 
-class KeptAcrossSteps(BaseModel):
+class KeptAcrossSteps(Evidence):
     """Allocations of one op and shape made in the capture's first half and alive at its end
     (memory_growth's `kept_allocations`)."""
-
-    model_config = ConfigDict(extra="ignore")
 
     op: str = Field(description="the op that allocated them")
     shape: str = Field(description="their shape")
@@ -66,11 +60,9 @@ class KeptAcrossSteps(BaseModel):
     )
 
 
-class AliveAtPeak(BaseModel):
+class AliveAtPeak(Evidence):
     """XProf's active allocations at the peak of one op and shape (memory_growth's
     `alive_at_peak`)."""
-
-    model_config = ConfigDict(extra="ignore")
 
     op: str = Field(description="the op that allocated them")
     shape: str = Field(description="their shape")
@@ -78,11 +70,9 @@ class AliveAtPeak(BaseModel):
     step: int | None = Field(description="the step they were made in, where marked")
 
 
-class MemoryGrowthEvidence(BaseModel):
+class MemoryGrowthEvidence(Evidence):
     """memory_growth: each step's low point rising along a line, when it reaches capacity,
     and what stays allocated."""
-
-    model_config = ConfigDict(extra="ignore")
 
     allocator: str = Field(description="the allocator that grows (the one nearest capacity)")
     bytes_per_s: float = Field(description="the low point's growth, in bytes a second")

@@ -3,7 +3,9 @@ recompilation, step temporaries."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from profiler_service.analysis.evidence.base import Evidence
 
 __all__ = [
     "RetracingEvidence",
@@ -13,10 +15,8 @@ __all__ = [
 ]
 
 
-class RetracingEvidence(BaseModel):
+class RetracingEvidence(Evidence):
     """retracing: the tf.function traced most during the capture."""
-
-    model_config = ConfigDict(extra="ignore")
 
     function: str = Field(description="the tf.function's name")
     traces: int = Field(description="its calls in the capture that traced it again")
@@ -34,10 +34,8 @@ class RetracingEvidence(BaseModel):
     jit_compile: bool = Field(description="it is an XLA function (`jit_compile=True`)")
 
 
-class XlaRecompilationEvidence(BaseModel):
+class XlaRecompilationEvidence(Evidence):
     """xla_recompilation: the function XLA compiled most during the capture."""
-
-    model_config = ConfigDict(extra="ignore")
 
     function: str = Field(description="the function's name")
     compiles: int = Field(description="XLA compilations during its calls")
@@ -54,10 +52,8 @@ class XlaRecompilationEvidence(BaseModel):
     )
 
 
-class StepTemporariesOp(BaseModel):
+class StepTemporariesOp(Evidence):
     """One op's allocations in a step (step_temporaries' `ops`)."""
-
-    model_config = ConfigDict(extra="ignore")
 
     op: str = Field(description="the op")
     shapes: list[str] = Field(description="its largest allocations' shapes")
@@ -66,10 +62,8 @@ class StepTemporariesOp(BaseModel):
     peak_alive_bytes: int = Field(description="the most bytes of its allocations alive at one time")
 
 
-class StepTemporariesEvidence(BaseModel):
+class StepTemporariesEvidence(Evidence):
     """step_temporaries: memory allocated and freed inside every step, and by which ops."""
-
-    model_config = ConfigDict(extra="ignore")
 
     allocator: str = Field(description="the allocator with the largest swing")
     swing_bytes: int = Field(

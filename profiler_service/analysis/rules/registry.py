@@ -10,9 +10,8 @@ import functools
 import logging
 from collections.abc import Callable
 
-from pydantic import BaseModel
-
 from profiler_service.analysis import impact
+from profiler_service.analysis.evidence.base import Evidence
 from profiler_service.analysis.framework_advice import speak
 from profiler_service.analysis.models import Finding, Summary
 
@@ -25,14 +24,14 @@ RULES: dict[str, Rule] = {}
 SILENCED_BY: dict[str, tuple[str, ...]] = {}
 # rule -> the model of its finding's `evidence`, where it declares one: the rule fills it, the
 # readers (impact models, advice, the corpus) read it typed, the catalogue lists its fields.
-EVIDENCE: dict[str, type[BaseModel]] = {}
+EVIDENCE: dict[str, type[Evidence]] = {}
 
 
 def rule(
     name: str,
     *,
     silenced_by: tuple[str, ...] = (),
-    evidence: type[BaseModel] | None = None,
+    evidence: type[Evidence] | None = None,
 ) -> Callable[[Rule], Rule]:
     """Register a rule under `name`, the one place its name is written: the registry stamps it
     on every finding the rule returns, and skips it where a rule of `silenced_by` fired.
