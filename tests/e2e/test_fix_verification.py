@@ -145,7 +145,7 @@ def test_a_fixed_twin_is_verified_against_the_prediction(pair, service_factory):
     """The saving falls in the predicted range in most measurements: `AGREE` of at most
     `MEASUREMENTS` pairs, each on a fresh service. One pair's step times can be off by 2x on a
     shared 2-core VM with no other process busy (CI once measured a tuned pipeline's step at
-    14.1 ms that runs 7-9 ms in every other capture): a prediction wrong for the job fails
+    14.1 ms that ran 7.9-11.3 ms in a dozen captures here): a prediction wrong for the job fails
     every measurement, such a host fails one."""
     agreed, reports = 0, []
     while agreed < AGREE and len(reports) - agreed <= MEASUREMENTS - AGREE:
