@@ -12,8 +12,8 @@ A prediction is checked (`prediction`: within, below or above its range, the mea
 resolved, it alone persists on a step faster beyond the noise. A finding that persists on a step
 no faster was most likely not fixed yet; a change shared by several is no one's. One capture
 each side is one sample of the host: a saving outside the range says to capture again before
-concluding (on a shared 2-core VM, nothing else busy, a tuned pipeline's step once measured 14.1
-ms where a dozen other captures measured 7-11 ms).
+concluding (on a shared 2-core VM, nothing else busy, a dozen captures of one job measured its
+step at 13.8 to 26.9 ms).
 
 A capture with fewer than `MIN_STEPS` steps has no interval, and says so.
 """

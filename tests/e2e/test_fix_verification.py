@@ -143,10 +143,10 @@ def checked_pair(pair: str, service_factory) -> tuple[bool, str]:
 @pytest.mark.parametrize("pair", list(PAIRS))
 def test_a_fixed_twin_is_verified_against_the_prediction(pair, service_factory):
     """The saving falls in the predicted range in most measurements: `AGREE` of at most
-    `MEASUREMENTS` pairs, each on a fresh service. One pair's step times can be off by 2x on a
-    shared 2-core VM with no other process busy (CI once measured a tuned pipeline's step at
-    14.1 ms that ran 7.9-11.3 ms in a dozen captures here): a prediction wrong for the job fails
-    every measurement, such a host fails one."""
+    `MEASUREMENTS` pairs, each on a fresh service. A capture's step time can be off by 2x on a
+    shared 2-core VM with no other process busy (a dozen captures of the sequential pipeline
+    here: 13.8 to 26.9 ms; of the tuned one: 7.9 to 14.1 ms; CI once paired 14.9 with 14.1):
+    a prediction wrong for the job fails every measurement, such a host fails one."""
     agreed, reports = 0, []
     while agreed < AGREE and len(reports) - agreed <= MEASUREMENTS - AGREE:
         ok, report = checked_pair(pair, service_factory)
