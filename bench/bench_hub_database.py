@@ -332,9 +332,7 @@ def run(args, work: Path, server: PostgresServer, procs: list) -> None:
     for proc, base, _, started in replicas:
         ready(proc, base, started)
     holder, committed = None, 0
-    while holder is None or committed < len(docs) // 3:
-        if committed >= len(docs):
-            break
+    while committed < len(docs) and (holder is None or committed < len(docs) // 3):
         holder = holder or lease_holder(libpq2, [r[0] for r in replicas])
         time.sleep(0.2)
         committed = count_rows(libpq2)
