@@ -26,6 +26,7 @@ from profiler_service.analysis.memory_events import RECORDING_VARIABLE
 from profiler_service.api.app import create_app
 from profiler_service.capture.in_process import InProcessCapturer
 from profiler_service.config import Settings
+from profiler_service.errors import StoreOwned
 from profiler_service.service import Service, build_service
 from profiler_service.targets import TargetKind, in_process_target
 
@@ -68,7 +69,8 @@ def start(
     memory_events: bool = True,
     **settings: Any,
 ) -> Agent | None:
-    """Serve the API from this process; returns None when `env_gate` names an unset variable.
+    """Serve the API from this process; returns None when `env_gate` names an unset variable,
+    or when another live process owns `store` (each worker needs a store of its own).
 
     `memory_events`: turn on the CPU allocator's memory events when TensorFlow is not imported
     yet (`record_memory_events`). Other settings (token, bounds, retention) come from
@@ -89,7 +91,11 @@ def start(
     )
     config.server.check_bind_is_safe()
     capturer = InProcessCapturer()
-    service = build_service(config, {TargetKind.IN_PROCESS: capturer})
+    try:
+        service = build_service(config, {TargetKind.IN_PROCESS: capturer})
+    except StoreOwned as exc:  # another worker's agent on this store: the job trains on
+        log.error("profiler agent not started: %s", exc.detail)
+        return None
     server = uvicorn.Server(
         uvicorn.Config(
             create_app(service), host=host, port=port, log_level="warning", access_log=False

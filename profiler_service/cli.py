@@ -95,7 +95,7 @@ def cmd_capture(args: argparse.Namespace) -> int:
         min_s=settings.bounds.duration_min_s,
         max_s=settings.bounds.duration_max_s,
     )
-    service = build_service(settings)
+    service = build_service(settings, serves_api=False)
     try:
         service.start(serving=False)  # the mirror, the annotator: no sampler, no schedules
         snapshot = service.controller.start(

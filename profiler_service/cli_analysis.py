@@ -153,15 +153,10 @@ def load_snapshot(ref: str, args: argparse.Namespace):
         return Snapshot.model_validate_json(path.read_bytes())
     if args.url:
         return Snapshot.model_validate(get(args.url, f"/profiles/{ref}", args.token, 30).json())
-    if args.store:
-        from profiler_service.store import SnapshotStore
+    if args.store:  # read as files: a live service's store is left as it is
+        from profiler_service.store.file_reads import read_finished_snapshot
 
-        store = SnapshotStore(args.store)
-        store.open()
-        try:
-            return store.get(ref)
-        finally:
-            store.close()
+        return read_finished_snapshot(args.store, ref)
     raise ServiceError(f"{ref!r} is neither a snapshot path nor an id with --url or --store")
 
 
@@ -173,7 +168,13 @@ def find_xplanes(path: Path, run: str | None = None) -> list[Path]:
     if direct:
         return direct
     runs = sorted(
-        (d for d in path.glob("**/plugins/profile/*") if d.is_dir() and any(d.glob("*.xplane.pb"))),
+        (
+            d
+            for d in path.glob("**/plugins/profile/*")
+            if d.is_dir()
+            and any(d.glob("*.xplane.pb"))
+            and not any(part.startswith(".") for part in d.relative_to(path).parts)
+        ),  # a store's `.staging` holds captures still being written
         key=lambda d: d.stat().st_mtime,
     )
     if run is not None:

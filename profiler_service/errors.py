@@ -84,6 +84,14 @@ class StoreNotWritable(ServiceError):
     status_code = 503
 
 
+class StoreOwned(ServiceError):
+    """Another live process (a sidecar, an agent) owns the snapshot store: `capture` and a second
+    `serve` on it are refused (exit 2), naming the owner and how to ask it instead."""
+
+    code = "store_owned"
+    status_code = 409
+
+
 class BucketUnreachable(ServiceError):
     """The fleet hub could not read the bucket for a whole snapshot or a file; its listings,
     answered from its index, still work."""

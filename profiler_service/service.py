@@ -105,9 +105,14 @@ class Service:
 
 
 def build_service(
-    settings: Settings, capturers: dict[TargetKind, Capturer] | None = None
+    settings: Settings,
+    capturers: dict[TargetKind, Capturer] | None = None,
+    *,
+    serves_api: bool = True,
 ) -> Service:
-    """Open the store (recovering interrupted snapshots) and build every part; start nothing."""
+    """Own and open the store (recovering interrupted snapshots; StoreOwned when a live process
+    owns it) and build every part; start nothing. `serves_api`: the API will answer at
+    `settings.server`, which is told to whoever finds the store owned."""
     lifecycle = Lifecycle()
     storage = settings.storage
     limits = {"max_count": storage.retention_max_count, "max_bytes": storage.retention_max_bytes}
@@ -132,7 +137,7 @@ def build_service(
         )
     else:
         store = SnapshotStore(storage.store, **limits)
-    store.open()
+    store.open(url=settings.server.local_url if serves_api else None)
     lifecycle.closing(store.close)
     continuous = None
     if capturers is None:

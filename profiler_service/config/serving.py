@@ -44,6 +44,12 @@ class ServerSettings(Group):
     )
 
     @property
+    def local_url(self) -> str:
+        """Where a process on this host reaches the API (a wildcard bind answers on loopback)."""
+        host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(self.host, self.host)
+        return f"http://{f'[{host}]' if ':' in host else host}:{self.port}"
+
+    @property
     def binds_loopback(self) -> bool:
         if self.host in ("localhost", ""):
             return self.host == "localhost"

@@ -6,12 +6,14 @@
     STORE/.staging/<id>/snapshot.json             in flight: capture/ is the profiler's logdir,
     STORE/.staging/<id>/run/                      run/ the adopted files being analysed
     STORE/index.sqlite                            cache of every snapshot.json
+    STORE/.owner                                  locked by the one process that writes the store
     STORE/.mirror/<id>.upload|.delete             the bucket mirror's own queue (mirror_sync.py)
 
-Files and names: layout.py; what a restart recovers and re-indexes: recovery.py. `SnapshotStore`
-is the one entry point; its parts: staging.py (the way in: begin, publish, fail), reads.py
-(get, list, files, remote reads), changes.py (delete, pin, baselines, retention, the remote
-listing), over state.py (the directories, the index, the one lock and the events).
+Files and names: layout.py; who may write it (one process, by a lock): ownership.py; what a
+restart recovers and re-indexes: recovery.py. `SnapshotStore` is the one entry point; its parts:
+staging.py (the way in: begin, publish, fail), reads.py (get, list, files, remote reads),
+changes.py (delete, pin, baselines, retention, the remote listing), over state.py (the
+directories, the index, the one lock and the events).
 
 The profiler itself always writes `<logdir>/plugins/profile/<run>/`, so XProf could list a
 staging capture only between the profiler saving its file and `adopt_capture` moving it (moments);
@@ -107,9 +109,11 @@ class SnapshotStore:
 
     # ---- lifecycle -------------------------------------------------------------------------
 
-    def open(self) -> None:
-        """Create the layout, mark what a crash left in flight as interrupted, sync the index."""
-        self._staging.open()
+    def open(self, url: str | None = None) -> None:
+        """Own the store (StoreOwned when a live process does: ownership.py), create the layout,
+        mark what a stopped service left in flight as interrupted, sync the index. `url` is
+        where this process answers, told to whoever finds the store owned."""
+        self._staging.open(url)
 
     def close(self) -> None:
         self._state.close()

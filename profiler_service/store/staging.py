@@ -42,12 +42,17 @@ class Staging:
     def __init__(self, state: StoreState, evict: Callable[[], None]):
         self.state, self.evict = state, evict
 
-    def open(self) -> None:
+    def open(self, url: str | None) -> None:
+        """Own the store (or raise StoreOwned), then recover: only the owner may, since what is
+        in staging is another live process's capture otherwise (ownership.py)."""
         state = self.state
         try:
+            state.root.mkdir(parents=True, exist_ok=True)
+            state.owner.acquire(url)
             for d in (state.profile_dir, state.failed_dir, state.staging_dir):
                 d.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
+            state.owner.release()
             raise StoreNotWritable(
                 f"cannot create the snapshot store at {state.root}: {exc}"
             ) from exc

@@ -34,6 +34,7 @@ from profiler_service.store.layout import (
     dir_size,
     write_json,
 )
+from profiler_service.store.ownership import StoreOwnership
 
 __all__ = ["LOCAL", "StoreState"]
 
@@ -59,6 +60,7 @@ class StoreState:
         self._events: list[StoreEvent] = []  # told to the listeners when the lock is released
         self._listeners: list[StoreListener] = []
         self._index: SnapshotIndex | None = None
+        self.owner = StoreOwnership(self.root)  # held from open to close (ownership.py)
 
     def open_index(self) -> None:
         self._index = SnapshotIndex(self.root / "index.sqlite")
@@ -66,6 +68,7 @@ class StoreState:
     def close(self) -> None:
         if self._index is not None:
             self._index.close()
+        self.owner.release()
 
     @property
     def index(self) -> SnapshotIndex:
