@@ -27,6 +27,7 @@ __all__ = [
     "TENSOR_CORE_OPS",
     "Vendor",
     "model_name",
+    "sixteen_bit_time",
     "vendor_of",
 ]
 
@@ -147,3 +148,32 @@ def model_name(
         if (known_cc, known_sms) == (cc, sms) and nominal * MEMORY_USABLE_SHARE <= gib <= nominal
     ]
     return matches[0] if len(matches) == 1 else None
+
+
+# How long a matmul or convolution compute-bound in 16 bits takes against 32 bits, by
+# architecture: the ratio of the vendor's dense peak figures, 32-bit over 16-bit (bf16/fp16),
+# for 32-bit kernels on the matrix units (NVIDIA's TF32, which TensorFlow and JAX use by
+# default from Ampere on; AMD's FP32 MFMA) and off them (CUDA cores, vector FP32). Keys:
+# (vendor, compute capability at least), the last one that applies wins.
+_SIXTEEN_BIT_TIME: tuple[tuple[Vendor, tuple[int, int], float, float, str], ...] = (
+    (Vendor.NVIDIA, (7, 0), 0.125, 0.125, "V100: FP32 15.7 vs FP16 Tensor Core 125 TFLOPS"),
+    (Vendor.NVIDIA, (7, 5), 0.125, 0.125, "T4: FP32 8.1 vs FP16 Tensor Core 65 TFLOPS"),
+    (Vendor.NVIDIA, (8, 0), 0.5, 0.0625, "A100: TF32 156, FP32 19.5 vs BF16 312 TFLOPS"),
+    (Vendor.NVIDIA, (8, 6), 0.5, 0.25, "A10/L4: TF32 62.5, FP32 31.2 vs BF16 125 TFLOPS"),
+    (Vendor.NVIDIA, (9, 0), 0.5, 0.068, "H100/H200: TF32 495, FP32 67 vs BF16 989 TFLOPS"),
+    (Vendor.NVIDIA, (10, 0), 0.5, 0.036, "B200: TF32 1100, FP32 80 vs BF16 2250 TFLOPS"),
+    (Vendor.AMD, (9, 0), 0.25, 0.125, "MI250X: FP32 matrix 95.7, vector 47.9 vs BF16 383 TFLOPS"),
+    (Vendor.AMD, (9, 4), 0.125, 0.0625, "MI300X: FP32 matrix 163.4 vs BF16 1307 TFLOPS"),
+    (Vendor.AMD, (9, 5), 0.0625, 0.0625, "MI355X: FP32 157.3 vs BF16 2516 TFLOPS"),
+    (Vendor.AMD, (11, 0), 0.5, 0.5, "RX 7900 XTX: FP32 61 vs FP16 123 TFLOPS"),
+)
+
+
+def sixteen_bit_time(vendor: Vendor, cc: tuple[int, int]) -> tuple[float, float, str] | None:
+    """(on the matrix units, off them, the figures): a compute-bound 32-bit matmul's time in
+    16 bits, as a share of its time now; None for a GPU without 16-bit matrix units."""
+    found = None
+    for known_vendor, since, on_units, off_units, figures in _SIXTEEN_BIT_TIME:
+        if known_vendor is vendor and cc >= since:
+            found = (on_units, off_units, figures)
+    return found

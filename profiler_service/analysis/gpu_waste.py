@@ -58,8 +58,8 @@ class CaptureWaste(BaseModel):
     idle_share: float  # of the capture's window
     # Shares of the idle time by cause (IdleCause values but no_capture); they sum to 1.
     idle_by_cause: dict[str, float] = Field(default_factory=dict)
-    # The first finding with a predicted saving (findings come ranked by it): the share of step
-    # time, hence of GPU-hours, its fix gives back. Findings overlap (a host-bound GPU is an idle
+    # The finding whose fix gives back the most GPU-hours: a shorter step, or GPUs that ran
+    # nothing returned (`Impact.gpu_hours_share`). Findings overlap (a host-bound GPU is an idle
     # one), so they are never added up.
     saving_share: float = 0.0
     rule: str | None = None
@@ -87,14 +87,18 @@ def capture_waste(summary: Summary | None, findings: Sequence[Finding]) -> Captu
         if total > 0
         else {IdleCause.NOTHING_TRACED.value: 1.0}
     )
-    top = next((f for f in findings if f.impact and f.impact.saving_share > 0), None)
+    top = max(
+        (f for f in findings if f.impact and f.impact.gpu_hours_share > 0),
+        key=lambda f: f.impact.gpu_hours_share,  # type: ignore[union-attr]
+        default=None,
+    )
     models = {d.model for d in active if d.model}
     return CaptureWaste(
         gpus=len(active),
         model=models.pop() if len(models) == 1 else None,
         idle_share=round(gpu.idle_pct / 100, 4),
         idle_by_cause=shares,
-        saving_share=round(min(top.impact.saving_share, 1.0), 4) if top and top.impact else 0.0,
+        saving_share=round(min(top.impact.gpu_hours_share, 1.0), 4) if top and top.impact else 0.0,
         rule=top.rule if top else None,
         severity=top.severity.value if top else None,
         title=top.title if top else None,

@@ -318,7 +318,16 @@ class Impact(BaseModel):
     step_ms_after: float | None = None  # predicted once the finding is fixed
     saving_share: float = 0.0  # of step time, the prediction's point (0: nothing measurable)
     saving_range: tuple[float, float] = (0.0, 0.0)  # the least and the most the fix saves
+    # Of the GPUs the job holds, the share the fix lets it give back (GPUs that ran nothing):
+    # GPU-hours returned, where the step is no shorter.
+    returned_gpu_share: float = 0.0
     basis: str = ""  # what the fix removes and what remains
+
+    @property
+    def gpu_hours_share(self) -> float:
+        """The share of the job's GPU-hours the fix gives back: its steps' saving, or the GPUs
+        it returns (a job that uses all it holds returns none)."""
+        return max(self.saving_share, self.returned_gpu_share)
 
 
 class Finding(BaseModel):

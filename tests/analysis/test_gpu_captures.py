@@ -20,6 +20,8 @@ from xprof.protobuf import overview_page_pb2
 from profiler_service.analysis import rules
 from profiler_service.analysis.evidence import DeviceIdleEvidence
 from profiler_service.analysis.gpu_activity import SLICES, read_gpu_activity
+from profiler_service.analysis.gpu_waste import capture_waste
+from profiler_service.analysis.impact import estimate
 from profiler_service.analysis.models import (
     GpuActivity,
     GpuDevice,
@@ -34,6 +36,7 @@ from profiler_service.analysis.rules import gpu as gpu_rules
 from profiler_service.analysis.rules import input_pipeline
 from profiler_service.analysis.rules.registry import EVIDENCE
 from profiler_service.analysis.summary import AnalysisResult, analyse_run
+from profiler_service.analysis.text_report import describe_saving
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "gpu-captures"
 RTX_2060 = FIXTURES / "aoberai-chess-engine"
@@ -189,6 +192,14 @@ def test_eight_v100s_of_which_two_worked(tmp_path):
     # BERT in mixed precision: 30.5 % of device compute is 16-bit, above XProf's 10 % line
     assert result.summary.utilisation.device_compute_16bit_pct == 30.5
     assert "mixed_precision" not in found
+    # Six idle GPUs lengthen no step: the fix returns their GPU-hours instead.
+    assert imbalance.impact_share == 0.0
+    assert imbalance.impact.saving_share == 0.0
+    assert imbalance.impact.returned_gpu_share == 0.75
+    assert "6 of 8 GPUs" in imbalance.impact.basis
+    assert describe_saving(imbalance) == "returns 75% of the GPUs the job holds (GPU-hours)"
+    waste = capture_waste(result.summary, result.findings)
+    assert waste is not None and waste.saving_share >= 0.75
 
 
 def write_space(path: Path, gpu: bool) -> Path:
@@ -339,6 +350,11 @@ def test_gpu_imbalance_names_the_busiest_gpu_as_the_slowest():
     b = device(device="/device:GPU:1", busy_pct=50.0 + points)
     finding = run("gpu_imbalance", on_gpu(a, b))
     assert finding.evidence["slowest"] == "/device:GPU:1"
+    # Each replica waits for the busiest: even, both do the mean work (55 of 60 busy).
+    assert finding.impact_share == pytest.approx(1 - 55 / 60, abs=1e-4)
+    impact = estimate(finding, on_gpu(a, b))
+    assert impact.saving_share == pytest.approx(1 - 55 / 60, abs=1e-4)
+    assert impact.returned_gpu_share == 0.0
     close = device(device="/device:GPU:1", busy_pct=50.0 + points - 0.1)
     assert run("gpu_imbalance", on_gpu(a, close)) is None
     assert run("gpu_imbalance", on_gpu(a)) is None  # one GPU

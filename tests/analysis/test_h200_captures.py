@@ -72,6 +72,25 @@ def test_32bit_matmuls_on_tensor_cores_get_the_mixed_precision_warning(analysed)
     assert "device_idle" not in findings(analysed["fp32_matmul"])
 
 
+def test_the_mixed_precision_prediction_holds_against_its_fix(analysed):
+    """fp32_matmul -> bf16_matmul is the same job made 16-bit: the prediction is read from the
+    32-bit capture alone and held against the step the recording script timed in each. The
+    share at stake is the matmuls' (about 90 % of the GPU's time), not half the busy share,
+    and it is halved once (TF32 -> BF16 on Hopper), not twice."""
+    finding = findings(analysed["fp32_matmul"])["mixed_precision"]
+    kernels = analysed["fp32_matmul"].summary.gpu.active[0].kernels
+    window = analysed["fp32_matmul"].summary.gpu.active[0].window_ms
+    assert finding.impact_share == pytest.approx(kernels.tensor_core_eligible_ms / window, abs=0.01)
+    assert "fill 89% of its time" in finding.title
+    impact = finding.impact
+    measured = 1 - TRUTH["bf16_matmul"]["step_ms"] / TRUTH["fp32_matmul"]["step_ms"]  # 0.47
+    low, high = impact.saving_range
+    assert low <= measured <= high, (measured, impact)
+    assert abs(impact.saving_share - measured) < 0.05, (measured, impact)
+    assert high - low <= 0.3  # a range a user can plan with
+    assert "TF32" in impact.basis and "H100/H200" in impact.basis
+
+
 @pytest.mark.parametrize(
     ("case", "cause"),
     [("input_starved", HostActivity.NOTHING), ("input_starved_python", HostActivity.PYTHON)],

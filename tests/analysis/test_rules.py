@@ -465,7 +465,11 @@ def test_tensor_cores_unused_warns_at_its_share_of_kernel_time():
     at = part_at(device.TENSOR_CORE_UNUSED_SHARE)
     finding = assert_fires("tensor_cores_unused", gpu(kernels=kernels(at)), Severity.WARNING)
     assert finding.evidence["ops"] == ["model/dense/MatMul"]
-    assert finding.impact_share == device.TENSOR_CORE_UNUSED_SHARE
+    assert finding.impact_share == 0.0  # no steps: no share of step time to speak of
+    # At stake is a share of step time: 3 steps of 0.5 ms hold the kernels' `at` µs.
+    steps = StepTime(count=3, avg_ms=0.5)
+    timed = run("tensor_cores_unused", gpu(kernels=kernels(at), step_time=steps))
+    assert timed.impact_share == round(at / 1000 / 1.5, 4)
     assert run("tensor_cores_unused", gpu(kernels=kernels(at - 1))) is None
     assert run("tensor_cores_unused", gpu(kernels=Kernels())) is None
 

@@ -245,5 +245,11 @@ def tensor_cores_unused(summary: Summary) -> Finding | None:
         recommendation="Enable mixed precision (`keras.mixed_precision.set_global_policy("
         "'mixed_float16')`) and keep matmul/conv dimensions multiples of 8.",
         docs="https://www.tensorflow.org/guide/mixed_precision",
-        impact_share=unused,
+        # At stake is a share of step time: that kernel time over the steps' (kernel stats
+        # span the capture's steps).
+        impact_share=round(min(1.0, share(k.eligible_unused_us / 1000, _steps_ms(summary))), 4),
     )
+
+
+def _steps_ms(summary: Summary) -> float:
+    return (summary.step_time.avg_ms or 0.0) * summary.step_time.count

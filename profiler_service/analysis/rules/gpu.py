@@ -130,9 +130,16 @@ def mixed_precision(summary: Summary) -> Finding | None:
     kernel_pct = max(d.kernel_pct for d in gpu.active)
     severity = Severity.WARNING if kernel_pct >= PRECISION_WARNING_KERNEL_PCT else Severity.INFO
     name = device.model or f"GPU (compute capability {device.compute_capability})"
+    # What is at stake: the 32-bit matmul time of the GPU with the most, over its window.
+    at_stake = max(
+        (d.kernels.tensor_core_eligible_ms - d.kernels.sixteen_bit_ms) / d.window_ms
+        for d in gpu.active
+        if d.window_ms
+    )
     return Finding(
         severity=severity,
-        title=f"The {name} has {units} but computes in 32-bit: {basis}",
+        title=f"The {name} has {units} but computes in 32-bit: {basis}; 32-bit matmuls and "
+        f"convolutions fill {at_stake:.0%} of its time",
         evidence=MixedPrecisionEvidence(
             gpu=device.model,
             compute_capability=device.compute_capability,
@@ -154,7 +161,7 @@ def mixed_precision(summary: Summary) -> Finding | None:
             else ""
         ),
         docs="https://www.tensorflow.org/guide/mixed_precision",
-        impact_share=kernel_pct / 100 / 2,
+        impact_share=round(min(at_stake, 1.0), 4),
     )
 
 
@@ -209,7 +216,7 @@ def kernel_launch_bound(summary: Summary) -> Finding | None:
         "`model.compile(jit_compile=True)`), give each step more work (a larger batch), and "
         "run several steps per call (`steps_per_execution`).",
         docs=DOCS,
-        impact_share=impact,
+        impact_share=round(impact, 4),
     )
 
 
@@ -230,9 +237,13 @@ def gpu_imbalance(summary: Summary) -> Finding | None:
     spread = busiest.busy_pct - least.busy_pct
     if not unused and spread < IMBALANCE_WARNING_POINTS:
         return None
-    severity, impact = Severity.WARNING, len(unused) / len(gpu.devices) if unused else spread / 100
+    # Step time at stake: none for GPUs that ran nothing (they cost held GPU-hours: impact.py);
+    # for uneven ones, what the busiest makes the others wait.
+    mean_busy = sum(d.busy_pct for d in active) / len(active)
+    severity = Severity.WARNING
+    impact = 0.0 if unused else 1 - mean_busy / busiest.busy_pct
     if len(active) == 1:
-        severity, impact = Severity.INFO, 0.0
+        severity = Severity.INFO
         title = (
             f"The job used 1 of the {len(gpu.devices)} GPUs it can see ({active[0].device}); "
             f"{len(unused)} ran no kernel"
@@ -273,5 +284,5 @@ def gpu_imbalance(summary: Summary) -> Finding | None:
         ).model_dump(),
         recommendation=advice,
         docs="https://www.tensorflow.org/guide/distributed_training",
-        impact_share=impact,
+        impact_share=round(impact, 4),
     )

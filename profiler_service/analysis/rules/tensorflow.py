@@ -161,7 +161,7 @@ def xla_recompilation(summary: Summary) -> Finding | None:
     )
     return Finding(
         severity=Severity.WARNING if cost >= XLA_WARNING_SHARE else Severity.INFO,
-        title=f"XLA compiled `{f.name}` {rate}: {cost:.0%} of step time compiling",
+        title=f"XLA compiled `{f.name}` {rate}: {cost:.0%} of the capture compiling",
         evidence=XlaRecompilationEvidence(
             function=f.name,
             compiles=f.compiles,
