@@ -18,26 +18,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from profiler_service.analysis.evidence import InputBoundEvidence
 from profiler_service.analysis.gpu_models import Vendor, sixteen_bit_time
-from profiler_service.analysis.models import Finding, Impact, Summary
+from profiler_service.analysis.input_impact import input_wait
+from profiler_service.analysis.models import Finding, HostActivity, Impact, Summary
 
 ImpactModel = Callable[[Finding, Summary], Impact]
 MODELS: dict[str, ImpactModel] = {}
 
-# tf.data's AUTOTUNE runs a parallel map on at most this many calls however many cores
-# the job has (it bounds them by the cores; beyond a few dozen the pipeline's other stages
-# bound it).
-INPUT_MAX_PARALLELISM = 32
-# The cores assumed where the capture was analysed away from the job (`analyze`): the fewest a
-# training host has.
-INPUT_CORES_ASSUMED = 2.0
-# What a parallel, prefetched tf.data pipeline costs beyond its work (its threads, buffers and
-# hand-overs): measured on a CPU-bound map made parallel on 2 cores, traced, 1.11-1.23x the
-# step its work over the cores gives with oneDNN on (7 fixed twins: 6.9 ms against 6.1 to 7.9
-# against 6.4), 0.99-1.37x with it off (a CPU without AVX-512, 5 twins: 9.54 ms against 6.96
-# the worst); a margin above the most seen. The least an input fix saves allows for it.
-INPUT_PARALLEL_OVERHEAD = 0.5
 # Tracing, compiling and recompiling in the steady state: a fixed signature keeps one trace.
 TRACING_REMOVED = 0.95
 TRACING_REMOVED_MIN = 0.8
@@ -87,6 +74,9 @@ def impact_of(*rules: str) -> Callable[[ImpactModel], ImpactModel]:
     return register
 
 
+impact_of("input_bound")(input_wait)  # its model, per change: input_impact.py
+
+
 def estimate(finding: Finding, summary: Summary) -> Impact:
     """The finding's impact by its rule's model, or no measurable saving."""
     model = MODELS.get(finding.rule)
@@ -125,73 +115,6 @@ def nothing(summary: Summary, why: str) -> Impact:
         saving_range=(0.0, 0.0),
         basis=f"Saves nothing measurable in step time: {why}.",
     )
-
-
-@impact_of("input_bound")
-def input_wait(finding: Finding, summary: Summary) -> Impact:
-    """The step waits W for each batch (the input share of the step; on a GPU, the share of the
-    capture it idled in the tf.data iterator) and computes C = step - W. A pipeline that does
-    not run ahead produces while the step waits, so W is its work per batch. Mapped in parallel
-    and prefetched, it produces a batch every W * p / P while the step computes: the step after
-    the fix is max(C, W * p / P, (W + C) / P), p the slowest iterator's parallelism now, P the
-    cores the job can give it (`process_cpu`: its cores less those its other threads keep busy,
-    at most `INPUT_MAX_PARALLELISM`): the last term because a pipeline decoding on the CPU takes
-    the cores the step would use. The least it saves allows for the parallel pipeline's own
-    cost (`INPUT_PARALLEL_OVERHEAD` more), or, where Python decoding holds the GIL, no
-    parallelism at all (P = 1), only the overlap with C."""
-    now = summary.step_time.avg_ms
-    evidence = InputBoundEvidence.model_validate(finding.evidence)
-    wait_share = min(max(evidence.input_share_pct / 100, 0.0), 1.0)
-    if not now or wait_share <= 0:
-        return nothing(summary, "the capture holds no step time to save from")
-    wait, compute = now * wait_share, now * (1 - wait_share)
-    cores, source = _cores_for_input(summary)
-    p_now = min(_slowest_parallelism(summary), cores)
-    python = evidence.python_in_pipeline
-    # No faster than the step's whole work spread over the cores: a pipeline that decodes on
-    # the CPU takes the cores the step would use.
-    after = max(compute, wait * p_now / cores, now / cores)
-    least = max(compute, wait) if python else min(now, after * (1 + INPUT_PARALLEL_OVERHEAD))
-    saving, low = 1 - after / now, 1 - least / now
-    on_gpu = evidence.source == "gpu_idle_in_iterator"
-    where = "the GPU's idle time in the tf.data iterator" if on_gpu else "the input wait"
-    return Impact(
-        step_ms_now=now,
-        step_ms_after=round(after, 3),
-        saving_share=round(saving, 4),
-        saving_range=(round(min(low, saving), 4), round(max(saving, wait_share), 4)),
-        basis=(
-            f"The fix runs the pipeline ahead of the step: {where} ({wait:.3g} ms of "
-            f"{now:.3g}) becomes its work spread over {cores:g} parallel call(s) ({source}), "
-            f"{wait * p_now / cores:.3g} ms a batch, beside the step's own {compute:.3g} ms."
-            + (" Python decoding that holds the GIL would gain only the overlap." if python else "")
-        ),
-    )
-
-
-def _slowest_parallelism(summary: Summary) -> float:
-    """The parallelism of the iterator that takes the most time (1: sequential)."""
-    iterators = summary.input_pipeline.iterators
-    if not iterators:
-        return 1.0
-    slowest = max(iterators, key=lambda i: i.self_time_ms)
-    return float(slowest.parallelism or 1)
-
-
-def _cores_for_input(summary: Summary) -> tuple[float, str]:
-    """The parallel calls a pipeline can use: the job's cores less those its threads keep busy
-    besides the one the sequential pipeline uses, at least 1, at most
-    `INPUT_MAX_PARALLELISM`; `INPUT_CORES_ASSUMED` where they are unknown."""
-    cpu = summary.process_cpu
-    if cpu is None:  # `analyze` of a capture taken elsewhere
-        return INPUT_CORES_ASSUMED, f"the job's cores unknown: {INPUT_CORES_ASSUMED:g} assumed"
-    free = cpu.cores_available
-    if cpu.cores_used is not None:
-        free = min(free, cpu.cores_available - cpu.cores_used + 1)
-    where = {"agent": "the job's cores", "proc": "the job's cores"}.get(
-        cpu.source, "this host's cores"
-    )
-    return max(1.0, min(free, INPUT_MAX_PARALLELISM)), where
 
 
 @impact_of("retracing", "xla_recompilation", "compile_time")
@@ -267,8 +190,27 @@ def host_python(finding: Finding, summary: Summary) -> Impact:
     )
 
 
+@impact_of("device_idle")
+def device_idle(finding: Finding, summary: Summary) -> Impact:
+    """The device's idle time, less what the GPU idled while the host waited on tf.data (what
+    its plane shows the host did meanwhile): that part is the input pipeline's, predicted per
+    change by `input_bound`'s model; the rest as `device_wait`."""
+    gpu = summary.gpu
+    on_input = 0.0
+    if gpu is not None and gpu.active:
+        on_input = sum(gpu.idle_while(a) for a in (HostActivity.INPUT, HostActivity.TF_DATA))
+    if on_input <= 0:
+        return device_wait(finding, summary)
+    rest = max(0.0, finding.impact_share - on_input / 100)
+    impact = device_wait(finding.model_copy(update={"impact_share": rest}), summary)
+    impact.basis += (
+        f" The {on_input / 100:.0%} of the capture it idled while the host waited on tf.data is "
+        "the input pipeline's (input_bound's prediction)."
+    )
+    return impact
+
+
 @impact_of(
-    "device_idle",
     "kernel_launch_bound",
     "host_device_transfer",
     "communication_bound",

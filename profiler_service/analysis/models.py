@@ -311,6 +311,16 @@ class Severity(StrEnum):
         return {"critical": 0, "warning": 1, "info": 2}[self.value]
 
 
+class ActionSaving(BaseModel):
+    """One change (or several together) of those a finding recommends, and what it saves on its
+    own: the verification holds a fix against the changes the next capture shows were made."""
+
+    action: str  # codes joined by '+': python, parallel_calls, prefetch (input_impact.py)
+    step_ms_after: float | None = None
+    saving_share: float = 0.0
+    saving_range: tuple[float, float] = (0.0, 0.0)
+
+
 class Impact(BaseModel):
     """What a finding costs and what its fix would save, by its rule's model (impact.py)."""
 
@@ -322,6 +332,12 @@ class Impact(BaseModel):
     # GPU-hours returned, where the step is no shorter.
     returned_gpu_share: float = 0.0
     basis: str = ""  # what the fix removes and what remains
+    # Each change the recommendation names, alone and together; the last is all of them, the
+    # finding's own saving. Empty where the fix is one change.
+    actions: list[ActionSaving] = Field(default_factory=list)
+
+    def action(self, code: str) -> ActionSaving | None:
+        return next((a for a in self.actions if a.action == code), None)
 
     @property
     def gpu_hours_share(self) -> float:

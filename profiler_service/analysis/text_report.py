@@ -7,6 +7,7 @@ from collections import Counter
 
 from profiler_service.analysis.compare import Comparison, GateMetric
 from profiler_service.analysis.framework import Framework
+from profiler_service.analysis.input_impact import ACTION_LABELS
 from profiler_service.analysis.models import Finding, HostActivity, Summary
 from profiler_service.analysis.verification import headline
 from profiler_service.models import CaptureCost, Snapshot
@@ -123,6 +124,14 @@ def describe_saving(finding: Finding) -> str:
         text += f" ({low:.0%}-{high:.0%})"
     if impact.step_ms_now and impact.step_ms_after is not None:
         text += f": {format_ms(impact.step_ms_now)} -> {format_ms(impact.step_ms_after)} ms"
+    singles = [a for a in impact.actions if "+" not in a.action]
+    if len(singles) > 1:
+        text += " with every change; alone, " + ", ".join(
+            f"{ACTION_LABELS.get(a.action, a.action)} {a.saving_share:.0%}"
+            + (f" ({a.saving_range[0]:.0%}-{a.saving_range[1]:.0%})"
+               if f"{a.saving_range[0]:.0%}" != f"{a.saving_range[1]:.0%}" else "")
+            for a in sorted(singles, key=lambda a: -a.saving_share)
+        )  # fmt: skip
     return text
 
 

@@ -26,7 +26,9 @@ from enum import StrEnum
 
 from pydantic import BaseModel
 
-from profiler_service.analysis.models import Finding, Summary
+from profiler_service.analysis.input_impact import ACTION_LABELS, modelled_actions
+from profiler_service.analysis.models import ActionSaving, Finding, Impact, Summary
+from profiler_service.analysis.pipeline_advice import advise
 
 MIN_STEPS = 2  # per capture, for an interval
 BOOTSTRAP_RESAMPLES = 1000
@@ -83,6 +85,9 @@ class Verification(BaseModel):
     measured_saving_share: float | None = None
     # None: nothing predicted or measured, or the step's change not this finding's (see above)
     prediction: PredictionCheck | None = None
+    # The changes of the recommendation the later capture shows made (`python+prefetch`): the
+    # prediction is theirs, not the whole recommendation's. None: one change, or not seen.
+    action: str | None = None
 
 
 def check_prediction(
@@ -139,12 +144,34 @@ def step_change(before: Summary | None, after: Summary | None, seed: str = "") -
     return now
 
 
+def actions_seen(old: Finding, after: Summary | None) -> ActionSaving | None:
+    """The prediction of the changes of `old`'s recommendation that the later capture shows
+    made (the Python gone from the pipeline, its slowest map parallel, a prefetch at its end);
+    None where the finding predicted no changes apart, or the later pipeline cannot say."""
+    if old.impact is None or not old.impact.actions or after is None:
+        return None
+    now = advise(after.input_pipeline)
+    if now.generic:  # XProf named no iterators: what changed cannot be read
+        return None
+    still = set(modelled_actions(now.lacks_codes))
+    done = [a for a in modelled_actions(old.evidence.get("pipeline_lacks", [])) if a not in still]
+    return old.impact.action("+".join(done)) if done else None
+
+
+def describe_actions(code: str) -> str:
+    """`python+prefetch` -> `the Python moved into TF ops and a prefetch at the end`."""
+    return " and ".join(ACTION_LABELS.get(a, a) for a in code.split("+"))
+
+
 def verify(
     before: list[Finding],
     after: list[Finding],
     change: StepChange,
+    after_summary: Summary | None = None,
 ) -> list[Verification]:
-    """Each rule of either snapshot with what became of it, resolved first, then by rule."""
+    """Each rule of either snapshot with what became of it, resolved first, then by rule. With
+    `after_summary`, a finding that predicted each change apart is held against the changes
+    that capture shows made (`actions_seen`)."""
     earlier = {f.rule: f for f in before}
     later = {f.rule: f for f in after}
     measured = None if change.change_share is None else round(-change.change_share, 4)
@@ -164,7 +191,9 @@ def verify(
             status = FixStatus.REGRESSED
         else:
             status = FixStatus.PERSISTS
-        predicted = old.impact if old is not None else None
+        predicted: Impact | ActionSaving | None = old.impact if old is not None else None
+        seen = actions_seen(old, after_summary) if old is not None else None
+        predicted = seen or predicted
         checked = predicted is not None and fixed == [rule] and status is not FixStatus.REGRESSED
         found.append(
             Verification(
@@ -178,6 +207,7 @@ def verify(
                 predicted_saving_range=predicted.saving_range if predicted else None,
                 measured_saving_share=measured if old is not None else None,
                 prediction=check_prediction(predicted.saving_range, change) if checked else None,
+                action=seen.action if seen else None,
             )
         )
     order = list(FixStatus)
@@ -202,6 +232,8 @@ def headline(since: str, verification: list[Verification]) -> str:
             )
         elif v.status is FixStatus.RESOLVED and v.predicted_saving_share is not None:
             text += f" (predicted -{v.predicted_saving_share:.0%})"
+        if v.action:
+            text += f" [seen: {describe_actions(v.action)}]"
         parts.append(text)
     step = ""
     if first.step_ms_before is not None and first.step_ms_after is not None:

@@ -65,4 +65,4 @@ def verify_against_history(store: SnapshotStore, snapshot: Snapshot) -> None:
     change = step_change(earlier.summary, snapshot.summary, seed=earlier.id + snapshot.id)
     snapshot.verified_against = earlier.id
     snapshot.step_change = change
-    snapshot.verification = verify(earlier.findings, snapshot.findings, change)
+    snapshot.verification = verify(earlier.findings, snapshot.findings, change, snapshot.summary)

@@ -767,20 +767,64 @@ def test_the_input_wait_model_spreads_the_wait_over_the_jobs_free_cores():
     got = impact.estimate(wait, on(2, used=0.2))
     assert got.step_ms_after == pytest.approx(40.0)
     assert got.saving_share == pytest.approx(0.5)
-    assert got.saving_range == (pytest.approx(0.25), pytest.approx(0.9))  # 60 ms: + 50 %
-    assert "2 parallel call(s) (the job's cores)" in got.basis
+    # The least: the batch's 36 ms + 50 % (54 ms); the most: the 36 ms batch, the step's
+    # compute leaving both cores to the pipeline.
+    assert got.saving_range == (pytest.approx(0.325), pytest.approx(0.55))
+    assert "2 core(s) (the job's cores)" in got.basis
     # On 8 cores the input hides behind the step but for 10 ms of work a core.
     assert impact.estimate(wait, on(8)).step_ms_after == pytest.approx(10.0)
     # A job already using its cores leaves the pipeline one: nothing to win.
     assert impact.estimate(wait, on(2, used=2.0)).step_ms_after == pytest.approx(80.0)
-    # Its slowest map parallel on both cores already: prefetch alone, the overlap.
+    # Its slowest map parallel on both cores already: its 72 ms wait is 144 ms of work on 2
+    # cores; prefetched, the step's 152 ms of work over 2 cores bounds it.
     parallel = [InputIterator(path="Iterator::Root::ParallelMapV2", self_time_ms=5, parallelism=2)]
-    assert impact.estimate(wait, on(2, iterators=parallel)).step_ms_after == pytest.approx(72.0)
+    assert impact.estimate(wait, on(2, iterators=parallel)).step_ms_after == pytest.approx(76.0)
     # Python decoding under the GIL may gain only the overlap: the range says so.
     wait.evidence["python_in_pipeline"] = True
     python = impact.estimate(wait, on(2))
     assert python.saving_share == pytest.approx(0.5)
     assert python.saving_range[0] == pytest.approx(0.1) and "GIL" in python.basis
+
+
+def test_each_change_to_the_pipeline_has_its_own_saving():
+    """A sequential, unprefetched pipeline decoding in Python on 2 free cores: 72 ms of input,
+    8 of compute a step. Each change it lacks, alone and together, has its own prediction."""
+    wait = Finding(
+        rule="input_bound",
+        severity=Severity.CRITICAL,
+        title="",
+        evidence={
+            "input_share_pct": 90.0,
+            "python_in_pipeline": True,
+            "pipeline_lacks": ["python", "parallel_calls", "prefetch", "cache"],
+        },
+    )
+    summary = Summary(
+        step_time=StepTime(count=20, avg_ms=80.0),
+        process_cpu=ProcessCpu(cores_available=2, cores_used=0.3, source="agent"),
+    )
+    got = impact.estimate(wait, summary)
+    assert [a.action for a in got.actions] == [
+        "python", "parallel_calls", "prefetch", "python+parallel_calls", "python+prefetch",
+        "parallel_calls+prefetch", "python+parallel_calls+prefetch",
+    ]  # fmt: skip
+    # TF ops do the Python's 72 ms in 7.2: still one at a time, still not ahead.
+    assert got.action("python").step_ms_after == pytest.approx(15.2)
+    # Two calls at a time, not ahead: 8 + 36; its buffer may run ahead: 36 at the most.
+    parallel = got.action("parallel_calls")
+    assert parallel.step_ms_after == pytest.approx(44.0)
+    assert parallel.saving_range[1] == pytest.approx(0.55)
+    # Ahead, but one at a time: the 72 ms batch bounds the step.
+    assert got.action("prefetch").saving_share == pytest.approx(0.1)
+    # Everything: 7.2 ms of TF ops over 2 cores, behind the 8 ms step.
+    assert got.saving_share == got.actions[-1].saving_share == pytest.approx(0.9)
+    low, high = got.saving_range
+    assert low < 0.9 <= high
+    # Kept, the Python holds the GIL 30 % of its time (the job's cores used): the least of the
+    # parallel, prefetched pipeline keeps that part serial.
+    kept = got.action("parallel_calls+prefetch")
+    assert kept.saving_share == pytest.approx(0.5)
+    assert kept.saving_range[0] == pytest.approx(1 - (72 * 0.3 + 72 * 0.7 / 2 * 1.5) / 80)
 
 
 def test_the_tracing_model_keeps_one_trace():
