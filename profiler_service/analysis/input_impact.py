@@ -12,7 +12,8 @@ The changes the finding can advise, as the pipeline's own reading names them
 - `parallel_calls`: the slowest stage runs on P cores (the job's cores less those its other
   threads keep busy), not p. Python that stays holds the GIL for the share of time it computes
   (the job's cores used before the capture, at most 1: I/O and numpy release it), and that
-  share stays serial at the least.
+  share stays serial at the least; the least also allows for the parallel pipeline's own cost
+  (`INPUT_PARALLEL_OVERHEAD` of the step).
 - `prefetch` (or `prefetch_last`): the pipeline runs ahead of the step: the step is
   max(C, T, all the CPU work / P) instead of C + T, T the pipeline's time a batch; at the most
   max(C, T), where the step's compute leaves its cores to the pipeline.
@@ -156,15 +157,22 @@ class _Job:
             python_work = 0.0
         parallel = "parallel_calls" in chosen
         width = self.cores if parallel else self.p_now
-        overhead = 1 + INPUT_PARALLEL_OVERHEAD if parallel and variant == 1 else 1.0
-        held = self.gil if variant == 1 else 0.0  # the Python's share that stays serial
-        batch = (tf_work + python_work * (1 - held)) / width * overhead + python_work * held
         ahead = self.prefetched or "prefetch" in chosen or (parallel and variant == 2)
-        if not ahead:
-            return self.compute + batch
-        if variant == 2:  # the most: the step's compute left its cores to the pipeline
-            return max(self.compute, batch)
-        return max(self.compute, batch, (self.compute + tf_work + python_work) / self.cores)
+
+        def step(held: float) -> float:
+            """`held`: the share of the Python's time that stays serial (the GIL)."""
+            batch = (tf_work + python_work * (1 - held)) / width + python_work * held
+            if not ahead:
+                return self.compute + batch
+            if variant == 2:  # the most: the step's compute left its cores to the pipeline
+                return max(self.compute, batch)
+            return max(self.compute, batch, (self.compute + tf_work + python_work) / self.cores)
+
+        if variant != 1 or not parallel:
+            return step(0.0)
+        # The least: the parallel pipeline's own cost on the whole step, or the Python's share
+        # that holds the GIL kept serial, whichever is slower.
+        return max(step(0.0) * (1 + INPUT_PARALLEL_OVERHEAD), step(self.gil))
 
 
 def _slowest_parallelism(summary: Summary) -> float:

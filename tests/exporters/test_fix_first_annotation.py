@@ -37,6 +37,6 @@ def test_the_annotation_names_the_fix_that_saves_most_first():
     body = annotation_for(snapshot, "https://profiler.example")
     assert "finding:input_bound" in body["tags"]  # a warning that saves 50 % before a critical
     assert (
-        "Input-bound: 60% waiting; fix this first, it saves about 50% of step time (50%-60%): "
+        "Input-bound: 60% waiting; fix this first, it saves about 50% of step time (25%-60%): "
         "100.0 -> 50.0 ms" in body["text"]
     )
