@@ -4,6 +4,8 @@ that carries one."""
 
 from __future__ import annotations
 
+import logging
+import uuid
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -101,11 +103,23 @@ class BucketUnreachable(ServiceError):
 
 
 class InternalError(ServiceError):
-    """A bug in the service; the detail names the exception (its traceback is in the log). A
+    """A bug in the service. The answer carries an `error_id` and no exception text (it may
+    hold paths, hosts or a driver's message); the log line with that id has the traceback. A
     capture it kept from starting left nothing behind."""
 
     code = "internal_error"
     status_code = 500
+
+    @classmethod
+    def logged(cls, exc: BaseException, what: str, log: logging.Logger) -> InternalError:
+        """Log `exc` with its traceback under a new error id; the error that says only that."""
+        error_id = uuid.uuid4().hex[:12]
+        log.error("internal error %s: %s", error_id, what, exc_info=exc)
+        return cls(
+            f"{what}: an unexpected error in the service (error id {error_id}: its log has "
+            "the details under that id)",
+            error_id=error_id,
+        )
 
 
 class Unauthorized(ServiceError):

@@ -167,6 +167,8 @@ class SnapshotHead(BaseModel):
     pinned: bool = False
     files: list[SnapshotFile] = Field(default_factory=list)
     error: SnapshotError | None = None
+    # The release that took it (CHANGELOG.md); None: a release before 0.2.0.
+    service_version: str | None = None
 
     @computed_field
     @property

@@ -2,7 +2,7 @@
 # It starts TensorFlow's profiler server on $TF_PROFILER_PORT, for the sidecar to capture, or
 # embeds the agent with --agent (then no sidecar is needed).
 #
-#   docker build -f deploy/docker/job.Dockerfile -t profiler-example-job:0.1.0 .
+#   docker build -f deploy/docker/job.Dockerfile -t profiler-example-job:0.2.0 .
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \

@@ -1,6 +1,6 @@
 # The profiler-service sidecar: the service and XProf's capture client, no TensorFlow.
 #
-#   docker build -f deploy/docker/sidecar.Dockerfile -t profiler-service:0.1.0 .
+#   docker build -f deploy/docker/sidecar.Dockerfile -t profiler-service:0.2.0 .
 #
 # The `sidecar` extra installs XProf (capture client and converters), grpcio and fsspec, and
 # no TensorFlow (pyproject.toml keeps it in the `tf` extra, for the example job);

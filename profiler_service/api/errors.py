@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import logging
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -10,6 +11,8 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from profiler_service.errors import InternalError, ServiceError
+
+log = logging.getLogger(__name__)
 
 _STORE_ERRNOS = {errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM}
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
@@ -45,18 +48,21 @@ def install_error_handlers(app: FastAPI) -> None:
         """The store's filesystem refused a write (read-only, full, permissions)."""
         if exc.errno not in _STORE_ERRNOS:
             raise exc  # not the store's: a 500, below
-        return JSONResponse(
-            {"error": "store_not_writable", "detail": f"the snapshot store refused a write: {exc}"},
+        return JSONResponse(  # the reason, not the path
+            {
+                "error": "store_not_writable",
+                "detail": f"the snapshot store refused a write: {exc.strerror or 'I/O error'}",
+            },
             status_code=503,
         )
 
     @app.exception_handler(Exception)
-    async def internal_error(_: Request, exc: Exception) -> JSONResponse:
-        """A bug: still JSON in the error shape (Starlette logs the traceback and re-raises)."""
-        return JSONResponse(
-            {"error": InternalError.code, "detail": f"{type(exc).__name__}: {exc}"},
-            status_code=InternalError.status_code,
-        )
+    async def internal_error(request: Request, exc: Exception) -> JSONResponse:
+        """A bug: still JSON in the error shape, with an error id and no exception text (it may
+        name paths, hosts, a driver's message); the log line with that id has the traceback."""
+        error = InternalError.logged(exc, f"{request.method} {request.url.path}", log)
+        body = {"error": error.code, "detail": error.detail, **error.extra}
+        return JSONResponse(body, status_code=error.status_code)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:

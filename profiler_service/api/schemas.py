@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 
 from pydantic import BaseModel, Field
 
+from profiler_service import __version__
 from profiler_service.analysis.models import Severity
 from profiler_service.analysis.verification import StepChange, Verification
 from profiler_service.config import ReportSettings
@@ -120,6 +121,7 @@ def parse_cursor(text: str) -> tuple[datetime, str]:
 class HealthPublic(BaseModel):
     status: str
     checks: dict[str, str] = {}
+    version: str = __version__  # the release answering (CHANGELOG.md)
 
 
 ERROR_RESPONSES: dict[int | str, dict] = {

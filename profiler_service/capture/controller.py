@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
+from profiler_service import __version__
 from profiler_service.analysis.analyzer import XprofAnalyzer
 from profiler_service.capture.capturer import CaptureJob, Capturer
 from profiler_service.capture.pipeline import run_capture
@@ -76,7 +77,7 @@ class StartResult:
 
 
 def _unexpected(exc: Exception) -> InternalError:
-    return InternalError(f"the capture could not start: {type(exc).__name__}: {exc}")
+    return InternalError.logged(exc, "the capture could not start", log)
 
 
 @dataclass
@@ -301,6 +302,7 @@ def _new_snapshot(
         workers=target.workers,
         trigger=trigger.model_copy(update={"labels": {**s.labels, **trigger.labels}}),
         capture=options,
+        service_version=__version__,
     )
 
 

@@ -14,9 +14,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    Info,
+    ProcessCollector,
+)
 from prometheus_client.exposition import choose_encoder
 
+from profiler_service import __version__
 from profiler_service.capture.controller import CaptureController
 from profiler_service.exporters.annotation_collector import AnnotationCollector
 from profiler_service.exporters.gpu_collector import GpuCollector
@@ -46,6 +54,12 @@ class CaptureMetrics:
     """Counts finished captures and times their two halves; `observe` is an on_finished callback."""
 
     def __init__(self, registry: CollectorRegistry, targets: list[str] = ()):
+        Info(
+            "profiler_build",
+            "The release this service runs (CHANGELOG.md): what a dashboard joins to see an "
+            "upgrade.",
+            registry=registry,
+        ).info({"version": __version__})
         self.captures = Counter(
             "profiler_captures",
             "Finished captures by target, trigger and outcome (ready or failed); OpenMetrics "

@@ -188,3 +188,24 @@ def test_the_list_is_light_and_the_whole_snapshot_one_read_away(make_service):
     # Measured: 3.3 KB an item (five findings' titles, what became of them since the job's last
     # snapshot, the capture's cost), 31 KB the whole snapshot of a one-step capture.
     assert per_item < 4_000 and 8 * per_item < len(whole.content), (per_item, len(whole.content))
+
+
+def test_an_unexpected_error_answers_an_error_id_and_no_internals(make_service, caplog):
+    """A bug's answer is JSON with a stable code and an error id; its text (here a path and a
+    host) is only in the log, under that id, with the traceback."""
+    service = make_service()
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("connection to server at 10.1.2.3 failed; /secret/index.sqlite")
+
+    service.store.list_docs = broken
+    with TestClient(create_app(service), raise_server_exceptions=False) as client:
+        answer = client.get("/profiles")
+    assert answer.status_code == 500
+    body = answer.json()
+    assert body["error"] == "internal_error" and len(body["error_id"]) == 12
+    assert body["error_id"] in body["detail"] and "GET /profiles" in body["detail"]
+    assert "10.1.2.3" not in answer.text and "/secret" not in answer.text
+    assert "RuntimeError" not in answer.text
+    logged = [r for r in caplog.records if body["error_id"] in r.getMessage()]
+    assert logged and logged[0].exc_info is not None

@@ -26,6 +26,7 @@ from deploy_tools import (
     validate_kubernetes,
 )
 
+from profiler_service import __version__
 from profiler_service.config import HubSettings, Settings
 
 OPERATOR_KINDS = {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
@@ -334,6 +335,19 @@ def test_schema_lists_exactly_the_settings_the_chart_does_not_set_itself():
     assert not chart_schema.stale(), "values.schema.json differs from the code: scripts/gen-docs"
 
 
+def chart_version() -> str:
+    return yaml.safe_load((CHART / "Chart.yaml").read_text())["version"]
+
+
+def test_the_chart_runs_the_release_it_ships_with():
+    """The chart's appVersion is the package's: an image tag left unset pulls this release."""
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["appVersion"] == __version__ == chart_version()
+    # The image template's own default (other charts include it without this chart's .Chart).
+    helpers = (CHART / "templates" / "_helpers.tpl").read_text()
+    assert f'.Values.image.tag | default "{__version__}"' in helpers
+
+
 def test_named_templates_work_from_a_chart_that_owns_its_pod_spec(tmp_path):
     """A user's chart with profiler-service as a dependency puts the sidecar in its own pod."""
     parent = tmp_path / "my-training"
@@ -341,7 +355,7 @@ def test_named_templates_work_from_a_chart_that_owns_its_pod_spec(tmp_path):
     shutil.copytree(CHART, parent / "charts" / "profiler-service")
     (parent / "Chart.yaml").write_text(
         "apiVersion: v2\nname: my-training\nversion: 1.0.0\n"
-        "dependencies:\n  - name: profiler-service\n    version: 0.1.0\n"
+        f"dependencies:\n  - name: profiler-service\n    version: {chart_version()}\n"
     )
     (parent / "values.yaml").write_text(
         "profiler-service:\n  training: {kind: none}\n  targetName: mine\n"

@@ -45,7 +45,8 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 {{- end -}}
 
 {{- define "profiler-service.image" -}}
-{{- $tag := .Values.image.tag | default "0.1.0" -}}
+{{- /* a literal: other charts include this template without this chart's .Chart */ -}}
+{{- $tag := .Values.image.tag | default "0.2.0" -}}
 {{- printf "%s:%s" .Values.image.repository $tag -}}
 {{- end -}}
 

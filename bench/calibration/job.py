@@ -1,0 +1,114 @@
+"""One member of the calibration family: a Keras job whose tf.data pipeline is built from its
+arguments, with the profiler agent embedded (so each snapshot knows the job's cores).
+
+Each element is a feature vector made from its index by `--rounds` rounds of x = sin(x) * 1.01
++ 0.5 over `FEATURES` values, done by:
+  python-cpu    a Python loop (tf.py_function), computing under the GIL;
+  python-sleep  numpy after a `--sleep-ms` wait (tf.numpy_function), like a read from storage;
+  tf            TensorFlow ops on a whole batch (what "move the Python into TF ops" gives).
+`--parallel` maps with num_parallel_calls=AUTOTUNE, `--prefetch` ends with prefetch(AUTOTUNE),
+`--cores N` pins the job to N cores before TensorFlow starts, `--width` sizes the model.
+
+    python bench/calibration/job.py --decode python-cpu --rounds 40 --agent-port 0 --seconds 60
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+FEATURES = 64
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--decode", choices=("python-cpu", "python-sleep", "tf"), required=True)
+    parser.add_argument("--rounds", type=int, default=40, help="work per element")
+    parser.add_argument("--sleep-ms", type=float, default=1.0, help="python-sleep: wait each")
+    parser.add_argument("--parallel", action="store_true")
+    parser.add_argument("--prefetch", action="store_true")
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--width", type=int, default=64)
+    parser.add_argument("--cores", type=int, default=0, help="pin to this many cores (0: all)")
+    parser.add_argument("--store", required=True)
+    parser.add_argument("--seconds", type=float, default=120)
+    args = parser.parse_args()
+    if args.cores:
+        os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[: args.cores])
+    from profiler_service import agent  # before TensorFlow: the agent turns its events on
+
+    embedded = agent.start(port=0, store=args.store)
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from profiler_service.steps import ProfilerStepCallback
+
+    rounds = args.rounds
+
+    def python_cpu(index):
+        x = [((int(index) * 7919 + i) % 1000) / 1000.0 for i in range(FEATURES)]
+        for _ in range(rounds):
+            x = [math.sin(v) * 1.01 + 0.5 for v in x]
+        return np.asarray(x, dtype=np.float32)
+
+    def python_sleep(index):
+        time.sleep(args.sleep_ms / 1000)
+        return np.random.default_rng(int(index)).random(FEATURES, dtype=np.float32)
+
+    def tf_ops(indices):  # a batch at once: what a port of the decoding to TF ops does
+        columns = tf.range(FEATURES, dtype=tf.int64)[None, :]
+        x = tf.cast((indices[:, None] * 7919 + columns) % 1000, tf.float32) / 1000
+        for _ in range(rounds):
+            x = tf.sin(x) * 1.01 + 0.5
+        return x
+
+    def element(index):
+        if args.decode == "python-cpu":
+            out = tf.py_function(python_cpu, [index], tf.float32)
+        else:
+            out = tf.numpy_function(python_sleep, [index], tf.float32)
+        return tf.ensure_shape(out, [FEATURES])
+
+    parallel = tf.data.AUTOTUNE if args.parallel else None
+    ds = tf.data.Dataset.range(10**9)
+    if args.decode == "tf":
+        ds = ds.batch(args.batch).map(tf_ops, num_parallel_calls=parallel)
+        ds = ds.map(lambda x: (x, tf.reduce_sum(x, axis=1, keepdims=True)))
+    else:
+        ds = ds.map(element, num_parallel_calls=parallel)
+        ds = ds.map(lambda x: (x, tf.reduce_sum(x, keepdims=True))).batch(args.batch)
+    if args.prefetch:
+        ds = ds.prefetch(tf.data.AUTOTUNE)
+    model = keras.Sequential(
+        [
+            keras.Input((FEATURES,)),
+            keras.layers.Dense(args.width, activation="relu"),
+            keras.layers.Dense(args.width, activation="relu"),
+            keras.layers.Dense(1),
+        ]
+    )
+    model.compile(optimizer="adam", loss="mse")
+    end = time.monotonic() + args.seconds
+
+    class Ready(keras.callbacks.Callback):
+        said = False
+
+        def on_train_batch_end(self, batch, logs=None):
+            if not self.said:
+                print("READY " + json.dumps({"agent_url": embedded.url}), flush=True)
+                self.said = True
+            if time.monotonic() > end:
+                self.model.stop_training = True
+
+    model.fit(ds, epochs=1, steps_per_epoch=10**9, verbose=0,
+              callbacks=[ProfilerStepCallback(), Ready()])  # fmt: skip
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()
