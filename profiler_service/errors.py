@@ -94,6 +94,15 @@ class StoreOwned(ServiceError):
     status_code = 409
 
 
+class IndexUnavailable(ServiceError):
+    """The fleet hub's index (its database) does not answer: listings and the fleet page wait
+    for it, the detail says since when; a snapshot by id, its report and its files still
+    answer from the bucket."""
+
+    code = "index_unavailable"
+    status_code = 503
+
+
 class BucketUnreachable(ServiceError):
     """The fleet hub could not read the bucket for a whole snapshot or a file; its listings,
     answered from its index, still work."""

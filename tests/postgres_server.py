@@ -40,14 +40,16 @@ class PostgresServer:
         return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
 
     def start(self) -> PostgresServer:
+        """Initialise the data directory (once) and start the server on it."""
         data = self.folder / "data"
         if os.geteuid() == 0:
             shutil.chown(self.folder, "postgres", "postgres")
-        subprocess.run(
-            [str(BIN / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust",
-             "--no-sync", "-E", "UTF8"],
-            check=True, capture_output=True, **_owner(),
-        )  # fmt: skip
+        if not data.exists():
+            subprocess.run(
+                [str(BIN / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust",
+                 "--no-sync", "-E", "UTF8"],
+                check=True, capture_output=True, **_owner(),
+            )  # fmt: skip
         log = (self.folder / "postgres.log").open("a")
         self.proc = subprocess.Popen(
             [str(BIN / "postgres"), "-D", str(data), "-p", str(self.port), "-h", "127.0.0.1",
@@ -75,12 +77,16 @@ class PostgresServer:
             conn.execute(f'CREATE DATABASE "{name}"')
         return self.url(name)
 
-    def stop(self) -> None:
-        """A fast shutdown (SIGINT: open sessions are ended, not waited for)."""
+    def halt(self) -> None:
+        """A fast shutdown (SIGINT: open sessions are ended, not waited for), data kept:
+        `start()` brings it back, as after an outage."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
             try:
                 self.proc.wait(20)
             except subprocess.TimeoutExpired:
                 stop_process(self.proc)
+
+    def stop(self) -> None:
+        self.halt()
         shutil.rmtree(self.folder, ignore_errors=True)

@@ -6,7 +6,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from sqlalchemy.exc import SQLAlchemyError
 
 from profiler_service import __version__
 from profiler_service.api.auth import install_auth
@@ -40,6 +42,13 @@ def create_hub_app(hub: HubService) -> FastAPI:
         tenants=hub.tenants if hub is not None else None,
     )
     install_error_handlers(app)
+
+    @app.exception_handler(SQLAlchemyError)
+    async def index_unavailable(_: Request, exc: SQLAlchemyError) -> JSONResponse:
+        """The index's database failed a read the route could not answer without it."""
+        error = hub.store.unavailable(exc)
+        return JSONResponse({"error": error.code, "detail": error.detail}, status_code=503)
+
     app.include_router(routes.router)
     app.include_router(profiles.read_router)
     app.include_router(health.router)

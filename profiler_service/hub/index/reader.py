@@ -9,11 +9,13 @@ indexed; one the bucket no longer holds leaves the index at once.
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
+from datetime import datetime
 from pathlib import Path
 
 from sqlalchemy.exc import SQLAlchemyError
@@ -21,6 +23,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from profiler_service.errors import (
     BucketUnreachable,
     FileNotFound,
+    IndexUnavailable,
     SnapshotNotFound,
     StoreNotWritable,
 )
@@ -28,12 +31,14 @@ from profiler_service.hub.index.database import FleetDatabase
 from profiler_service.hub.index.fleet_queries import FleetQueries
 from profiler_service.hub.index.queries import IndexQueries
 from profiler_service.hub.index.writes import IndexWrites
-from profiler_service.models import Snapshot
+from profiler_service.models import Snapshot, utcnow
 from profiler_service.store.bucket_catalogue import brief, parse_remote
 from profiler_service.store.bucket_client import BucketClient, RemoteEntry
 from profiler_service.store.index import SnapshotQuery
 
 __all__ = ["HubSnapshots"]
+
+log = logging.getLogger(__name__)
 
 CACHED_DOCS = 64  # whole snapshots kept (20-40 KB each): a report and its baseline, re-read
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,254}")
@@ -48,9 +53,32 @@ class HubSnapshots:
         self.fleet = FleetQueries(db)  # the fleet view's reads
         self._cache: OrderedDict[tuple[str, int], Snapshot] = OrderedDict()
         self._lock = threading.Lock()
+        self.down_since: datetime | None = None  # the index's first failure of this outage
+
+    def unavailable(self, exc: Exception) -> IndexUnavailable:
+        """Note that the index failed (from when, once an outage); what the API answers."""
+        if self.down_since is None:
+            self.down_since = utcnow()
+            log.warning("the fleet index does not answer: %s", brief(exc))
+        return IndexUnavailable(
+            f"the fleet index (its database) does not answer since "
+            f"{self.down_since:%Y-%m-%d %H:%M:%S} UTC: listings and the fleet view wait for it; "
+            "a snapshot by id, its report and its files answer from the bucket"
+        )
+
+    def answered(self) -> None:
+        """The index answered: an outage, if one was noted, is over."""
+        if self.down_since is not None:
+            log.warning("the fleet index answers again (down since %s)", self.down_since)
+            self.down_since = None
 
     def get(self, snapshot_id: str) -> Snapshot:
-        where = self.writes.locate(snapshot_id)
+        try:
+            where = self.writes.locate(snapshot_id)
+        except SQLAlchemyError as exc:  # the index is down: the bucket still has it
+            self.unavailable(exc)
+            return self._unindexed(snapshot_id)
+        self.answered()
         if where is None:
             return self._unindexed(snapshot_id)
         key = (snapshot_id, where[1])
@@ -62,7 +90,8 @@ class HubSnapshots:
         with _bucket(snapshot_id):
             found = parse_remote(entry, self.bucket.read_docs([entry]).get(snapshot_id))
         if found is None:  # deleted (or moved) since the last sync
-            self.writes.remove([snapshot_id])
+            with suppress(SQLAlchemyError):  # the next sync removes it otherwise
+                self.writes.remove([snapshot_id])
             return self._unindexed(snapshot_id)
         with self._lock:
             self._cache[key] = found.snapshot
@@ -76,11 +105,19 @@ class HubSnapshots:
         found = parse_remote(*read) if read else None
         if found is None:
             raise SnapshotNotFound(f"no snapshot with id {snapshot_id!r}")
-        self.writes.upsert([found])
+        try:
+            self.writes.upsert([found])
+        except SQLAlchemyError as exc:  # indexed by the next sync once it is back
+            self.unavailable(exc)
         return found.snapshot
 
     def list_docs(self, query: SnapshotQuery) -> tuple[list[str], int]:
-        return self.listing.list_items(query)
+        try:
+            found = self.listing.list_items(query)
+        except SQLAlchemyError as exc:
+            raise self.unavailable(exc) from None
+        self.answered()
+        return found
 
     def file_path(self, snapshot_id: str, name: str) -> Path:
         """The hub holds no files: every one streams from the bucket (`remote_file`)."""
@@ -104,10 +141,9 @@ class HubSnapshots:
         """The index answers (the hub writes nothing else)."""
         try:
             self.db.ping()
-        except SQLAlchemyError as exc:
-            raise StoreNotWritable(
-                f"the fleet index {self.db!r} does not answer: {brief(exc)}"
-            ) from None
+        except SQLAlchemyError as exc:  # its URL and the driver's text go to the log only
+            raise StoreNotWritable(self.unavailable(exc).detail) from None
+        self.answered()
 
 
 @contextmanager
