@@ -10,7 +10,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, Field
 
-from profiler_service.analysis.models import Finding, HostActivity, Summary
+from profiler_service.analysis.models import Finding, HostActivity, Impact, Summary
 
 __all__ = ["CAUSE_MEANINGS", "CaptureWaste", "IdleCause", "capture_waste"]
 
@@ -62,9 +62,16 @@ class CaptureWaste(BaseModel):
     # nothing returned (`Impact.gpu_hours_share`). Findings overlap (a host-bound GPU is an idle
     # one), so they are never added up.
     saving_share: float = 0.0
+    # Its least and most (a count of GPUs returned is exact); rows written before 0.2.0 have
+    # none: their point, both ends.
+    saving_range: tuple[float, float] | None = None
     rule: str | None = None
     severity: str | None = None
     title: str | None = None
+
+    @property
+    def saving_bounds(self) -> tuple[float, float]:
+        return self.saving_range or (self.saving_share, self.saving_share)
 
     def idle_split(self) -> dict[str, float]:
         """The idle time's shares by cause, summing to exactly 1 (the stored ones are rounded)."""
@@ -99,7 +106,16 @@ def capture_waste(summary: Summary | None, findings: Sequence[Finding]) -> Captu
         idle_share=round(gpu.idle_pct / 100, 4),
         idle_by_cause=shares,
         saving_share=round(min(top.impact.gpu_hours_share, 1.0), 4) if top and top.impact else 0.0,
+        saving_range=_bounds(top.impact) if top and top.impact else (0.0, 0.0),
         rule=top.rule if top else None,
         severity=top.severity.value if top else None,
         title=top.title if top else None,
     )
+
+
+def _bounds(impact: Impact) -> tuple[float, float]:
+    """The least and most share of GPU-hours the fix gives back."""
+    if impact.saving_share <= 0 < impact.returned_gpu_share:
+        return (impact.returned_gpu_share, impact.returned_gpu_share)
+    low, high = impact.saving_range
+    return (round(min(low, 1.0), 4), round(min(high, 1.0), 4))

@@ -77,6 +77,7 @@ class TopFinding(BaseModel):
     severity: str | None = None
     title: str | None = None
     saving_share: float
+    saving_range: tuple[float, float] | None = None  # its least and most
     snapshot_id: str
     link: str
 
@@ -90,9 +91,12 @@ class LedgerTotals(BaseModel):
     idle_gpu_hours: float | None = None
     idle_by_cause: dict[str, float] = Field(default_factory=dict)
     recoverable_gpu_hours: float | None = None
+    # The least and the most recoverable, from each fix's range (summed as such).
+    recoverable_gpu_hours_range: tuple[float, float] | None = None
     cost: float | None = None  # of the held hours, where a price applies
     idle_cost: float | None = None
     recoverable_cost: float | None = None
+    recoverable_cost_range: tuple[float, float] | None = None
 
 
 class JobLedger(LedgerTotals):
@@ -242,7 +246,7 @@ def _counted(
                     model_s[pod.model] = model_s.get(pod.model, 0.0) + s
     times = [c.at for c in job.captures]
     by_cause = dict.fromkeys(CAUSES, 0.0)
-    recoverable = 0.0
+    recoverable = least = most = 0.0
     used: set[str] = set()
     for t, held_s in held.items():
         idle_s = max(held_s - busy[t], 0.0)
@@ -254,6 +258,8 @@ def _counted(
         for cause, share in capture.waste.idle_split().items():
             by_cause[cause] += idle_s * share
         recoverable += held_s * capture.waste.saving_share
+        low, high = capture.waste.saving_bounds
+        least, most = least + held_s * low, most + held_s * high
     held_h, busy_h = sum(held.values()) / 3600, sum(busy.values()) / 3600
     idle_h = sum(by_cause.values()) / 3600
     entry = JobLedger(
@@ -268,6 +274,7 @@ def _counted(
         idle_gpu_hours=idle_h,
         idle_by_cause={c: s / 3600 for c, s in by_cause.items() if s > 0},
         recoverable_gpu_hours=recoverable / 3600,
+        recoverable_gpu_hours_range=(least / 3600, most / 3600),
         idle_share=idle_h / held_h if held_h else None,
         recoverable_share=recoverable / 3600 / held_h if held_h else None,
         captures=len(used),
@@ -321,6 +328,7 @@ def _top(captures: list[_Capture], link: Callable[[str], str]) -> TopFinding | N
                 severity=w.severity,
                 title=w.title,
                 saving_share=w.saving_share,
+                saving_range=w.saving_bounds,
                 snapshot_id=c.row.id,
                 link=link(c.row.id),
             )
@@ -342,6 +350,9 @@ def _cost(entry: JobLedger) -> None:
     entry.cost = entry.gpu_hours * price
     entry.idle_cost = (entry.idle_gpu_hours or 0.0) * price
     entry.recoverable_cost = (entry.recoverable_gpu_hours or 0.0) * price
+    if entry.recoverable_gpu_hours_range is not None:
+        low, high = entry.recoverable_gpu_hours_range
+        entry.recoverable_cost_range = (low * price, high * price)
 
 
 _SUMMED = ("gpu_hours", "busy_gpu_hours", "idle_gpu_hours", "recoverable_gpu_hours", "cost",
@@ -353,6 +364,10 @@ def _sum(jobs: list[JobLedger]) -> LedgerTotals:
     for name in _SUMMED:
         known = [getattr(j, name) for j in jobs if getattr(j, name) is not None]
         setattr(totals, name, sum(known) if known else None)
+    for name in ("recoverable_gpu_hours_range", "recoverable_cost_range"):
+        known = [getattr(j, name) for j in jobs if getattr(j, name) is not None]
+        if known:
+            setattr(totals, name, (sum(k[0] for k in known), sum(k[1] for k in known)))
     for job in jobs:
         for cause, hours in job.idle_by_cause.items():
             totals.idle_by_cause[cause] = totals.idle_by_cause.get(cause, 0.0) + hours

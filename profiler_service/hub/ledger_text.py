@@ -15,6 +15,13 @@ def _money(value: float | None) -> str:
     return "-" if value is None else f"{value:,.2f}"
 
 
+def _between(bounds: tuple[float, float] | None, fmt=_h) -> str:
+    """` (12.0-30.5)`: the least and the most, where they differ."""
+    if bounds is None or fmt(bounds[0]) == fmt(bounds[1]):
+        return ""
+    return f" ({fmt(bounds[0])}-{fmt(bounds[1])})"
+
+
 def _causes(job: JobLedger) -> str:
     if job.idle_gpu_hours:
         parts = sorted(job.idle_by_cause.items(), key=lambda kv: -kv[1])
@@ -31,6 +38,7 @@ def format_ledger(ledger: Ledger, top: int = 20) -> str:
         lines.append(
             f"  held {_h(t.gpu_hours)}, busy {_h(t.busy_gpu_hours)}, idle {_h(idle)} "
             f"({idle / t.gpu_hours:.0%}), recoverable {_h(t.recoverable_gpu_hours)}"
+            f"{_between(t.recoverable_gpu_hours_range)}"
             if t.gpu_hours
             else "  no GPU-hours held"
         )
@@ -38,6 +46,7 @@ def format_ledger(ledger: Ledger, top: int = 20) -> str:
             lines.append(
                 f"  cost {_money(t.cost)}, idle {_money(t.idle_cost)}, "
                 f"recoverable {_money(t.recoverable_cost)}"
+                f"{_between(t.recoverable_cost_range, _money)}"
             )
     lines.extend(f"  note: {note}" for note in ledger.notes)
     lines.append("")
@@ -55,7 +64,10 @@ def format_ledger(ledger: Ledger, top: int = 20) -> str:
         first = ""
         if job.top_finding:
             f = job.top_finding
-            first = f"; {f.rule} (saves {f.saving_share:.0%}) {f.link}"
+            span = ""
+            if f.saving_range and f"{f.saving_range[0]:.0%}" != f"{f.saving_range[1]:.0%}":
+                span = f", {f.saving_range[0]:.0%}-{f.saving_range[1]:.0%}"
+            first = f"; {f.rule} (saves {f.saving_share:.0%}{span}) {f.link}"
         lines.append(
             f"{job.namespace or '':<16} {job.job:<24} {job.gpus:>4} {_h(job.gpu_hours):>9} "
             f"{idle:>5} {recoverable:>12} {_money(job.cost):>10}  {_causes(job)}{first}"

@@ -246,6 +246,11 @@ def test_a_bucket_takes_its_nearest_capture_s_causes_and_savings(world):
         assert job["recoverable_gpu_hours"] == pytest.approx(
             near_held / 3600 * waste.saving_share, rel=0.01, abs=0.05
         )
+        least, most = job["recoverable_gpu_hours_range"]  # each fix's range, over the hours
+        low, high = waste.saving_bounds
+        assert least == pytest.approx(near_held / 3600 * low, rel=0.01, abs=0.05)
+        assert most == pytest.approx(near_held / 3600 * high, rel=0.01, abs=0.05)
+        assert least <= job["recoverable_gpu_hours"] <= most
         top = job["top_finding"]
         assert top["rule"] == waste.rule and top["link"].endswith(
             f"/profiles/{top['snapshot_id']}/report"
@@ -262,6 +267,12 @@ def test_prices_by_gpu_model(world):
         assert job["price_per_gpu_hour"] == price
         assert job["cost"] == pytest.approx(job["gpu_hours"] * price)
         assert job["recoverable_cost"] == pytest.approx(job["recoverable_gpu_hours"] * price)
+        low, high = job["recoverable_gpu_hours_range"]
+        assert job["recoverable_cost_range"] == pytest.approx([low * price, high * price])
+    totals = body["totals"]
+    assert totals["recoverable_cost_range"] == pytest.approx(
+        [sum(j["recoverable_cost_range"][k] for j in body["jobs"]) for k in (0, 1)]
+    )  # summed as such
 
 
 def test_a_team_s_token_sees_its_namespace_only(world):
