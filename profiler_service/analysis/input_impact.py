@@ -13,7 +13,8 @@ The changes the finding can advise, as the pipeline's own reading names them
   threads keep busy), not p. Python that stays holds the GIL for the share of time it computes
   (the job's cores used before the capture, at most 1: I/O and numpy release it), and that
   share stays serial at the least; the least also allows for the parallel pipeline's own cost
-  (`INPUT_PARALLEL_OVERHEAD` of the step).
+  (`INPUT_PARALLEL_OVERHEAD` of the step), the most for the per-element hand-overs of the
+  sequential one that it hides (`INPUT_SEQUENTIAL_OVERHEAD` of its batch time).
 - `prefetch` (or `prefetch_last`): the pipeline runs ahead of the step: the step is
   max(C, T, all the CPU work / P) instead of C + T, T the pipeline's time a batch; at the most
   max(C, T), where the step's compute leaves its cores to the pipeline.
@@ -49,6 +50,12 @@ INPUT_CORES_ASSUMED = 2.0
 # against 6.4), 0.99-1.37x with it off (a CPU without AVX-512, 5 twins: 9.54 ms against 6.96
 # the worst); a margin above the most seen. The least a parallel map saves allows for it.
 INPUT_PARALLEL_OVERHEAD = 0.5
+# A sequential pipeline's wait holds more than its work spread over the calls: each element's
+# hand-over to the training thread, one at a time. A parallel one hides up to this share of it:
+# the most a parallel map saves allows for it. Measured on the demo's Python-decoding twins,
+# traced (3 pairs): the parallel step 0.97-1.06x the wait over the cores; a margin below the
+# least seen.
+INPUT_SEQUENTIAL_OVERHEAD = 0.1
 # The time TF ops take for the work Python did in the pipeline (point, least saving's, most
 # saving's). Fitted on the calibration half of bench/calibration's pairs (docs/findings.md
 # gives the fit and the held-out figures).
@@ -162,6 +169,8 @@ class _Job:
         def step(held: float) -> float:
             """`held`: the share of the Python's time that stays serial (the GIL)."""
             batch = (tf_work + python_work * (1 - held)) / width + python_work * held
+            if parallel and variant == 2:
+                batch *= 1 - INPUT_SEQUENTIAL_OVERHEAD
             if not ahead:
                 return self.compute + batch
             if variant == 2:  # the most: the step's compute left its cores to the pipeline

@@ -768,8 +768,9 @@ def test_the_input_wait_model_spreads_the_wait_over_the_jobs_free_cores():
     assert got.step_ms_after == pytest.approx(40.0)
     assert got.saving_share == pytest.approx(0.5)
     # The least: the step + 50 % (60 ms), the parallel pipeline's own cost; the most: the
-    # 36 ms batch, the step's compute leaving both cores to the pipeline.
-    assert got.saving_range == (pytest.approx(0.25), pytest.approx(0.55))
+    # 36 ms batch less the sequential hand-overs it hides (10 %), the step's compute leaving
+    # both cores to the pipeline.
+    assert got.saving_range == (pytest.approx(0.25), pytest.approx(0.595))
     assert "2 core(s) (the job's cores)" in got.basis
     # On 8 cores the input hides behind the step but for 10 ms of work a core.
     assert impact.estimate(wait, on(8)).step_ms_after == pytest.approx(10.0)
@@ -810,10 +811,10 @@ def test_each_change_to_the_pipeline_has_its_own_saving():
     ]  # fmt: skip
     # TF ops do the Python's 72 ms in 7.2: still one at a time, still not ahead.
     assert got.action("python").step_ms_after == pytest.approx(15.2)
-    # Two calls at a time, not ahead: 8 + 36; its buffer may run ahead: 36 at the most.
+    # Two calls at a time, not ahead: 8 + 36; its buffer may run ahead: 32.4 at the most.
     parallel = got.action("parallel_calls")
     assert parallel.step_ms_after == pytest.approx(44.0)
-    assert parallel.saving_range[1] == pytest.approx(0.55)
+    assert parallel.saving_range[1] == pytest.approx(0.595)
     # Ahead, but one at a time: the 72 ms batch bounds the step.
     assert got.action("prefetch").saving_share == pytest.approx(0.1)
     # Everything: 7.2 ms of TF ops over 2 cores, behind the 8 ms step.

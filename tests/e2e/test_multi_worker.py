@@ -110,7 +110,9 @@ def test_a_mirrored_strategy_job_is_one_snapshot_and_its_slower_worker_the_strag
     for attempt in range(ATTEMPTS):
         job = start_mirrored_job(tmp_path / f"attempt-{attempt}", extra_matmuls=[0, EXTRA_MATMULS])
         try:
-            service = service_factory([f"trainer=tf-config://{job.tf_config}"])
+            service = service_factory(  # a store each: the last attempt's service owns its own
+                [f"trainer=tf-config://{job.tf_config}"], store=tmp_path / f"store-{attempt}"
+            )
             with service.client() as client:  # short: the crash below grows with the duration
                 body = client.post("/profile", params={"duration": "1s", "wait": "true"}).json()
             one_host_missing = len(body.get("hosts") or []) < len(job.addresses)
