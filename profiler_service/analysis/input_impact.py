@@ -56,9 +56,18 @@ INPUT_PARALLEL_OVERHEAD = 0.5
 # traced (3 pairs): the parallel step 0.97-1.06x the wait over the cores; a margin below the
 # least seen.
 INPUT_SEQUENTIAL_OVERHEAD = 0.1
+# Python in the pipeline computes, holding the GIL, where the job keeps at least this share
+# of a core busy beyond its step's compute for each second of input wait (the look-back's
+# cores used): a sequential pipeline's Python that computes all the time keeps one core busy.
+# Python that waits (storage, sleep) or calls native code (numpy, PIL) releases the GIL.
+PYTHON_COMPUTES_SHARE = 0.8
+# The share of the step's own compute that waited for the GIL held by the pipeline's computing
+# Python, given back once the Python is TF ops. Fitted on the calibration half of
+# bench/calibration's pairs (docs/findings.md: the pairs, the fit, the held-out figures).
+GIL_WAIT_SHARE = 1.0
 # The time TF ops take for the work Python did in the pipeline (point, least saving's, most
-# saving's). Fitted on the calibration half of bench/calibration's pairs (docs/findings.md
-# gives the fit and the held-out figures).
+# saving's): not fitted (with GIL_WAIT_SHARE, one pair of the calibration half cannot tell
+# them apart); the held-out pairs that moved it measured inside their ranges.
 TF_OPS_COST_OF_PYTHON = (0.1, 0.5, 0.0)
 
 ACTION_LABELS = {
@@ -110,8 +119,9 @@ def input_wait(finding: Finding, summary: Summary) -> Impact:
             f"{now:.3g}) is made on {job.cores:g} core(s) ({job.cores_source}) beside the "
             f"step's own {job.compute:.3g} ms."
             + (
-                f" Python that computes holds the GIL ({job.gil:.0%} of its time, by the job's "
-                "cores used) and stays serial at the least."
+                " Python that computes holds the GIL"
+                + (f" ({job.gil:.0%} of its time, by the job's cores used)" if job.gil else "")
+                + " and stays serial at the least."
                 if evidence.python_in_pipeline and "python" not in actions
                 else ""
             )
@@ -127,7 +137,8 @@ class _Job:
         self.cores, self.cores_source, self.p_now = cores, source, p_now
         self.prefetched = False
         self.python = False
-        self.gil = 1.0  # the share of the Python's time it holds the GIL (least saving's)
+        # The share of the Python's time it computes, holding the GIL; None: unknown (`analyze`).
+        self.gil: float | None = None
 
     @classmethod
     def read(
@@ -140,12 +151,18 @@ class _Job:
         )
         job.python = evidence.python_in_pipeline
         used = summary.process_cpu.cores_used if summary.process_cpu else None
-        job.gil = 1.0 if used is None else min(1.0, max(used, 0.0))
+        if used is not None:  # the cores the job keeps busy beyond its step's compute
+            job.gil = min(1.0, max(0.0, (used - (1 - wait_share)) / max(wait_share, 1e-9)))
         return job
 
+    @property
+    def computes(self) -> bool:
+        """Its Python computes (keeps a core busy) rather than waits: it holds the GIL."""
+        return self.python and self.gil is not None and self.gil >= PYTHON_COMPUTES_SHARE
+
     def predict(self, chosen: tuple[str, ...]) -> ActionSaving:
-        steps = [self._step(chosen, variant) for variant in range(3)]  # point, least, most
-        point, least, most = (min(self.now, s) for s in steps)
+        point, least, most = (self._step(chosen, variant) for variant in range(3))
+        point = min(self.now, point)  # a change predicted to slow the step: nothing saved
         least, most = max(least, point), min(most, point)
         return ActionSaving(
             action="+".join(chosen),
@@ -159,29 +176,38 @@ class _Job:
         work = (self.wait + (self.compute if self.prefetched else 0.0)) * self.p_now
         python_work = work if self.python else 0.0
         tf_work = work - python_work
+        compute = self.compute
         if "python" in chosen:
             tf_work += python_work * TF_OPS_COST_OF_PYTHON[variant]
             python_work = 0.0
+            if self.computes and variant != 1:  # the step no longer waits for the GIL
+                compute *= 1 - GIL_WAIT_SHARE
         parallel = "parallel_calls" in chosen
         width = self.cores if parallel else self.p_now
         ahead = self.prefetched or "prefetch" in chosen or (parallel and variant == 2)
+        # The Python's share that stays serial: all of it where it computes (the point), its
+        # measured share at the least (all where unknown), none at the most.
 
         def step(held: float) -> float:
-            """`held`: the share of the Python's time that stays serial (the GIL)."""
             batch = (tf_work + python_work * (1 - held)) / width + python_work * held
-            if parallel and variant == 2:
+            if variant == 2 and (parallel or ahead):
                 batch *= 1 - INPUT_SEQUENTIAL_OVERHEAD
             if not ahead:
-                return self.compute + batch
+                return compute + batch
             if variant == 2:  # the most: the step's compute left its cores to the pipeline
-                return max(self.compute, batch)
-            return max(self.compute, batch, (self.compute + tf_work + python_work) / self.cores)
+                return max(compute, batch)
+            return max(compute, batch, (compute + tf_work + python_work) / self.cores)
 
-        if variant != 1 or not parallel:
+        if variant == 0:
+            return step(1.0 if self.computes else 0.0)
+        if variant == 2:
             return step(0.0)
-        # The least: the parallel pipeline's own cost on the whole step, or the Python's share
-        # that holds the GIL kept serial, whichever is slower.
-        return max(step(0.0) * (1 + INPUT_PARALLEL_OVERHEAD), step(self.gil))
+        serial = step(1.0 if self.gil is None else self.gil)
+        if not parallel:
+            return serial
+        # The least allows for a parallel pipeline's own work on the step's cores, or the
+        # Python's serial share, whichever is slower (it may then be slower than now).
+        return max(step(0.0) * (1 + INPUT_PARALLEL_OVERHEAD), serial)
 
 
 def _slowest_parallelism(summary: Summary) -> float:

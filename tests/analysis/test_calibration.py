@@ -1,0 +1,54 @@
+"""The input model held to the calibration corpus (bench/calibration/corpus.json): fix pairs
+measured on real jobs of a parametric family, split once into a half the model's constants are
+fitted on and a half they are reported on (bench/bench_calibration.py). The code carries the
+fit, and the held-out half's figures are what docs/findings.md states: a change to the model
+that makes them worse fails here."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+sys.path.insert(0, str(BENCH))
+import bench_calibration as calibration  # noqa: E402
+
+from profiler_service.analysis import input_impact  # noqa: E402
+
+CORPUS = json.loads(calibration.CORPUS.read_text())
+CALIBRATION, HELD_OUT = calibration.split(CORPUS["pairs"])
+
+
+def test_the_corpus_is_large_enough_and_split_once():
+    assert len(CORPUS["pairs"]) >= 30
+    assert {json.dumps(p, sort_keys=True) for p in CALIBRATION}.isdisjoint(
+        json.dumps(p, sort_keys=True) for p in HELD_OUT
+    )
+    # Every change the model predicts is measured in both halves.
+    for half in (CALIBRATION, HELD_OUT):
+        assert {"python", "parallel_calls", "prefetch"} <= {
+            a for p in half for a in p["fix"].split("+")
+        }
+
+
+def test_the_code_carries_the_constants_fitted_on_the_calibration_half():
+    fitted = calibration.fit(CALIBRATION)
+    assert fitted == {"GIL_WAIT_SHARE": pytest.approx(input_impact.GIL_WAIT_SHARE)}
+
+
+def test_the_held_out_half_holds_what_the_docs_state():
+    rows = calibration.report(HELD_OUT, "held-out half")
+    whole = rows["all"]
+    assert whole["median_error_points"] <= HELD_OUT_MEDIAN_ERROR_POINTS
+    assert whole["inside_share"] >= HELD_OUT_INSIDE_SHARE
+    assert whole["median_width_points"] <= HELD_OUT_MEDIAN_WIDTH_POINTS
+
+
+# What the held-out half measured with the code's constants (docs/findings.md's table: 11.2
+# points, 53 %, 38.4 points; the aims, 10 points, 80 % and 30 points, are not met yet).
+HELD_OUT_MEDIAN_ERROR_POINTS = 11.5
+HELD_OUT_INSIDE_SHARE = 0.53
+HELD_OUT_MEDIAN_WIDTH_POINTS = 39.0
