@@ -150,7 +150,9 @@ class _Job:
             code in evidence.pipeline_lacks for code in _PREFETCH
         )
         job.python = evidence.python_in_pipeline
-        used = summary.process_cpu.cores_used if summary.process_cpu else None
+        cpu = summary.process_cpu
+        # The job's own cores used (a host's, read by a sidecar elsewhere, say nothing of it).
+        used = cpu.cores_used if cpu is not None and cpu.source in ("agent", "proc") else None
         if used is not None:  # the cores the job keeps busy beyond its step's compute
             job.gil = min(1.0, max(0.0, (used - (1 - wait_share)) / max(wait_share, 1e-9)))
         return job
