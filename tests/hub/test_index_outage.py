@@ -6,6 +6,9 @@ and none twice."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
+import fleet_samples
 from fleet_samples import fleet_snapshot, put
 from helpers import free_port, start_hub
 from postgres_server import PostgresServer
@@ -73,6 +76,9 @@ def test_the_hub_answers_what_it_can_while_its_database_is_down(tmp_path):
 
 
 def sample(i: int, with_file: bool = False):
+    """Taken `4 - i` minutes before now (not before the samples' import: a snapshot reaching
+    the bucket long after it was taken is found by the next whole listing only)."""
+    behind = (fleet_samples.NOW - datetime.now(UTC)).total_seconds() / 60
     return fleet_snapshot(
-        i, namespace="team-a", target="trainer", minutes_ago=10 - i, with_file=with_file
+        i, namespace="team-a", target="trainer", minutes_ago=behind + 4 - i, with_file=with_file
     )
