@@ -26,6 +26,7 @@ __all__ = [
     "TENSOR_CORE_KERNEL",
     "TENSOR_CORE_OPS",
     "Vendor",
+    "compute_capability",
     "model_name",
     "sixteen_bit_time",
     "vendor_of",
@@ -167,6 +168,12 @@ _SIXTEEN_BIT_TIME: tuple[tuple[Vendor, tuple[int, int], float, float, str], ...]
     (Vendor.AMD, (9, 5), 0.0625, 0.0625, "MI355X: FP32 157.3 vs BF16 2516 TFLOPS"),
     (Vendor.AMD, (11, 0), 0.5, 0.5, "RX 7900 XTX: FP32 61 vs FP16 123 TFLOPS"),
 )
+
+
+def compute_capability(text: str | None) -> tuple[int, int] | None:
+    """`"9.0"` -> (9, 0); None where the plane gives none, or not as major.minor."""
+    major, _, minor = (text or "").partition(".")
+    return (int(major), int(minor or 0)) if major.isdigit() and (minor or "0").isdigit() else None
 
 
 def sixteen_bit_time(vendor: Vendor, cc: tuple[int, int]) -> tuple[float, float, str] | None:

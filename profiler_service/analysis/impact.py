@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from profiler_service.analysis.gpu_models import Vendor, sixteen_bit_time
+from profiler_service.analysis.gpu_models import Vendor, compute_capability, sixteen_bit_time
 from profiler_service.analysis.input_impact import input_wait
 from profiler_service.analysis.models import Finding, HostActivity, Impact, Summary
 
@@ -345,7 +345,7 @@ def _thirty_two_bit_parts(
         return d.kernels.tensor_core_eligible_ms - d.kernels.sixteen_bit_ms
 
     device = max(gpu.active, key=thirty_two_bit)
-    cc = _compute_capability(device.compute_capability)
+    cc = compute_capability(device.compute_capability)
     ratios = sixteen_bit_time(Vendor(device.vendor), cc) if cc else None
     if ratios is None or not device.window_ms:
         return None
@@ -356,10 +356,6 @@ def _thirty_two_bit_parts(
     model = device.model or f"GPU (compute capability {device.compute_capability})"
     return on, off, other, device.busy_pct / 100, ratios, model
 
-
-def _compute_capability(text: str | None) -> tuple[int, int] | None:
-    major, _, minor = (text or "").partition(".")
-    return (int(major), int(minor or 0)) if major.isdigit() and (minor or "0").isdigit() else None
 
 
 @impact_of(

@@ -11,7 +11,7 @@ from profiler_service.analysis.evidence import (
     MixedPrecisionEvidence,
 )
 from profiler_service.analysis.gpu_activity import SHORT_KERNEL_US
-from profiler_service.analysis.gpu_models import Vendor
+from profiler_service.analysis.gpu_models import Vendor, compute_capability
 from profiler_service.analysis.models import Finding, HostActivity, Severity, Summary
 from profiler_service.analysis.rules.registry import rule, share
 
@@ -81,13 +81,6 @@ def device_trace_missing(summary: Summary) -> Finding | None:
     )
 
 
-def _cc(text: str | None) -> tuple[int, int] | None:
-    if not text:
-        return None
-    major, _, minor = text.partition(".")
-    return (int(major), int(minor or 0)) if major.isdigit() else None
-
-
 @rule("mixed_precision", evidence=MixedPrecisionEvidence)
 def mixed_precision(summary: Summary) -> Finding | None:
     """A GPU with Tensor Cores (compute capability 7.0 and up) computes in 32-bit: under
@@ -104,7 +97,7 @@ def mixed_precision(summary: Summary) -> Finding | None:
     if gpu is None or not gpu.active:
         return None
     device = gpu.active[0]
-    cc = _cc(device.compute_capability)
+    cc = compute_capability(device.compute_capability)
     if cc is None or cc < TENSOR_CORE_MIN_CC:
         return None
     u = summary.utilisation
