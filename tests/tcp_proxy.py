@@ -87,6 +87,18 @@ class ServiceProxy:
             with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
 
+    def cut(self) -> int:
+        """End every open connection, both sides, and keep accepting new ones (a network blip,
+        a database failover); how many were cut."""
+        with self._lock:
+            open_now, self._sockets = self._sockets, set()
+        for s in open_now:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
+                s.close()
+        return len(open_now) // 2
+
     def close(self) -> None:
         self._closed = True
         self._listener.close()

@@ -168,10 +168,19 @@ def test_a_webhook_batch_on_a_full_store_records_every_alert_and_the_next_captur
             assert outcomes == [("rejected", "store_not_writable")] * 2
             assert staged(store) == []
             assert client.get("/healthz").status_code == 200
+            listed = client.get("/profiles")  # the index still answers reads on a full disk
+            assert listed.status_code == 200 and listed.json()["count"] == 0, listed.text
         logged = client.get("/webhooks/alerts").json()
         assert logged["counts"] == {"alertmanager": {"rejected": 2}}  # both decided, both kept
         again = client.post("/webhooks/alertmanager", json=payload)
         assert [a["outcome"] for a in again.json()["alerts"]] == ["captured"] * 2
+        taken = [a["snapshot_id"] for a in again.json()["alerts"]]
+        for snapshot_id in taken:
+            service.controller.wait(snapshot_id, 30)
+        with full(store):  # what the store holds still answers, from its files and index
+            listed = client.get("/profiles").json()
+            assert sorted(s["id"] for s in listed["data"]) == sorted(taken)
+            assert all(client.get(f"/profiles/{i}").status_code == 200 for i in taken)
 
 
 def test_readyz_names_a_loop_that_keeps_failing_and_clears_when_it_recovers(make_service):

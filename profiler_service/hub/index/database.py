@@ -6,6 +6,8 @@ and `lease` lets one replica at a time sync the bucket into it.
 
 from __future__ import annotations
 
+import contextlib
+
 import threading
 import zlib
 from collections.abc import Iterator
@@ -107,9 +109,10 @@ class FleetDatabase:
             try:
                 yield held
             finally:
-                if held:
-                    conn.execute(sa.select(sa.func.pg_advisory_unlock(key)))
-                    conn.commit()
+                if held:  # a connection cut mid-way took its lock with it: nothing to undo
+                    with contextlib.suppress(sa.exc.SQLAlchemyError):
+                        conn.execute(sa.select(sa.func.pg_advisory_unlock(key)))
+                        conn.commit()
 
     @contextmanager
     def begin(self) -> Iterator[Connection]:

@@ -58,14 +58,14 @@ class IndexSync:
         """One sync when this replica holds the lease and none ran within the interval (or
         `force`); what it changed, a skipped `RefreshStats` when another replica's stands,
         None when the bucket or the database failed."""
-        with self.db.lease("sync") as held:
-            if not held:
-                return RefreshStats(listed=0, skipped="another replica is syncing")
-            try:
+        try:  # the lease too: the database may be down, or its connection cut mid-sync
+            with self.db.lease("sync") as held:
+                if not held:
+                    return RefreshStats(listed=0, skipped="another replica is syncing")
                 return self._sync(force)
-            except Exception as exc:
-                log.warning("could not sync %s: %s", self.bucket.url, brief(exc))
-                return None
+        except Exception as exc:
+            log.warning("could not sync %s: %s", self.bucket.url, brief(exc))
+            return None
 
     def _sync(self, force: bool) -> RefreshStats:
         state = self.writes.state()
