@@ -5,7 +5,11 @@ Each element is a feature vector made from its index by `--rounds` rounds of x =
 + 0.5 over `FEATURES` values, done by:
   python-cpu    a Python loop (tf.py_function), computing under the GIL;
   python-sleep  numpy after a `--sleep-ms` wait (tf.numpy_function), like a read from storage;
-  tf            TensorFlow ops on a whole batch (what "move the Python into TF ops" gives).
+  python-numpy  numpy on `NUMPY_SIDE` x FEATURES values (tf.numpy_function): native code that
+                releases the GIL, as image decoding with PIL or OpenCV does;
+  tf            TensorFlow ops on a whole batch (what "move the Python into TF ops" gives);
+  tf-element    TensorFlow ops on each element, then batched: with `--sequential`, tf.data's own
+                map parallelisation is off, so the map runs one element at a time.
 `--parallel` maps with num_parallel_calls=AUTOTUNE, `--prefetch` ends with prefetch(AUTOTUNE),
 `--cores N` pins the job to N cores before TensorFlow starts, `--width` sizes the model.
 
@@ -22,15 +26,23 @@ import sys
 import time
 
 FEATURES = 64
+NUMPY_SIDE = 64  # python-numpy: rows of FEATURES values, enough for numpy to release the GIL
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--decode", choices=("python-cpu", "python-sleep", "tf"), required=True)
+    parser.add_argument(
+        "--decode",
+        choices=("python-cpu", "python-sleep", "python-numpy", "tf", "tf-element"),
+        required=True,
+    )
     parser.add_argument("--rounds", type=int, default=40, help="work per element")
     parser.add_argument("--sleep-ms", type=float, default=1.0, help="python-sleep: wait each")
     parser.add_argument("--parallel", action="store_true")
     parser.add_argument("--prefetch", action="store_true")
+    parser.add_argument(
+        "--sequential", action="store_true", help="tf.data's map parallelisation off"
+    )
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--width", type=int, default=64)
     parser.add_argument("--cores", type=int, default=0, help="pin to this many cores (0: all)")
@@ -60,6 +72,13 @@ def main() -> None:
         time.sleep(args.sleep_ms / 1000)
         return np.random.default_rng(int(index)).random(FEATURES, dtype=np.float32)
 
+    def python_numpy(index):
+        rows = np.arange(NUMPY_SIDE * FEATURES, dtype=np.float64).reshape(NUMPY_SIDE, FEATURES)
+        x = ((rows + int(index) * 7919) % 1000) / 1000.0
+        for _ in range(rounds):
+            x = np.sin(x) * 1.01 + 0.5
+        return x.mean(axis=0).astype(np.float32)
+
     def tf_ops(indices):  # a batch at once: what a port of the decoding to TF ops does
         columns = tf.range(FEATURES, dtype=tf.int64)[None, :]
         x = tf.cast((indices[:, None] * 7919 + columns) % 1000, tf.float32) / 1000
@@ -68,10 +87,13 @@ def main() -> None:
         return x
 
     def element(index):
+        if args.decode == "tf-element":
+            return tf_ops(index[None])[0]
         if args.decode == "python-cpu":
             out = tf.py_function(python_cpu, [index], tf.float32)
         else:
-            out = tf.numpy_function(python_sleep, [index], tf.float32)
+            decode = python_numpy if args.decode == "python-numpy" else python_sleep
+            out = tf.numpy_function(decode, [index], tf.float32)
         return tf.ensure_shape(out, [FEATURES])
 
     parallel = tf.data.AUTOTUNE if args.parallel else None
@@ -84,6 +106,10 @@ def main() -> None:
         ds = ds.map(lambda x: (x, tf.reduce_sum(x, keepdims=True))).batch(args.batch)
     if args.prefetch:
         ds = ds.prefetch(tf.data.AUTOTUNE)
+    if args.sequential:
+        options = tf.data.Options()
+        options.experimental_optimization.map_parallelization = False
+        ds = ds.with_options(options)
     model = keras.Sequential(
         [
             keras.Input((FEATURES,)),

@@ -8,16 +8,21 @@ The changes the finding can advise, as the pipeline's own reading names them
 
 - `python`: the Python in the pipeline becomes TensorFlow ops. The Python is taken as the whole
   pipeline's work (the expensive stage is the Python map); TF ops do the same work in
-  `TF_OPS_COST_OF_PYTHON` of its time (vectorised, no interpreter, no GIL).
+  `TF_OPS_COST_OF_PYTHON` of its time (vectorised, no interpreter, no GIL), and the step's own
+  compute stops waiting for the GIL the Python held (`GIL_WAIT_SHARE` of it).
 - `parallel_calls`: the slowest stage runs on P cores (the job's cores less those its other
-  threads keep busy), not p. Python that stays holds the GIL for the share of time it computes
-  (the job's cores used before the capture, at most 1: I/O and numpy release it), and that
-  share stays serial at the least; the least also allows for the parallel pipeline's own cost
-  (`INPUT_PARALLEL_OVERHEAD` of the step), the most for the per-element hand-overs of the
-  sequential one that it hides (`INPUT_SEQUENTIAL_OVERHEAD` of its batch time).
+  threads keep busy), not p. Python that computes (it keeps a core busy: the job's cores used
+  before the capture) holds the GIL and stays serial; Python that waits or calls native code
+  releases it and is spread like TF ops.
 - `prefetch` (or `prefetch_last`): the pipeline runs ahead of the step: the step is
-  max(C, T, all the CPU work / P) instead of C + T, T the pipeline's time a batch; at the most
-  max(C, T), where the step's compute leaves its cores to the pipeline.
+  max(C, T, all the CPU work / P) instead of C + T, T the pipeline's time a batch. Not where
+  computing Python also runs on parallel calls: its threads take the GIL from the training
+  loop's own Python, which then waits as long as the overlap gained.
+
+The model gives a point; the range is that point plus the spread of measured savings about it
+(`SAVING_SPREAD`: measured - predicted on the calibration half of bench/calibration's pairs,
+split conformal), so it holds about 80 % of fixes measured. The spread counts both
+what the model misses and what two captures of fresh jobs differ by.
 
 Every combination of the changes the pipeline lacks is predicted (at most seven), so the
 verification can hold a fix against the changes the next capture shows were made. The finding's
@@ -33,7 +38,7 @@ from profiler_service.analysis.models import ActionSaving, Finding, Impact, Summ
 
 __all__ = [
     "ACTION_LABELS",
-    "INPUT_PARALLEL_OVERHEAD",
+    "SAVING_SPREAD",
     "input_wait",
     "modelled_actions",
 ]
@@ -44,31 +49,22 @@ INPUT_MAX_PARALLELISM = 32
 # The cores assumed where the capture was analysed away from the job (`analyze`): the fewest a
 # training host has.
 INPUT_CORES_ASSUMED = 2.0
-# What a parallel, prefetched tf.data pipeline costs beyond its work (its threads, buffers and
-# hand-overs): measured on a CPU-bound map made parallel on 2 cores, traced, 1.11-1.23x the
-# step its work over the cores gives with oneDNN on (7 fixed twins: 6.9 ms against 6.1 to 7.9
-# against 6.4), 0.99-1.37x with it off (a CPU without AVX-512, 5 twins: 9.54 ms against 6.96
-# the worst); a margin above the most seen. The least a parallel map saves allows for it.
-INPUT_PARALLEL_OVERHEAD = 0.5
-# A sequential pipeline's wait holds more than its work spread over the calls: each element's
-# hand-over to the training thread, one at a time. A parallel one hides up to this share of it:
-# the most a parallel map saves allows for it. Measured on the demo's Python-decoding twins,
-# traced (3 pairs): the parallel step 0.97-1.06x the wait over the cores; a margin below the
-# least seen.
-INPUT_SEQUENTIAL_OVERHEAD = 0.1
 # Python in the pipeline computes, holding the GIL, where the job keeps at least this share
 # of a core busy beyond its step's compute for each second of input wait (the look-back's
 # cores used): a sequential pipeline's Python that computes all the time keeps one core busy.
-# Python that waits (storage, sleep) or calls native code (numpy, PIL) releases the GIL.
+# Python that waits (storage, sleep) releases the GIL; native code (numpy, PIL) does too but
+# keeps a core busy, so it reads as computing Python (the cores used cannot tell them apart).
 PYTHON_COMPUTES_SHARE = 0.8
 # The share of the step's own compute that waited for the GIL held by the pipeline's computing
 # Python, given back once the Python is TF ops. Fitted on the calibration half of
-# bench/calibration's pairs (docs/findings.md: the pairs, the fit, the held-out figures).
+# bench/calibration's pairs (bench_calibration.fit; docs/findings.md: the pairs and the fit).
 GIL_WAIT_SHARE = 1.0
-# The time TF ops take for the work Python did in the pipeline (point, least saving's, most
-# saving's): not fitted (with GIL_WAIT_SHARE, one pair of the calibration half cannot tell
-# them apart); the held-out pairs that moved it measured inside their ranges.
-TF_OPS_COST_OF_PYTHON = (0.1, 0.5, 0.0)
+# The time TF ops take for the work Python did in the pipeline: a tenth (vectorised on a batch,
+# no interpreter); a change that moved it saves almost all of it either way, so it is not fitted.
+TF_OPS_COST_OF_PYTHON = 0.1
+# Measured - predicted saving: the least and most of it on the calibration half of
+# bench/calibration's pairs (split conformal, bench_calibration.fit: 80 % of new pairs).
+SAVING_SPREAD = (-0.1, 0.1)
 
 ACTION_LABELS = {
     "python": "the Python moved into TF ops",
@@ -121,7 +117,7 @@ def input_wait(finding: Finding, summary: Summary) -> Impact:
             + (
                 " Python that computes holds the GIL"
                 + (f" ({job.gil:.0%} of its time, by the job's cores used)" if job.gil else "")
-                + " and stays serial at the least."
+                + " and stays serial on parallel calls."
                 if evidence.python_in_pipeline and "python" not in actions
                 else ""
             )
@@ -163,53 +159,34 @@ class _Job:
         return self.python and self.gil is not None and self.gil >= PYTHON_COMPUTES_SHARE
 
     def predict(self, chosen: tuple[str, ...]) -> ActionSaving:
-        point, least, most = (self._step(chosen, variant) for variant in range(3))
-        point = min(self.now, point)  # a change predicted to slow the step: nothing saved
-        least, most = max(least, point), min(most, point)
+        saving = max(0.0, 1 - self._step(chosen) / self.now)  # a slower step: nothing saved
+        low, high = (min(1.0, max(-1.0, saving + spread)) for spread in SAVING_SPREAD)
         return ActionSaving(
             action="+".join(chosen),
-            step_ms_after=round(point, 3),
-            saving_share=round(1 - point / self.now, 4),
-            saving_range=(round(1 - least / self.now, 4), round(1 - most / self.now, 4)),
+            step_ms_after=round(self.now * (1 - saving), 3),
+            saving_share=round(saving, 4),
+            saving_range=(round(low, 4), round(high, 4)),
         )
 
-    def _step(self, chosen: tuple[str, ...], variant: int) -> float:
-        """The step after `chosen`: variant 0 the point, 1 the least saving, 2 the most."""
+    def _step(self, chosen: tuple[str, ...]) -> float:
+        """The step after `chosen`."""
         work = (self.wait + (self.compute if self.prefetched else 0.0)) * self.p_now
         python_work = work if self.python else 0.0
         tf_work = work - python_work
         compute = self.compute
         if "python" in chosen:
-            tf_work += python_work * TF_OPS_COST_OF_PYTHON[variant]
+            tf_work += python_work * TF_OPS_COST_OF_PYTHON
             python_work = 0.0
-            if self.computes and variant != 1:  # the step no longer waits for the GIL
+            if self.computes:  # the step no longer waits for the GIL
                 compute *= 1 - GIL_WAIT_SHARE
         parallel = "parallel_calls" in chosen
         width = self.cores if parallel else self.p_now
-        ahead = self.prefetched or "prefetch" in chosen or (parallel and variant == 2)
-        # The Python's share that stays serial: all of it where it computes (the point), its
-        # measured share at the least (all where unknown), none at the most.
-
-        def step(held: float) -> float:
-            batch = (tf_work + python_work * (1 - held)) / width + python_work * held
-            if variant == 2 and (parallel or ahead):
-                batch *= 1 - INPUT_SEQUENTIAL_OVERHEAD
-            if not ahead:
-                return compute + batch
-            if variant == 2:  # the most: the step's compute left its cores to the pipeline
-                return max(compute, batch)
-            return max(compute, batch, (compute + tf_work + python_work) / self.cores)
-
-        if variant == 0:
-            return step(1.0 if self.computes else 0.0)
-        if variant == 2:
-            return step(0.0)
-        serial = step(1.0 if self.gil is None else self.gil)
-        if not parallel:
-            return serial
-        # The least allows for a parallel pipeline's own work on the step's cores, or the
-        # Python's serial share, whichever is slower (it may then be slower than now).
-        return max(step(0.0) * (1 + INPUT_PARALLEL_OVERHEAD), serial)
+        held = python_work if self.computes else 0.0  # stays serial, holding the GIL
+        batch = (tf_work + python_work - held) / width + held
+        ahead = self.prefetched or "prefetch" in chosen
+        if not ahead or (parallel and held):
+            return compute + batch
+        return max(compute, batch, (compute + tf_work + python_work) / self.cores)
 
 
 def _slowest_parallelism(summary: Summary) -> float:
