@@ -90,7 +90,7 @@ def start(
         **settings,
     )
     config.server.check_bind_is_safe()
-    capturer = InProcessCapturer()
+    capturer = InProcessCapturer(config.capture.python_stacks_hz)
     try:
         service = build_service(config, {TargetKind.IN_PROCESS: capturer})
     except StoreOwned as exc:  # another worker's agent on this store: the job trains on

@@ -1,6 +1,7 @@
 """The analysed summary and the findings: typed, stored in `snapshot.json`, served by the API.
-The summary's memory and device parts are modelled in memory_models.py and device_models.py
-(re-exported here: every reader imports the summary's models from this module).
+The summary's memory, device and Python-stack parts are modelled in memory_models.py,
+device_models.py and stack_models.py (re-exported here: every reader imports the summary's models
+from this module).
 
 Units are in the names (`_ms`, `_us`, `_bytes`, `_pct` for 0-100, `_share` for 0-1).
 """
@@ -31,9 +32,11 @@ from profiler_service.analysis.memory_models import (
     OpAllocations,
     PeakAllocation,
 )
+from profiler_service.analysis.stack_models import CodeSite, PythonStacks
 
 __all__ = [
     "AllocatorMemory",
+    "CodeSite",
     "EagerDispatch",
     "Finding",
     "GpuActivity",
@@ -59,6 +62,7 @@ __all__ = [
     "PeakAllocation",
     "ProcessCpu",
     "ProcessMemory",
+    "PythonStacks",
     "Severity",
     "StepBreakdown",
     "StepSample",
@@ -292,6 +296,8 @@ class Summary(BaseModel):
     gpu: GpuActivity | None = None  # what each GPU and its host did (None without a GPU)
     tf_functions: TfFunctions | None = None  # from the capture's own events (tf_functions.py)
     eager: EagerDispatch | None = None  # ops run eagerly in the steps (eager_dispatch.py)
+    # The job's Python stacks sampled during the trace (the agent's), read (python_stacks.py).
+    python_stacks: PythonStacks | None = None
 
     @property
     def device_idle_pct(self) -> float | None:
@@ -356,3 +362,6 @@ class Finding(BaseModel):
     # Share of step time this finding explains (0-1): what is at stake, not all of it saved.
     impact_share: float = 0.0
     impact: Impact | None = None  # set by the registry from the rule's model (impact.py)
+    # The user's code the finding's cause is in, most samples first (analysis/where.py): set by
+    # the registry where the capture holds the job's Python stacks; empty where it holds none.
+    where: list[CodeSite] = Field(default_factory=list)

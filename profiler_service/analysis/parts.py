@@ -1,11 +1,11 @@
 """What each reader of one analysis returns, and the one function that assembles the Summary.
 
 Every reader (overview.py, input_pipeline.py, op_stats.py, kernels.py, memory.py, the host
-events, gpu_activity.py) returns its own part and writes nowhere else; `assemble` is the only
-place a Summary is put together, so where a field comes from, and which source wins where two
-speak of one thing (the input pipeline: XProf's verdict from the overview, its stages from the
-input pipeline analyzer, Python in it from the op stats, the iterators' parallelism from the
-host events), reads from top to bottom here.
+events, gpu_activity.py, python_stacks.py) returns its own part and writes nowhere else;
+`assemble` is the only place a Summary is put together, so where a field comes from, and which
+source wins where two speak of one thing (the input pipeline: XProf's verdict from the overview,
+its stages from the input pipeline analyzer, Python in it from the op stats, the iterators'
+parallelism from the host events), reads from top to bottom here.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from profiler_service.analysis.models import (
     InputPipeline,
     Kernels,
     MemoryUnrecorded,
+    PythonStacks,
     Summary,
     TfFunctions,
 )
@@ -48,6 +49,7 @@ class Parts:
     gpu: GpuActivity | None = None
     framework: str | None = None  # framework.Framework, from the first host's capture
     per_host: list[HostSummary] = field(default_factory=list)
+    python_stacks: PythonStacks | None = None  # the agent's sampled stacks, where it took them
     notes: list[str] = field(default_factory=list)  # what could not be read, in reading order
 
 
@@ -87,4 +89,5 @@ def assemble(parts: Parts) -> Summary:
         gpu=parts.gpu,
         tf_functions=parts.tf_functions,
         eager=parts.eager,
+        python_stacks=parts.python_stacks,
     )

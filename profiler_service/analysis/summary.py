@@ -30,6 +30,7 @@ from profiler_service.analysis.models import Finding, GpuActivity, HostSummary, 
 from profiler_service.analysis.op_stats import host_communication_ms, read_op_stats, read_ops
 from profiler_service.analysis.overview import read_overview, read_step_time
 from profiler_service.analysis.parts import Parts, assemble
+from profiler_service.analysis.python_stacks import read_python_stacks
 from profiler_service.analysis.rules import evaluate
 from profiler_service.analysis.step_markers import (
     add_time_between_markers,
@@ -119,6 +120,7 @@ def summarise_run(run_dir: Path) -> Summary:
         parts.eager = read_eager_dispatch(first)
     if len(captures) > 1:
         parts.per_host = [_host_summary(c, events.by_host.get(c.host)) for c in captures]
+    parts.python_stacks = read_python_stacks(run_dir)
     return assemble(parts)
 
 

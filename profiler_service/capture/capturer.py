@@ -31,8 +31,10 @@ class Captured:
     """What a capture wrote, and when its trace began where that was before the capture was
     asked for (the look-back trace): the snapshot's `lookback_ms`."""
 
-    paths: list[Path]
+    paths: list[Path]  # the .xplane.pb files
     trace_began: datetime | None = None
+    # Files written beside the trace, stored with it: the job's Python stacks (in-process).
+    side_files: list[Path] = field(default_factory=list)
 
 
 class CaptureFailed(PipelineFailure):

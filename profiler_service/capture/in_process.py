@@ -1,21 +1,28 @@
-"""In-process capture for the embedded agent: TensorFlow's profiler in this very process."""
+"""In-process capture for the embedded agent: TensorFlow's profiler in this very process, with the
+process's Python stacks sampled while it traces (probes/python_stacks.py)."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import logging
 import os
 import threading
 
 from profiler_service.capture.capturer import Captured, CaptureFailed, CaptureJob, collect_xplanes
 from profiler_service.errors import SnapshotErrorCode
+from profiler_service.probes.python_stacks import DEFAULT_HZ, StackSampler
+
+log = logging.getLogger(__name__)
 
 
 class InProcessCapturer:
     # TF 2.21's start() logs "host_tracer_level expects an i value." and uses its defaults.
     applies_tracer_levels = False
 
-    def __init__(self) -> None:
+    def __init__(self, python_stacks_hz: float = DEFAULT_HZ) -> None:
         self._jobs: dict[str, CaptureJob] = {}  # in flight, by snapshot id
+        self.python_stacks_hz = python_stacks_hz  # 0: no stacks
 
     def cancel(self) -> None:
         """End a running capture early (service shutdown); what was traced is still saved."""
@@ -43,9 +50,14 @@ class InProcessCapturer:
                 SnapshotErrorCode.CAPTURE_FAILED, f"TensorFlow's profiler did not start: {exc}"
             ) from exc
         self._jobs[job.snapshot_id] = job
+        sampler = StackSampler(self.python_stacks_hz) if self.python_stacks_hz > 0 else None
+        if sampler is not None:
+            sampler.start()
         try:
             job.cancel.wait(job.options.duration_ms / 1000)
         finally:
+            if sampler is not None:
+                sampler.stop()
             self._jobs.pop(job.snapshot_id, None)
             _lower_this_thread()
             try:
@@ -55,7 +67,15 @@ class InProcessCapturer:
                     SnapshotErrorCode.CAPTURE_FAILED,
                     f"TensorFlow's profiler could not save the capture: {exc}",
                 ) from exc
-        return collect_xplanes(job)
+        captured = collect_xplanes(job)
+        if sampler is None:
+            return captured
+        try:
+            stacks = sampler.write(captured.paths[0].parent)
+        except OSError as exc:  # the trace is still a capture
+            log.warning("the Python stacks of %s were not written: %s", job.snapshot_id, exc)
+            return captured
+        return dataclasses.replace(captured, side_files=stacks)
 
 
 COLLECTION_NICE = 10

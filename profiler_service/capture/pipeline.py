@@ -67,7 +67,7 @@ def run_capture(
                 0, round((snapshot.capture_started_at - began).total_seconds() * 1000)
             )
         pending = begin_lead_up(lead_up, snapshot)
-        run_dir = store.adopt_capture(snapshot, captured.paths)
+        run_dir = store.adopt_capture(snapshot, [*captured.paths, *captured.side_files])
         snapshot.status = SnapshotStatus.ANALYZING
         store.update(snapshot)
         analysis = analyzer.analyze(

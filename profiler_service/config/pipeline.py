@@ -132,6 +132,16 @@ class CaptureSettings(Group):
         default=True,
         description="Trace tf.data ops (the input pipeline analysis needs them).",
     )
+    python_stacks_hz: float = Field(
+        default=100.0,
+        ge=0,
+        le=1000,
+        description="In-process (the agent): sample every Python thread's stack this many times "
+        "a second while a trace runs, stored beside it as collapsed stacks "
+        "(`python.stacks.folded`, for flamegraph.pl or speedscope); findings then name the "
+        "user's code (`where`). 0: no stacks. What it costs the job's steps: "
+        "bench/bench_stacks.py.",
+    )
     labels: dict[str, str] = Field(
         default_factory=dict,
         validation_alias="capture_labels",

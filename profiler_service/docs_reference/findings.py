@@ -26,10 +26,16 @@ INTRO = """# Findings
 
 Every snapshot's summary goes through every rule below; each rule is one function in
 `profiler_service/analysis/rules/` ("defined in") that returns a finding or nothing. A finding is
-`{rule, severity, title, evidence{numbers}, recommendation, docs, impact_share, impact}`:
+`{rule, severity, title, evidence{numbers}, recommendation, docs, impact_share, impact, where}`:
 `impact_share` is the share of step time at stake, `impact` what the fix would save
 (`{step_ms_now, step_ms_after, saving_share, saving_range, basis}`) by the rule's model in
-`profiler_service/analysis/impact.py` ("what its fix saves", with its factors' values). A
+`profiler_service/analysis/impact.py` ("what its fix saves", with its factors' values). `where`
+names the user's code the cause is in (`[{file, line, function, share}]`, most samples first),
+read from the job's Python stacks where the capture holds them (the in-process agent samples
+them, `python_stacks_hz`): for `input_bound` the user's functions tf.data runs in Python, for
+`eager_execution`, `host_overhead` and `between_steps` the user's lines the loop's Python holds
+(`profiler_service/analysis/where.py`); it is empty for the other rules and for captures without
+stacks. A
 snapshot's findings are ordered by `saving_share`, then most severe first; the first is the one to
 fix first, and one that saves nothing measurable ranks last. How the rules read XProf's tools, and
 what CPU-only captures can and cannot show: [Findings](../findings.md).

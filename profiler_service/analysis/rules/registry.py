@@ -10,7 +10,7 @@ import functools
 import logging
 from collections.abc import Callable
 
-from profiler_service.analysis import impact
+from profiler_service.analysis import impact, where
 from profiler_service.analysis.evidence.base import Evidence
 from profiler_service.analysis.framework_advice import speak
 from profiler_service.analysis.models import Finding, Summary
@@ -58,8 +58,9 @@ def rule(
 
 
 def evaluate(summary: Summary) -> list[Finding]:
-    """Every rule's finding with its impact, what its fix saves first (the first is "fix this
-    first"), then the most severe; a broken rule (or model) is logged and skipped."""
+    """Every rule's finding with its impact and, where the capture holds the job's Python
+    stacks, the user's code it is in (`where`); what its fix saves first (the first is "fix
+    this first"), then the most severe; a broken rule (or model) is logged and skipped."""
     findings = []
     fired: set[str] = set()
     for name in evaluation_order():
@@ -70,7 +71,7 @@ def evaluate(summary: Summary) -> list[Finding]:
             finding = func(summary)
             if finding is not None:
                 finding.impact = impact.estimate(finding, summary)
-                finding = speak(finding, summary)
+                finding = where.attribute(speak(finding, summary), summary)
         except Exception:
             log.exception("rule %s failed", name)
             continue

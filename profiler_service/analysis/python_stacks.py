@@ -1,0 +1,173 @@
+"""The job's Python stacks, sampled while the trace ran (probes/python_stacks.py), read into what
+the findings' `where` needs: which of the user's functions tf.data ran, and which of the user's
+lines the training loop's Python held.
+
+The stacks are collapsed stacks (`python.stacks.folded`: `thread;frame;...;frame count`, each
+frame `function (file:line)`, as py-spy writes them too). A frame is the user's unless its file
+lies in the Python installation that ran the job (its standard library, site-packages: the
+directories `python.samples.json` names, or any `site-packages`/`dist-packages`/`lib/pythonX.Y`
+path where it names none), in the profiler's own package, or in no file (`<frozen ...>`,
+AutoGraph's generated code). The profiler's demo jobs (`profiler_service/demo/`) stand for a
+user's job and count as the user's.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from profiler_service.analysis.stack_models import CodeSite, PythonStacks
+from profiler_service.probes.python_stacks import SAMPLES_FILE, STACKS_FILE
+
+__all__ = ["Frame", "read_python_stacks", "read_stacks"]
+
+SITES_KEPT = 5  # sites of each reading kept in the summary, most samples first
+_FRAME = re.compile(r"^(?P<function>.*) \((?P<file>.*):(?P<line>\d+)\)$")
+# tf.data's Python: TensorFlow's py_function/numpy_function (and from_generator) call into it here.
+_PIPELINE_ENTRY = re.compile(r"[/\\]tensorflow[/\\]python[/\\]ops[/\\]script_ops\.py$")
+# A tf.function's call: below it runs its graph (or its tracing), not the loop's own Python.
+_GRAPH_CALL = re.compile(r"[/\\]tensorflow[/\\]python[/\\]eager[/\\]polymorphic_function[/\\]")
+# Keras' own training loop (`Trainer.fit`): a user's line that calls it hands the loop to Keras.
+_KERAS = re.compile(r"[/\\](tf_)?keras[/\\]")
+_KERAS_LOOPS = {"fit", "evaluate", "predict"}
+_LIBRARY_PATH = re.compile(r"[/\\](site-packages|dist-packages|lib[/\\]python\d\.\d+)[/\\]")
+_PROFILER = re.compile(r"[/\\]profiler_service[/\\]")
+_DEMO = re.compile(r"[/\\]profiler_service[/\\]demo[/\\]")
+
+
+@dataclass(frozen=True)
+class Frame:
+    function: str
+    file: str
+    line: int
+
+
+def read_python_stacks(run_dir: Path) -> PythonStacks | None:
+    """The summary's reading of the stacks in `run_dir`, None where it holds none."""
+    path = run_dir / STACKS_FILE
+    if not path.is_file():
+        return None
+    meta = _read_meta(run_dir / SAMPLES_FILE)
+    roots = [str(r).rstrip("/\\") for r in meta.get("library_roots", [])]
+    stacks = read_stacks(path.read_text(encoding="utf-8", errors="replace"))
+    return summarise(stacks, roots, path.name, meta.get("hz"))
+
+
+def read_stacks(text: str) -> list[tuple[str, list[Frame], int]]:
+    """(thread, frames outermost first, count) of each line of collapsed stacks; a first part
+    that is no frame names the thread."""
+    stacks = []
+    for raw in text.splitlines():
+        head, _, count = raw.rstrip().rpartition(" ")
+        if not head or not count.isdigit():
+            continue
+        parts = head.split(";")
+        thread = "" if _FRAME.match(parts[0]) else parts.pop(0)
+        frames = []
+        for part in parts:
+            m = _FRAME.match(part)
+            if m:
+                frames.append(Frame(m["function"], m["file"], int(m["line"])))
+        stacks.append((thread, frames, int(count)))
+    return stacks
+
+
+def summarise(
+    stacks: list[tuple[str, list[Frame], int]],
+    roots: list[str],
+    file: str = STACKS_FILE,
+    hz: float | None = None,
+) -> PythonStacks:
+    """The user's functions tf.data ran, and the user's lines the loop's Python held."""
+    is_user = _UserCode(roots)
+    total = pipeline_total = loop_total = 0
+    entered: Counter[tuple[str, str]] = Counter()  # (file, function) -> samples
+    entered_lines: Counter[Frame] = Counter()
+    held: Counter[Frame] = Counter()
+    for _, frames, count in stacks:
+        total += count
+        entry = _pipeline_entry(frames)
+        if entry is not None:
+            pipeline_total += count
+            first = next((f for f in frames[entry:] if is_user(f.file)), None)
+            if first is not None:
+                entered[(first.file, first.function)] += count
+                entered_lines[first] += count
+            continue
+        users = [i for i, f in enumerate(frames) if is_user(f.file)]
+        if not users:
+            continue  # a thread of the libraries' own (the profiler's, TensorFlow's)
+        loop_total += count
+        innermost = users[-1]
+        below = frames[innermost + 1 :]
+        if any(_GRAPH_CALL.search(f.file) for f in below):
+            continue  # a tf.function's graph (or its tracing) ran
+        if any(_KERAS.search(f.file) and _loop_name(f) in _KERAS_LOOPS for f in below):
+            continue  # Keras' own loop between its steps (a callback's lines are the user's)
+        held[frames[innermost]] += count
+    pipeline_functions = []
+    for (path, function), count in entered.most_common(SITES_KEPT):
+        line = max((f for f in entered_lines if (f.file, f.function) == (path, function)),
+                   key=lambda f: entered_lines[f]).line  # fmt: skip
+        pipeline_functions.append(_site(Frame(function, path, line), count, pipeline_total))
+    return PythonStacks(
+        file=file,
+        samples=total,
+        hz=hz,
+        pipeline_samples=pipeline_total,
+        pipeline_functions=pipeline_functions,
+        loop_samples=loop_total,
+        loop_lines=[_site(f, n, loop_total) for f, n in held.most_common(SITES_KEPT)],
+    )
+
+
+class _UserCode:
+    """Whether a file is the user's code (the module's docstring says which are not)."""
+
+    def __init__(self, roots: list[str]):
+        self.roots = tuple(r + "/" for r in roots) + tuple(r + "\\" for r in roots)
+        self.seen: dict[str, bool] = {}
+
+    def __call__(self, file: str) -> bool:
+        known = self.seen.get(file)
+        if known is None:
+            known = self.seen[file] = self._judge(file)
+        return known
+
+    def _judge(self, file: str) -> bool:
+        if _DEMO.search(file):
+            return True
+        if not file or file.startswith("<") or "__autograph_generated_file" in file:
+            return False
+        library = file.startswith(self.roots) or _LIBRARY_PATH.search(file)
+        return not (library or _PROFILER.search(file))
+
+
+def _pipeline_entry(frames: list[Frame]) -> int | None:
+    """The index after tf.data's last call into Python in `frames`, None if it made none."""
+    found = None
+    for i, frame in enumerate(frames):
+        if _PIPELINE_ENTRY.search(frame.file):
+            found = i + 1
+    return found
+
+
+def _loop_name(frame: Frame) -> str:
+    return frame.function.rsplit(".", 1)[-1]
+
+
+def _site(frame: Frame, count: int, total: int) -> CodeSite:
+    share = round(count / total, 4) if total else 0.0
+    return CodeSite(file=frame.file, line=frame.line, function=frame.function, share=share)
+
+
+def _read_meta(path: Path) -> dict:
+    """`python.samples.json` without its samples; {} where it is missing or unreadable."""
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return meta if isinstance(meta, dict) else {}
