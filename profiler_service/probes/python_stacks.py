@@ -71,7 +71,7 @@ class StackSampler:
     def start(self) -> None:
         self._started_unix_ns = time.time_ns()
         self._started_ns = time.monotonic_ns()
-        self._thread = threading.Thread(target=self._run, name="profiler-stacks", daemon=True)
+        self._thread = threading.Thread(target=self._guarded, name="profiler-stacks", daemon=True)
         self._thread.start()
 
     def stop(self, timeout_s: float = 5.0) -> None:
@@ -79,6 +79,12 @@ class StackSampler:
         if self._thread is not None:
             self._thread.join(timeout_s)
         self.stopped_ns = time.monotonic_ns()
+
+    def _guarded(self) -> None:
+        try:
+            self._run()
+        except Exception:  # the job trains on; the capture keeps what was sampled
+            log.exception("the Python stack sampler stopped")
 
     def _run(self) -> None:
         own = threading.get_ident()
@@ -127,9 +133,9 @@ class StackSampler:
         while frame is not None:
             self._codes.setdefault(id(frame.f_code), frame.f_code)
             frame = frame.f_back
-        if tid not in self._thread_names:
-            thread = threading._active.get(tid)  # type: ignore[attr-defined]
-            self._thread_names[tid] = thread.name if thread is not None else "thread"
+        if tid not in self._thread_names:  # a thread not seen before: name it once
+            names = {t.ident: t.name for t in threading.enumerate()}
+            self._thread_names[tid] = names.get(tid, "thread")  # "thread": TF's own threads
         index = len(self._keys)
         self._ids[key] = index
         self._keys.append(key)
