@@ -26,7 +26,7 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
     "tracers": ("bench_tracers.py", [], ["--rounds", "2", "--seconds", "3"]),
     "overhead": ("bench_overhead.py", [], ["--rounds", "3", "--steps", "200"]),
     "stacks": ("bench_stacks.py", [], ["--rounds", "3", "--steps", "200"]),
-    "verification": ("bench_verification.py", [], ["--pairs", "10", "--slow-pairs", "5"]),
+    "verification": ("bench_verification.py", [], ["--pairs", "4"]),
     "calibration": ("bench_calibration.py", [], ["--from-corpus"]),
     "allocator": ("bench_allocator_events.py", [], ["--rounds", "1", "--steps", "100"]),
     "metrics": ("bench_metrics.py", [], []),

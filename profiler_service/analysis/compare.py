@@ -9,6 +9,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, Field
 
+from profiler_service.analysis.capture_noise import between_captures_sd
 from profiler_service.analysis.models import StepBreakdown
 from profiler_service.analysis.verification import StepChange, step_change
 from profiler_service.models import Snapshot
@@ -115,7 +116,10 @@ def compare(base: Snapshot, head: Snapshot) -> Comparison:
         h = getattr(head.summary.step_time.breakdown_avg, field)
         if b or h:
             result.step_breakdown_ms[field] = Change(base=b, head=h)
-    result.step_change = step_change(base.summary, head.summary, seed=base.id + head.id)
+    between, source = between_captures_sd([base, head])
+    result.step_change = step_change(
+        base.summary, head.summary, base.id + head.id, between, source
+    )
     if result.step_change.note:
         result.notes.append(result.step_change.note)
     _compare_ops(base, head, result)

@@ -118,21 +118,26 @@ def describe_saving(finding: Finding) -> str:
         return f"returns {impact.returned_gpu_share:.0%} of the GPUs the job holds (GPU-hours)"
     if impact is None or impact.saving_share <= 0:
         return ""
-    low, high = impact.saving_range
-    text = f"saves about {impact.saving_share:.0%} of step time"
-    if f"{low:.0%}" != f"{high:.0%}":
-        text += f" ({low:.0%}-{high:.0%})"
+    text = f"saves about {impact.saving_share:.0%} of step time{_span(*impact.saving_range)}"
     if impact.step_ms_now and impact.step_ms_after is not None:
         text += f": {format_ms(impact.step_ms_now)} -> {format_ms(impact.step_ms_after)} ms"
     singles = [a for a in impact.actions if "+" not in a.action]
     if len(singles) > 1:
         text += " with every change; alone, " + ", ".join(
-            f"{ACTION_LABELS.get(a.action, a.action)} {a.saving_share:.0%}"
-            + (f" ({a.saving_range[0]:.0%}-{a.saving_range[1]:.0%})"
-               if f"{a.saving_range[0]:.0%}" != f"{a.saving_range[1]:.0%}" else "")
+            f"{ACTION_LABELS.get(a.action, a.action)} {a.saving_share:.0%}{_span(*a.saving_range)}"
             for a in sorted(singles, key=lambda a: -a.saving_share)
-        )  # fmt: skip
+        )
     return text
+
+
+def _span(low: float, high: float) -> str:
+    """` (30%-60%)`; ` (25% slower to 22% saved)` where the step may get slower; '' for a
+    range of no width."""
+    if f"{low:.0%}" == f"{high:.0%}":
+        return ""
+    if low < 0:
+        return f" ({-low:.0%} slower to {high:.0%} saved)"
+    return f" ({low:.0%}-{high:.0%})"
 
 
 def describe_cost(cost: CaptureCost | None) -> str:
@@ -163,6 +168,8 @@ def format_snapshot(snapshot: Snapshot) -> str:
         lines.append("  " + describe_cost(snapshot.capture.cost))
     if snapshot.verified_against:
         lines.append("  " + headline(snapshot.verified_against, snapshot.verification))
+        if snapshot.step_change is not None and snapshot.step_change.note:
+            lines.append(f"  ({snapshot.step_change.note})")
     if snapshot.error:
         lines.append(f"  error: {snapshot.error.code}: {snapshot.error.detail}")
     if snapshot.summary:

@@ -20,18 +20,21 @@ A capture with fewer than `MIN_STEPS` steps has no interval, and says so.
 
 from __future__ import annotations
 
+import math
 import random
 import statistics
 from enum import StrEnum
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
+from profiler_service.analysis.comparability import Difference, differences
 from profiler_service.analysis.input_impact import ACTION_LABELS, modelled_actions
 from profiler_service.analysis.models import ActionSaving, Finding, Impact, Summary
 from profiler_service.analysis.pipeline_advice import advise
 
 MIN_STEPS = 2  # per capture, for an interval
 BOOTSTRAP_RESAMPLES = 1000
+Z_95 = 1.96
 # A finding that still fires is `regressed` when the share of step time at stake grew by this
 # much (absolute) or more.
 REGRESSED_SHARE = 0.05
@@ -59,6 +62,13 @@ class StepChange(BaseModel):
     step_ms_after: float | None = None
     change_share: float | None = None
     change_interval_95: tuple[float, float] | None = None  # None: too few steps, see `note`
+    # What two captures of the unchanged job differ by (log sd of a capture's mean step), in
+    # the interval, and where it was read (capture_noise.py); None: the steps' own noise only.
+    between_captures_sd: float | None = None
+    between_captures_source: str | None = None
+    # What differs between the two captures' jobs and work (comparability.py): where anything
+    # does, no prediction is checked against this change.
+    differences: list[Difference] = Field(default_factory=list)
     note: str | None = None
 
     @property
@@ -116,22 +126,36 @@ def step_samples(summary: Summary | None) -> list[float]:
     return [x * scale for x in samples]
 
 
-def step_change(before: Summary | None, after: Summary | None, seed: str = "") -> StepChange:
-    """The step time's change and its bootstrapped 95 % interval (percentile method)."""
+def step_change(
+    before: Summary | None,
+    after: Summary | None,
+    seed: str = "",
+    between_sd: float = 0.0,
+    between_source: str | None = None,
+) -> StepChange:
+    """The step time's change and its 95 % interval: the bootstrap of both captures' steps
+    (percentile method), widened by `between_sd`, the standard deviation of log(a capture's
+    mean step) between captures of the unchanged job (capture_noise.py), added in quadrature
+    for each of the two captures on the log scale."""
     a, b = step_samples(before), step_samples(after)
     now = StepChange(
         step_ms_before=before.step_time.avg_ms if before else None,
         step_ms_after=after.step_time.avg_ms if after else None,
+        differences=differences(before, after),
     )
+    if now.differences:
+        now.note = "not like with like: " + "; ".join(d.detail for d in now.differences)
     if not now.step_ms_before or now.step_ms_after is None:
         now.note = "no step time in one of the captures: no change measured"
         return now
+    unlike = now.note
     now.change_share = round(now.step_ms_after / now.step_ms_before - 1, 4)
     if len(a) < MIN_STEPS or len(b) < MIN_STEPS:
-        now.note = (
+        few = (
             f"{min(len(a), len(b))} step(s) in one capture: no interval (at least {MIN_STEPS} "
             "steps each); capture for longer to prove the change"
         )
+        now.note = f"{few}; {unlike}" if unlike else few
         return now
     rng = random.Random(seed)  # the same two snapshots, the same interval
     ratios = sorted(
@@ -140,6 +164,13 @@ def step_change(before: Summary | None, after: Summary | None, seed: str = "") -
     )
     lo = ratios[int(0.025 * (BOOTSTRAP_RESAMPLES - 1))]
     hi = ratios[round(0.975 * (BOOTSTRAP_RESAMPLES - 1))]
+    if between_sd > 0:
+        within = (math.log1p(hi) - math.log1p(lo)) / (2 * Z_95)
+        half = Z_95 * math.sqrt(within**2 + 2 * between_sd**2)
+        centre = math.log1p(now.change_share)
+        lo, hi = math.expm1(centre - half), math.expm1(centre + half)
+        now.between_captures_sd = round(between_sd, 4)
+        now.between_captures_source = between_source
     now.change_interval_95 = (round(lo, 4), round(hi, 4))
     return now
 
@@ -194,7 +225,12 @@ def verify(
         predicted: Impact | ActionSaving | None = old.impact if old is not None else None
         seen = actions_seen(old, after_summary) if old is not None else None
         predicted = seen or predicted
-        checked = predicted is not None and fixed == [rule] and status is not FixStatus.REGRESSED
+        checked = (
+            predicted is not None
+            and fixed == [rule]
+            and status is not FixStatus.REGRESSED
+            and not change.differences  # a step of other work or hardware proves no fix
+        )
         found.append(
             Verification(
                 rule=rule,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from profiler_service.analysis.capture_noise import between_captures_sd
 from profiler_service.analysis.verification import step_change, verify
 from profiler_service.lookback.models import PendingLeadUp
 from profiler_service.models import Snapshot
@@ -62,7 +63,10 @@ def verify_against_history(store: SnapshotStore, snapshot: Snapshot) -> None:
     except Exception:
         log.exception("could not read the history of %s's job", snapshot.id)
         return
-    change = step_change(earlier.summary, snapshot.summary, seed=earlier.id + snapshot.id)
+    between, source = between_captures_sd([earlier, snapshot])
+    change = step_change(
+        earlier.summary, snapshot.summary, earlier.id + snapshot.id, between, source
+    )
     snapshot.verified_against = earlier.id
     snapshot.step_change = change
     snapshot.verification = verify(earlier.findings, snapshot.findings, change, snapshot.summary)

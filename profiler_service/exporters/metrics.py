@@ -98,7 +98,7 @@ class CaptureMetrics:
             "profiler_fix_saving_ratio",
             "The last checked prediction of each rule (where the step's change was that "
             "finding's alone): the share of step time the fix saved (measured) against what the "
-            "finding predicted (predicted).",
+            "finding predicted (predicted, and its range: predicted_low, predicted_high).",
             ["target", "rule", "kind"],
             registry=registry,
         )
@@ -135,9 +135,12 @@ class CaptureMetrics:
             self.predictions.labels(snapshot.target, checked.rule, checked.prediction.value).inc(
                 exemplar=exemplar
             )
+            low, high = checked.predicted_saving_range or (None, None)
             for kind, share in (
                 ("measured", checked.measured_saving_share),
                 ("predicted", checked.predicted_saving_share),
+                ("predicted_low", low),
+                ("predicted_high", high),
             ):
                 self.fix_saving.labels(snapshot.target, checked.rule, kind).set(share or 0.0)
         started, traced, finished = (

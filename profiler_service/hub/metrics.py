@@ -191,13 +191,14 @@ class FleetCollector:
             "profiler_fleet_gpu_hours",
             "GPU-hours of each job over the ledger's metric window (hub_ledger_metric_window_s): "
             "state held, busy, idle (by cause) and recoverable (the findings' predicted "
-            "savings). Without Prometheus (hub_prometheus_url) none.",
+            "savings), with recoverable_low and recoverable_high (their ranges). Without "
+            "Prometheus (hub_prometheus_url) none.",
             labels=["namespace", "workload", "state", "cause"],
         )
         cost = GaugeMetricFamily(
             "profiler_fleet_gpu_cost",
             "What each job's GPU-hours of the metric window cost at hub_gpu_hour_prices: state "
-            "held, idle and recoverable.",
+            "held, idle and recoverable (with recoverable_low and recoverable_high).",
             labels=["namespace", "workload", "state"],
         )
         for job in ledger.jobs if ledger else []:
@@ -209,11 +210,18 @@ class FleetCollector:
             for cause, h in sorted(job.idle_by_cause.items()):
                 hours.add_metric([*key, "idle", cause], h)
             hours.add_metric([*key, "recoverable", ""], job.recoverable_gpu_hours or 0.0)
+            for bound, h in zip(_BOUNDS, job.recoverable_gpu_hours_range or (), strict=False):
+                hours.add_metric([*key, bound, ""], h)
             if job.cost is not None:
                 cost.add_metric([*key, "held"], job.cost)
                 cost.add_metric([*key, "idle"], job.idle_cost or 0.0)
                 cost.add_metric([*key, "recoverable"], job.recoverable_cost or 0.0)
+                for bound, c in zip(_BOUNDS, job.recoverable_cost_range or (), strict=False):
+                    cost.add_metric([*key, bound], c)
         yield from (hours, cost)
+
+
+_BOUNDS = ("recoverable_low", "recoverable_high")
 
 
 def _pairs(findings: str) -> list[tuple[str, str]]:

@@ -149,7 +149,13 @@ def test_fix_verdicts_and_checked_predictions_are_counted(service, add):
     assert below.labels == {"target": "default", "rule": "input_bound", "agreement": "below"}
     assert below.value == 1 and below.exemplar.labels == {"snapshot_id": snapshot.id}
     saving = {(x.labels["rule"], x.labels["kind"]): x.value for x in s["profiler_fix_saving_ratio"]}
-    assert saving == {("input_bound", "measured"): 0.05, ("input_bound", "predicted"): 0.5}
+    low, high = snapshot.verification[0].predicted_saving_range
+    assert saving == {
+        ("input_bound", "measured"): 0.05,
+        ("input_bound", "predicted"): 0.5,
+        ("input_bound", "predicted_low"): low,
+        ("input_bound", "predicted_high"): high,
+    }
 
 
 def test_text_format_leaves_exemplars_out(service, add):

@@ -302,6 +302,9 @@ def test_the_metric_the_page_and_the_command_line_show_the_ledger(world):
     samples = wait_until(scraped, what="the ledger's metric")
     assert samples[("held", "")] == pytest.approx(job["gpu_hours"], rel=0.01)
     assert samples[("recoverable", "")] == pytest.approx(job["recoverable_gpu_hours"], rel=0.01)
+    low, high = job["recoverable_gpu_hours_range"]  # the range, summed as such
+    assert samples[("recoverable_low", "")] == pytest.approx(low, rel=0.01)
+    assert samples[("recoverable_high", "")] == pytest.approx(high, rel=0.01)
     idle = {cause: v for (state, cause), v in samples.items() if state == "idle"}
     assert idle.keys() == job["idle_by_cause"].keys()
     assert sum(idle.values()) == pytest.approx(job["idle_gpu_hours"], rel=0.01)

@@ -199,7 +199,7 @@ def kernel_launch_bound(summary: Summary) -> Finding | None:
             f"under {SHORT_KERNEL_US:g} µs (median {kernels.median_us:g} µs); the GPU is busy "
             f"{busiest.busy_pct:g}% of the time"
         )
-        impact = (100 - busiest.busy_pct) / 100 / 2
+        impact = (100 - busiest.busy_pct) / 100  # the GPU's idle time: what is at stake
     return Finding(
         severity=Severity.WARNING,
         title=title,

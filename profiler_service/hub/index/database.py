@@ -7,7 +7,6 @@ and `lease` lets one replica at a time sync the bucket into it.
 from __future__ import annotations
 
 import contextlib
-
 import threading
 import zlib
 from collections.abc import Iterator
