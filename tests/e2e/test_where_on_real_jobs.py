@@ -1,0 +1,93 @@
+"""Findings that name the user's code (`where`), through the agent embedded in real TensorFlow
+jobs: the Python stacks it samples while it traces are stored beside the trace, and the finding
+names the function or lines a person fixing it would open. The names and files asserted are read
+from the demo job's own source, not written here."""
+
+from __future__ import annotations
+
+import inspect
+
+import httpx
+from helpers import start_job
+
+from profiler_service.demo import job as demo
+from profiler_service.probes.python_stacks import STACKS_FILE
+
+
+def capture_through_the_agent(
+    tmp_path, *args: str, env: dict[str, str] | None = None
+) -> tuple[dict, str | None]:
+    """A 2 s capture of a demo job through its own agent: the snapshot and its collapsed stacks
+    (None where it has none)."""
+    job = start_job(*args, "--agent", "--store", str(tmp_path / "store"), env=env)
+    try:
+        with httpx.Client(base_url=job.ready["agent_url"], timeout=180) as client:
+            body = client.post("/profile", params={"duration": "2s", "wait": "true"}).json()
+            assert body["status"] == "ready", body.get("error")
+            stacks = client.get(f"/profiles/{body['id']}/files/{STACKS_FILE}")
+    finally:
+        job.stop()
+    return body, stacks.text if stacks.status_code == 200 else None
+
+
+def lines_of(function) -> range:
+    source, first = inspect.getsourcelines(function)
+    return range(first, first + len(source))
+
+
+def nested_code(function, name: str):
+    """The code of the function `name` defined inside `function` (its source's own)."""
+    return next(c for c in function.__code__.co_consts if inspect.iscode(c) and c.co_name == name)
+
+
+def test_input_bound_names_the_decoding_function_the_pipeline_runs(tmp_path):
+    body, stacks = capture_through_the_agent(tmp_path, "--workload", "input-bound")
+    decode = demo._python_decode  # what the demo's input_bound_dataset maps, in Python
+    assert STACKS_FILE in {f["name"] for f in body["files"]} and stacks is not None
+    assert f"{decode.__qualname__} ({inspect.getsourcefile(decode)}:" in stacks
+    found = {f["rule"]: f for f in body["findings"]}
+    assert "input_bound" in found, body["findings"]
+    where = found["input_bound"]["where"]
+    assert where, found["input_bound"]
+    first = where[0]
+    assert first["function"] == decode.__qualname__
+    assert first["file"] == inspect.getsourcefile(decode)
+    assert first["line"] in lines_of(decode)
+    assert first["share"] > 0.5
+    assert f"`{decode.__qualname__}`" in found["input_bound"]["recommendation"]
+    summary = body["summary"]["python_stacks"]
+    assert summary["pipeline_samples"] > 50 and summary["hz"] == 100.0
+
+
+def test_a_compute_bound_job_gets_no_where_that_blames_a_line(tmp_path):
+    body, stacks = capture_through_the_agent(tmp_path, "--workload", "compute-bound")
+    # the stacks were sampled: an empty where is the analysis's reading, not a missing file
+    assert stacks is not None and "MainThread" in stacks
+    assert body["summary"]["python_stacks"]["samples"] > 100
+    assert [f["where"] for f in body["findings"] if f["where"]] == [], body["findings"]
+
+
+def test_an_eager_loop_names_the_lines_that_dispatch_its_ops(tmp_path):
+    body, _ = capture_through_the_agent(tmp_path, "--workload", "eager")
+    step = nested_code(demo.eager_loop, "train_step")  # the demo's loop body, run eagerly
+    python_rules = {"eager_execution", "host_overhead", "between_steps"}
+    named = [f for f in body["findings"] if f["rule"] in python_rules]
+    assert named, body["findings"]
+    for finding in named:
+        assert finding["where"], finding
+        first = finding["where"][0]
+        assert first["function"] == step.co_qualname and first["file"] == step.co_filename
+        assert first["line"] in range(step.co_firstlineno, step.co_firstlineno + 4)
+        assert all(s["file"] == step.co_filename for s in finding["where"])
+        in_step = [s for s in finding["where"] if s["function"] == step.co_qualname]
+        assert sum(s["share"] for s in in_step) > 0.5
+
+
+def test_stacks_turned_off_leave_no_file_and_no_where(tmp_path):
+    body, _ = capture_through_the_agent(
+        tmp_path, "--workload", "input-bound", env={"PROFILER_PYTHON_STACKS_HZ": "0"}
+    )
+    assert STACKS_FILE not in {f["name"] for f in body["files"]}
+    assert body["summary"]["python_stacks"] is None
+    assert "input_bound" in {f["rule"] for f in body["findings"]}
+    assert all(f["where"] == [] for f in body["findings"])
