@@ -15,6 +15,7 @@ Its embedded agent samples the job's step time each second before the capture (t
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import statistics
 import sys
@@ -63,13 +64,29 @@ def main() -> int:
     parser.add_argument("--threshold", type=float, default=0.05, help="the gate's threshold")
     parser.add_argument("--warm-s", type=float, default=12.0, help="look-back before a capture")
     parser.add_argument("--slower", type=float, nargs="+", default=[0.10], help="slowdowns")
+    parser.add_argument("--keep", type=Path, help="write the captures here (JSON)")
+    parser.add_argument("--from-kept", type=Path, help="report on captures kept by --keep")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="bench-verify-") as tmp:
-        base = captures(BASE_BATCH, 2 * args.pairs, Path(tmp), args.warm_s)
-        slowed = {
-            extra: captures(round(BASE_BATCH * (1 + extra)), args.pairs, Path(tmp), args.warm_s)
-            for extra in args.slower
-        }
+    if args.from_kept:
+        kept = json.loads(args.from_kept.read_text())
+        base = [Snapshot.model_validate(s) for s in kept["base"]]
+        slowed = {float(e): [Snapshot.model_validate(s) for s in ss]
+                  for e, ss in kept["slowed"].items()}  # fmt: skip
+    else:
+        with tempfile.TemporaryDirectory(prefix="bench-verify-") as tmp:
+            base = captures(BASE_BATCH, 2 * args.pairs, Path(tmp), args.warm_s)
+            slowed = {
+                e: captures(round(BASE_BATCH * (1 + e)), args.pairs, Path(tmp), args.warm_s)
+                for e in args.slower
+            }
+    if args.keep:
+        fields = ("id", "target", "capture", "created_at", "capture_started_at", "lead_up")
+        slim = {"include": {**dict.fromkeys(fields, True), "summary": {"step_time": True}}}
+        args.keep.write_text(json.dumps({
+            "base": [s.model_dump(mode="json", **slim) for s in base],
+            "slowed": {str(e): [s.model_dump(mode="json", **slim) for s in ss]
+                       for e, ss in slowed.items()},
+        }))  # fmt: skip
     arms = {"A/A": list(zip(base[::2], base[1::2], strict=True))}
     arms |= {f"+{e:.0%} work": list(zip(base[::2], s, strict=False)) for e, s in slowed.items()}
     aa = [math.log(b.summary.step_time.avg_ms / a.summary.step_time.avg_ms) for a, b in arms["A/A"]]

@@ -137,7 +137,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     change = comparison.step_change
     if metric is GateMetric.STEP_TIME and change and change.change_interval_95:
         lo, hi = change.change_interval_95
-        line += f"; 95% interval of the change {lo:+.1%} to {hi:+.1%}, decided on its low end"
+        line += f"; 95% interval of the change {lo:+.1%} to {hi:+.1%}"
+        if change.between_captures_sd is not None:
+            line += f", with {change.between_captures_sd:.1%} between captures"
+        line += "; a regression when past the limit and the interval above 0"
     print(line)
     return 1 if regressed else 0
 

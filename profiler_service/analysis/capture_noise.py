@@ -23,10 +23,14 @@ __all__ = ["BETWEEN_CAPTURES_SD", "between_captures_sd"]
 
 # The standard deviation of log(a capture's mean step) between captures of an unchanged job,
 # where its own look-back cannot say: measured by bench/bench_verification.py on A/A pairs of
-# the demo's input-bound job, each capture of a fresh job, on a 2-core VM.
-BETWEEN_CAPTURES_SD = 0.03
-# Windows a snapshot's look-back needs beyond one per series for a spread to be read from it.
-MIN_WINDOWS = 4
+# the calibration family's job (a Python decoder waiting 1 ms an element, 59 ms steps), each
+# capture of a fresh job, on a 2-core VM: 0.032 (15 pairs) and 0.039 (8 pairs).
+BETWEEN_CAPTURES_SD = 0.035
+MAD_TO_SD = 1.4826  # a normal distribution's standard deviation over its median |deviation|
+# Windows a snapshot's look-back needs for its spread to be read: 20 s of a 2 s capture's.
+# Fewer is a job that just started, whose first seconds (tracing, tf.data's autotuning) wander
+# by 10-20 % (bench_verification's fresh jobs).
+MIN_WINDOWS = 10
 STEP_SERIES = "step_time_ms"
 
 
@@ -37,14 +41,16 @@ def between_captures_sd(snapshots: Iterable[Snapshot]) -> tuple[float, str]:
     series = 0
     for snapshot in snapshots:
         means = _window_means(snapshot)
-        if len(means) >= 2:
+        if len(means) >= MIN_WINDOWS:
             logs = [math.log(m) for m in means]
-            centre = statistics.fmean(logs)
+            centre = statistics.median(logs)
             deviations += [x - centre for x in logs]
             series += 1
-    if len(deviations) - series < MIN_WINDOWS:
+    if not series:
         return BETWEEN_CAPTURES_SD, "assumed (no look-back of step times to read it from)"
-    sd = math.sqrt(sum(d * d for d in deviations) / (len(deviations) - series))
+    # The median absolute deviation, as a standard deviation: a job's first seconds (tracing,
+    # tf.data's autotuning) or a checkpoint in the look-back are not the noise between captures.
+    sd = MAD_TO_SD * statistics.median(abs(d) for d in deviations)
     return sd, f"the job's untraced steps, {len(deviations)} windows before the captures"
 
 

@@ -10,7 +10,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from profiler_service.analysis.capture_noise import BETWEEN_CAPTURES_SD, between_captures_sd
+from profiler_service.analysis.capture_noise import (
+    BETWEEN_CAPTURES_SD,
+    MAD_TO_SD,
+    between_captures_sd,
+)
 from profiler_service.analysis.compare import GateMetric, compare
 from profiler_service.analysis.models import StepBreakdown, StepSample, StepTime, Summary
 from profiler_service.analysis.verification import step_change
@@ -64,24 +68,35 @@ def test_the_spread_is_read_from_capture_length_windows_of_the_look_back():
     before = snapshot(0, steps(100), alternating(95, 105, 10))
     after = snapshot(5, steps(100), alternating(95, 105, 10))
     sd, source = between_captures_sd([before, after])
-    # Each series' windows: log 95 and log 105 in turn, about their mean; pooled over both.
+    # Each series' windows: log 95 and log 105 in turn, half of their distance from their
+    # median; pooled over both, as a standard deviation.
     half = (math.log(105) - math.log(95)) / 2
-    assert sd == pytest.approx(half * math.sqrt(20 / 18), rel=1e-6)
+    assert sd == pytest.approx(MAD_TO_SD * half, rel=1e-6)
     assert "untraced steps" in source and "20 windows" in source
+
+
+def test_a_job_s_first_seconds_in_the_look_back_are_not_its_noise():
+    # Tracing and tf.data's autotuning make the first windows twice as long; then steady.
+    warming = [200.0] * 4 + [100.0, 101.0] * 8
+    sd, _ = between_captures_sd([snapshot(0, steps(100), warming)])
+    assert sd < 0.02
 
 
 def test_without_a_look_back_the_measured_default_stands_in_and_says_so():
     sd, source = between_captures_sd([snapshot(0, steps(100), None), snapshot(1, steps(100), [])])
     assert sd == BETWEEN_CAPTURES_SD
     assert source.startswith("assumed")
+    # A job that just started: its few seconds of look-back are not read either.
+    young = snapshot(0, steps(100), alternating(90, 110, 6))
+    assert between_captures_sd([young])[0] == BETWEEN_CAPTURES_SD
 
 
 def test_samples_taken_during_the_capture_are_not_read():
     # The traced seconds are slower; a look-back that reached into them would read a spread.
-    snap = snapshot(0, steps(100), [100.0] * 12)
+    snap = snapshot(0, steps(100), [100.0] * 24)
     traced = (snap.capture_started_at + timedelta(seconds=1)).timestamp()
     snap.lead_up.series[0].points += [(traced, 180.0), (traced + 1, 180.0)]
-    sd, _ = between_captures_sd([snap, snapshot(1, steps(100), [100.0] * 12)])
+    sd, _ = between_captures_sd([snap, snapshot(1, steps(100), [100.0] * 24)])
     assert sd == pytest.approx(0.0, abs=1e-12)
 
 
@@ -102,7 +117,8 @@ def test_a_gate_on_a_job_whose_step_wanders_does_not_flag_what_it_wanders_by():
     base = snapshot(0, steps(100, seed=1), wandering)
     head = snapshot(5, steps(106, seed=2), wandering)
     result = compare(base, head)
-    assert result.step_change.between_captures_sd == pytest.approx(0.08, abs=0.005)
+    half = (math.log(108) - math.log(92)) / 2
+    assert result.step_change.between_captures_sd == pytest.approx(MAD_TO_SD * half, rel=1e-3)
     assert result.is_regression(GateMetric.STEP_TIME, 0.05) is False
     steady = [100.0] * 40
     flagged = compare(
