@@ -1,20 +1,22 @@
 """What sampling the job's Python stacks costs it: step time with and without the agent's stack
 sampler (probes/python_stacks.py), side by side in one run.
 
-    .venv/bin/python bench/bench_stacks.py [--rounds 5] [--steps 300] [--hz 100]
+    .venv/bin/python bench/bench_stacks.py [--blocks 120] [--block-steps 25] [--hz 50 100]
 
 Two real jobs train in this process:
   - fit:   Keras `fit` over a tf.data pipeline (a parallel map, batch, prefetch) into a 3-layer
            MLP, as bench_overhead.py: most of a step runs in TensorFlow's C++ code;
   - eager: a custom loop of tiny ops run eagerly (the demo's eager workload): Python holds the
            GIL most of each step, so a sampler that needs the GIL costs it most.
-Each round runs each job bare, then with the sampler running (`StackSampler(hz)`, started before
-the arm and stopped after it, as the agent does around a trace), in an order that swaps round by
-round so drift hits both arms alike. A step's time is the wall time between the arm's first and
-last step ends. Printed: each arm's median, the paired ratio sampled / bare with its 95 %
-bootstrap interval, the samples taken and what one sample costs on the sampler's thread (its
-time holding the GIL, per thread sampled). Aim: sampled within 2 % of bare (issue 49). Nothing
-is asserted.
+Each job trains without a break while the sampler (`StackSampler(hz)`, as the agent runs it
+around a trace) is started and stopped every `--block-steps` steps, in blocks ordered bare,
+sampled, sampled, bare, ... so that each pair of neighbouring blocks holds one of each and drift
+(other load, thermal) hits both alike; a pair's ratio is its sampled block's mean step time over
+its bare block's (a step's time: from one step's end to the next; the step right after a start
+or stop is left out). Printed: each job's median step time in each arm, the median of the pairs'
+ratios with its 95 % bootstrap interval, and what one thread's sample costs on the sampler's
+thread (its time holding the GIL), at each rate of `--hz` (the agent's default and twice it).
+Aim: at the default rate, sampled within 2 % of bare (issue 49). Nothing is asserted.
 """
 
 from __future__ import annotations
@@ -26,8 +28,9 @@ import statistics
 import time
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
-from bench_common import add_rounds_arguments, paired_interval, record
+from bench_common import paired_interval, record
 from bench_overhead import dataset
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -35,35 +38,35 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf
 
 from profiler_service.demo.job import FEATURES, build_model
-from profiler_service.probes.python_stacks import StackSampler
+from profiler_service.probes.python_stacks import DEFAULT_HZ, StackSampler
 from profiler_service.steps import ProfilerStepCallback
 
 AIM = 1.02  # sampled / bare
 
+Train = Callable[[int, Callable[[], None]], None]  # (steps, called after each step)
 
-def fit_job(steps: int, width: int) -> Callable[[], float]:
+
+def fit_job(width: int) -> Train:
     ds = dataset()
     model = build_model(width=width)
     model.fit(ds, epochs=1, steps_per_epoch=100, verbose=0)  # trace, warm up, fill the prefetch
 
-    class Clock(tf.keras.callbacks.Callback):
-        def __init__(self):
+    class AfterStep(tf.keras.callbacks.Callback):
+        def __init__(self, after: Callable[[], None]):
             super().__init__()
-            self.ends: list[float] = []
+            self.after = after
 
         def on_train_batch_end(self, batch, logs=None):
-            self.ends.append(time.perf_counter())
+            self.after()
 
-    def run() -> float:
-        clock = Clock()
+    def train(steps: int, after: Callable[[], None]) -> None:
         model.fit(ds, epochs=1, steps_per_epoch=steps, verbose=0,
-                  callbacks=[ProfilerStepCallback(), clock])  # fmt: skip
-        return (clock.ends[-1] - clock.ends[0]) / (len(clock.ends) - 1)
+                  callbacks=[ProfilerStepCallback(), AfterStep(after)])  # fmt: skip
 
-    return run
+    return train
 
 
-def eager_job(steps: int) -> Callable[[], float]:
+def eager_job() -> Train:
     x = tf.random.normal((8, FEATURES))
     w = tf.Variable(tf.random.normal((FEATURES, FEATURES)))
 
@@ -74,91 +77,115 @@ def eager_job(steps: int) -> Callable[[], float]:
 
     train_step()
 
-    def run() -> float:
-        started = time.perf_counter()
+    def train(steps: int, after: Callable[[], None]) -> None:
         for _ in range(steps):
             train_step()
-        return (time.perf_counter() - started) / steps
+            after()
 
-    return run
+    return train
+
+
+@dataclass
+class Blocks:
+    """One job's run: each block's step times, and whether the sampler ran through it."""
+
+    hz: float
+    block_steps: int
+    blocks: int
+    times: list[list[float]] = field(default_factory=list)
+    sampled: list[bool] = field(default_factory=list)
+    sample_us: list[float] = field(default_factory=list)  # one thread's sample, per block
+    ticks: list[int] = field(default_factory=list)
+
+    def run(self, train: Train) -> None:
+        sampler: StackSampler | None = None
+        last = time.perf_counter()
+        steps = 0
+
+        def after() -> None:
+            nonlocal last, steps, sampler
+            now = time.perf_counter()
+            block = steps // self.block_steps
+            if steps % self.block_steps:  # the first step of a block holds the switch
+                self.times[block].append(now - last)
+            steps += 1
+            if steps % self.block_steps == 0:  # the block ends: switch for the next one
+                if sampler is not None:
+                    sampler.stop()
+                    self.sample_us.append(sampler.sampling_ns / 1000 / max(1, sampler.samples))
+                    self.ticks.append(sampler.ticks)
+                    sampler = None
+                if steps < self.blocks * self.block_steps and self.state(block + 1):
+                    sampler = StackSampler(self.hz)
+                    sampler.start()
+                if block + 1 < self.blocks:
+                    self.times.append([])
+                    self.sampled.append(self.state(block + 1))
+            last = time.perf_counter()
+
+        self.times, self.sampled = [[]], [self.state(0)]
+        train(self.blocks * self.block_steps, after)
+
+    @staticmethod
+    def state(block: int) -> bool:
+        """bare, sampled, sampled, bare, bare, sampled, ...: each pair (2k, 2k+1) holds both."""
+        return (block % 4) in (1, 2)
+
+    def arms(self) -> tuple[list[float], list[float]]:
+        """Each pair's sampled and bare block means, pair by pair."""
+        sampled, bare = [], []
+        for k in range(0, len(self.times) - 1, 2):
+            pair = {self.sampled[k]: self.times[k], self.sampled[k + 1]: self.times[k + 1]}
+            sampled.append(statistics.fmean(pair[True]))
+            bare.append(statistics.fmean(pair[False]))
+        return sampled, bare
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_rounds_arguments(parser, rounds=5, max_rounds=40, what="the sampled arms'")
-    parser.add_argument("--steps", type=int, default=300, help="steps per arm per round")
+    parser.add_argument("--blocks", type=int, default=120, help="blocks per job and rate (even)")
+    parser.add_argument("--block-steps", type=int, default=25, help="steps per block")
     parser.add_argument("--width", type=int, default=256, help="fit: hidden layer width")
-    parser.add_argument("--hz", type=float, default=100.0, help="the sampler's rate")
+    parser.add_argument(
+        "--hz", type=float, nargs="+", default=[DEFAULT_HZ, 2 * DEFAULT_HZ],
+        help="the sampler's rates, each measured against bare on its own (the agent's default: "
+        f"{DEFAULT_HZ:g})",
+    )  # fmt: skip
     parser.add_argument("--jobs", nargs="+", choices=["fit", "eager"], default=["fit", "eager"])
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     logging.getLogger("profiler_service").setLevel(logging.ERROR)
+    makers = {"fit": lambda: fit_job(args.width), "eager": eager_job}
 
-    makers = {
-        "fit": lambda: fit_job(args.steps, args.width),
-        "eager": lambda: eager_job(args.steps),
-    }
-    jobs = {name: makers[name]() for name in args.jobs}
-    arms: dict[str, dict[str, list[float]]] = {n: {"bare": [], "sampled": []} for n in jobs}
-    per_sample_us: dict[str, list[float]] = {n: [] for n in jobs}
-    samples: dict[str, list[int]] = {n: [] for n in jobs}
-
-    def sampled(name: str) -> float:
-        sampler = StackSampler(args.hz)
-        sampler.start()
-        try:
-            per_step = jobs[name]()
-        finally:
-            sampler.stop()
-        per_sample_us[name].append(sampler.sampling_ns / 1000 / max(1, sampler.samples))
-        samples[name].append(sampler.ticks)
-        return per_step
-
-    for name, run in jobs.items():
-        print(f"{name}: {run() * 1000:.3f} ms/step (probe)", flush=True)
-    r = 0
-    while r < args.rounds or (
-        args.precision > 0
-        and r < args.max_rounds
-        and any(paired_interval(a["sampled"], a["bare"])[2] > args.precision for a in arms.values())
-    ):
-        for name, run in jobs.items():
-            order = ["bare", "sampled"] if r % 2 == 0 else ["sampled", "bare"]
-            for arm in order:
-                arms[name][arm].append(run() if arm == "bare" else sampled(name))
-        r += 1
-        print(
-            f"round {r}: "
-            + ", ".join(
-                f"{n} bare {a['bare'][-1] * 1000:.3f} ms, sampled {a['sampled'][-1] * 1000:.3f} ms"
-                for n, a in arms.items()
-            ),
-            flush=True,
-        )
-
-    print()
-    print(f"stack sampler at {args.hz:g} Hz, {r} rounds x {args.steps} steps per arm")
-    print(f"{'job':>6} {'bare ms':>9} {'sampled ms':>11} {'ratio':>7} {'paired [95%]':>20}")
-    for name, a in arms.items():
-        bare, with_sampler = statistics.median(a["bare"]), statistics.median(a["sampled"])
-        mid, low, half = paired_interval(a["sampled"], a["bare"])
-        print(
-            f"{name:>6} {bare * 1000:>9.3f} {with_sampler * 1000:>11.3f} "
-            f"{with_sampler / bare:>7.3f} {mid:>7.3f} [{low:.3f}, {low + 2 * half:.3f}]"
-        )
-        record(
-            f"step time, {name} job, Python stacks at {args.hz:g} Hz / bare (paired median)",
-            mid,
-            f"<= {AIM}",
-            mid <= AIM,
-            "x",
-        )
-        spread = (max(a["bare"]) - min(a["bare"])) / bare * 100
-        print(
-            f"       {statistics.median(samples[name]):.0f} sampling ticks per arm, one thread's "
-            f"sample {statistics.median(per_sample_us[name]):.1f} us on the sampler's thread; "
-            f"the bare arm's own spread over the rounds {spread:.1f} %"
-        )
+    print(f"per job and rate {args.blocks} blocks of {args.block_steps} steps, bare and sampled "
+          "in turn", flush=True)  # fmt: skip
+    print(f"{'job':>6} {'Hz':>5} {'bare ms':>9} {'sampled ms':>11} {'paired ratio [95%]':>26}")
+    for name in args.jobs:
+        train = makers[name]()
+        for hz in args.hz:
+            run = Blocks(hz, args.block_steps, args.blocks + args.blocks % 2)
+            run.run(train)
+            sampled, bare = run.arms()
+            mid, low, half = paired_interval(sampled, bare)
+            print(
+                f"{name:>6} {hz:>5g} {statistics.median(bare) * 1000:>9.3f} "
+                f"{statistics.median(sampled) * 1000:>11.3f} "
+                f"{mid:>11.3f} [{low:.3f}, {low + 2 * half:.3f}]"
+            )
+            record(
+                f"step time, {name} job, Python stacks at {hz:g} Hz / bare (paired median)",
+                mid,
+                f"<= {AIM}" if hz == DEFAULT_HZ else "",
+                mid <= AIM if hz == DEFAULT_HZ else None,
+                "x",
+            )
+            bare_spread = statistics.pstdev(bare) / statistics.fmean(bare) * 100
+            print(
+                f"{'':>12} {statistics.median(run.ticks):.0f} ticks per sampled block; one "
+                f"thread's sample {statistics.median(run.sample_us):.1f} us on the sampler's "
+                f"thread; the bare blocks' own spread (stdev) {bare_spread:.1f} %",
+                flush=True,
+            )
     print(f"aim: sampled <= {AIM} x bare. Load average now {os.getloadavg()[0]:.1f} on "
           f"{os.cpu_count()} CPUs")  # fmt: skip
 

@@ -25,7 +25,7 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
     "growth": ("bench_growth.py", [], ["--durations", "1", "5", "20"]),
     "tracers": ("bench_tracers.py", [], ["--rounds", "2", "--seconds", "3"]),
     "overhead": ("bench_overhead.py", [], ["--rounds", "3", "--steps", "200"]),
-    "stacks": ("bench_stacks.py", [], ["--rounds", "3", "--steps", "200"]),
+    "stacks": ("bench_stacks.py", [], ["--blocks", "40"]),
     "verification": ("bench_verification.py", [], ["--pairs", "4"]),
     "calibration": ("bench_calibration.py", [], ["--from-corpus"]),
     "allocator": ("bench_allocator_events.py", [], ["--rounds", "1", "--steps", "100"]),

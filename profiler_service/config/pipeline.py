@@ -11,6 +11,7 @@ from pydantic import AfterValidator, BaseModel, Field, field_validator, model_va
 from pydantic_settings import NoDecode
 
 from profiler_service.config.base import Group, check_url
+from profiler_service.probes.python_stacks import DEFAULT_HZ
 from profiler_service.targets import TARGET_NAME_PATTERN, Target
 
 
@@ -133,7 +134,7 @@ class CaptureSettings(Group):
         description="Trace tf.data ops (the input pipeline analysis needs them).",
     )
     python_stacks_hz: float = Field(
-        default=100.0,
+        default=DEFAULT_HZ,
         ge=0,
         le=1000,
         description="In-process (the agent): sample every Python thread's stack this many times "

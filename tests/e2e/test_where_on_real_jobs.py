@@ -11,7 +11,7 @@ import httpx
 from helpers import start_job
 
 from profiler_service.demo import job as demo
-from profiler_service.probes.python_stacks import STACKS_FILE
+from profiler_service.probes.python_stacks import DEFAULT_HZ, STACKS_FILE
 
 
 def capture_through_the_agent(
@@ -56,14 +56,14 @@ def test_input_bound_names_the_decoding_function_the_pipeline_runs(tmp_path):
     assert first["share"] > 0.5
     assert f"`{decode.__qualname__}`" in found["input_bound"]["recommendation"]
     summary = body["summary"]["python_stacks"]
-    assert summary["pipeline_samples"] > 50 and summary["hz"] == 100.0
+    assert summary["pipeline_samples"] > 20 and summary["hz"] == DEFAULT_HZ
 
 
 def test_a_compute_bound_job_gets_no_where_that_blames_a_line(tmp_path):
     body, stacks = capture_through_the_agent(tmp_path, "--workload", "compute-bound")
     # the stacks were sampled: an empty where is the analysis's reading, not a missing file
     assert stacks is not None and "MainThread" in stacks
-    assert body["summary"]["python_stacks"]["samples"] > 100
+    assert body["summary"]["python_stacks"]["samples"] > 50
     assert [f["where"] for f in body["findings"] if f["where"]] == [], body["findings"]
 
 
