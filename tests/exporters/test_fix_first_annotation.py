@@ -36,7 +36,8 @@ def test_the_annotation_names_the_fix_that_saves_most_first():
     )
     body = annotation_for(snapshot, "https://profiler.example")
     assert "finding:input_bound" in body["tags"]  # a warning that saves 50 % before a critical
+    low, high = findings[1].impact.saving_range  # the point with the calibrated spread
     assert (
-        "Input-bound: 60% waiting; fix this first, it saves about 50% of step time (25%-60%): "
-        "100.0 -> 50.0 ms" in body["text"]
+        "Input-bound: 60% waiting; fix this first, it saves about 50% of step time "
+        f"({low:.0%}-{high:.0%}): 100.0 -> 50.0 ms" in body["text"]
     )
