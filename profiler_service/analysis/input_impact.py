@@ -22,7 +22,10 @@ The changes the finding can advise, as the pipeline's own reading names them
 The model gives a point; the range is that point plus the spread of measured savings about it
 (`SAVING_SPREAD`: measured - predicted on the calibration half of bench/calibration's pairs,
 split conformal), so it holds about 80 % of fixes measured. The spread counts both
-what the model misses and what two captures of fresh jobs differ by.
+what the model misses and what two captures of fresh jobs differ by. It was measured where the
+job's own cores and their use were read (the agent; a sidecar reading the job's /proc); where
+they were not, the job's threads may already keep every core busy (TF ops in a map run on
+intra-op threads), and the range's low end is the point with no core to spare.
 
 Every combination of the changes the pipeline lacks is predicted (at most seven), so the
 verification can hold a fix against the changes the next capture shows were made. The finding's
@@ -135,6 +138,9 @@ class _Job:
     def __init__(self, now: float, wait: float, cores: float, source: str, p_now: float):
         self.now, self.wait, self.compute = now, wait, now - wait
         self.cores, self.cores_source, self.p_now = cores, source, p_now
+        # The job's own cores and their use were read (the agent, the job's /proc): the case
+        # SAVING_SPREAD was measured in. Elsewhere the range also spans no free core at all.
+        self.cores_known = False
         self.prefetched = False
         self.python = False
         # The share of the Python's time it computes, holding the GIL; None: unknown (`analyze`).
@@ -151,6 +157,7 @@ class _Job:
         )
         job.python = evidence.python_in_pipeline
         cpu = summary.process_cpu
+        job.cores_known = cpu is not None and cpu.source in ("agent", "proc")
         # The job's own cores used (a host's, read by a sidecar elsewhere, say nothing of it).
         used = cpu.cores_used if cpu is not None and cpu.source in ("agent", "proc") else None
         if used is not None:  # the cores the job keeps busy beyond its step's compute
@@ -164,7 +171,15 @@ class _Job:
 
     def predict(self, chosen: tuple[str, ...]) -> ActionSaving:
         saving = max(0.0, 1 - self._step(chosen) / self.now)  # a slower step: nothing saved
-        low, high = (min(1.0, max(-1.0, saving + spread)) for spread in SAVING_SPREAD)
+        least = saving
+        if not self.cores_known:  # its threads may hold every core already: none to gain
+            cores, self.cores = self.cores, self.p_now
+            least = min(saving, max(0.0, 1 - self._step(chosen) / self.now))
+            self.cores = cores
+        low, high = (
+            min(1.0, max(-1.0, base + spread))
+            for base, spread in zip((least, saving), SAVING_SPREAD, strict=True)
+        )
         return ActionSaving(
             action="+".join(chosen),
             step_ms_after=round(self.now * (1 - saving), 3),
