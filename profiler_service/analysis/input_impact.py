@@ -173,9 +173,7 @@ class _Job:
         saving = max(0.0, 1 - self._step(chosen) / self.now)  # a slower step: nothing saved
         least = saving
         if not self.cores_known:  # its threads may hold every core already: none to gain
-            cores, self.cores = self.cores, self.p_now
-            least = min(saving, max(0.0, 1 - self._step(chosen) / self.now))
-            self.cores = cores
+            least = min(saving, max(0.0, 1 - self._step(chosen, self.p_now) / self.now))
         low, high = (
             min(1.0, max(-1.0, base + spread))
             for base, spread in zip((least, saving), SAVING_SPREAD, strict=True)
@@ -187,8 +185,9 @@ class _Job:
             saving_range=(round(low, 4), round(high, 4)),
         )
 
-    def _step(self, chosen: tuple[str, ...]) -> float:
-        """The step after `chosen`."""
+    def _step(self, chosen: tuple[str, ...], cores: float | None = None) -> float:
+        """The step after `chosen`, on `cores` (the job's free cores by default)."""
+        cores = self.cores if cores is None else cores
         work = (self.wait + (self.compute if self.prefetched else 0.0)) * self.p_now
         python_work = work if self.python else 0.0
         tf_work = work - python_work
@@ -199,13 +198,13 @@ class _Job:
             if self.computes:  # the step no longer waits for the GIL
                 compute *= 1 - GIL_WAIT_SHARE
         parallel = "parallel_calls" in chosen
-        width = self.cores if parallel else self.p_now
+        width = cores if parallel else self.p_now
         held = python_work if self.computes else 0.0  # stays serial, holding the GIL
         batch = (tf_work + python_work - held) / width + held
         ahead = self.prefetched or "prefetch" in chosen
         if not ahead or (parallel and held):
             return compute + batch
-        return max(compute, batch, (compute + tf_work + python_work) / self.cores)
+        return max(compute, batch, (compute + tf_work + python_work) / cores)
 
 
 def _slowest_parallelism(summary: Summary) -> float:
