@@ -62,8 +62,12 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         print(f"profiler-service: no .xplane.pb found at {args.path}", file=sys.stderr)
         return 2
     # XProf writes cache files beside the capture: work on a copy, the input may be read-only.
+    # The job's Python stacks go with it: the findings' `where` reads them.
+    from profiler_service.probes.python_stacks import SAMPLES_FILE, STACKS_FILE
+
+    beside = [xplanes[0].parent / name for name in (STACKS_FILE, SAMPLES_FILE)]
     with tempfile.TemporaryDirectory(prefix="profiler-analyze-") as tmp:
-        for path in xplanes:
+        for path in [*xplanes, *(p for p in beside if p.is_file())]:
             shutil.copy(path, Path(tmp) / path.name)
         analyzer = XprofAnalyzer(timeout_s=args.timeout)
         try:

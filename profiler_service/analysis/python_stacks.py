@@ -30,6 +30,11 @@ _FRAME = re.compile(r"^(?P<function>.*) \((?P<file>.*):(?P<line>\d+)\)$")
 _PIPELINE_ENTRY = re.compile(r"[/\\]tensorflow[/\\]python[/\\]ops[/\\]script_ops\.py$")
 # A tf.function's call: below it runs its graph (or its tracing), not the loop's own Python.
 _GRAPH_CALL = re.compile(r"[/\\]tensorflow[/\\]python[/\\]eager[/\\]polymorphic_function[/\\]")
+# Tracing a tf.function: TensorFlow builds its graph under these (TF 2.13+ `tracing_compilation`,
+# older `tracing_compiler`/`polymorphic_function`), running the traced Python below the last.
+_TRACING = re.compile(r"(^|\.)(_maybe_define_function|_create_concrete_function|trace_function)$")
+_TRACED_BELOW = re.compile(r"(^|\.)func_graph_from_py_func$")
+_AUTOGRAPH_NAME = re.compile(r"(^|\.)tf__(?P<name>\w+)$")
 # Keras' own training loop (`Trainer.fit`): a user's line that calls it hands the loop to Keras.
 _KERAS = re.compile(r"[/\\](tf_)?keras[/\\]")
 _KERAS_LOOPS = {"fit", "evaluate", "predict"}
@@ -87,6 +92,9 @@ def summarise(
     entered: Counter[tuple[str, str]] = Counter()  # (file, function) -> samples
     entered_lines: Counter[Frame] = Counter()
     held: Counter[Frame] = Counter()
+    tracing_total = 0
+    traced_at: Counter[Frame] = Counter()  # the user's line that called a tracing tf.function
+    traced_names: dict[Frame, Counter[str]] = {}  # its samples that name the function traced
     for _, frames, count in stacks:
         total += count
         entry = _pipeline_entry(frames)
@@ -101,10 +109,18 @@ def summarise(
         if not users:
             continue  # a thread of the libraries' own (the profiler's, TensorFlow's)
         loop_total += count
+        call = _tracing_call(frames, is_user)
+        if call is not None:
+            site, traced = call
+            tracing_total += count
+            traced_at[site] += count
+            if traced is not None:
+                traced_names.setdefault(site, Counter())[traced] += count
+            continue
         innermost = users[-1]
         below = frames[innermost + 1 :]
         if any(_GRAPH_CALL.search(f.file) for f in below):
-            continue  # a tf.function's graph (or its tracing) ran
+            continue  # a tf.function's graph ran
         if any(_KERAS.search(f.file) and _loop_name(f) in _KERAS_LOOPS for f in below):
             continue  # Keras' own loop between its steps (a callback's lines are the user's)
         held[frames[innermost]] += count
@@ -121,6 +137,11 @@ def summarise(
         pipeline_functions=pipeline_functions,
         loop_samples=loop_total,
         loop_lines=[_site(f, n, loop_total) for f, n in held.most_common(SITES_KEPT)],
+        tracing_samples=tracing_total,
+        tracing_calls=[
+            _site(f, n, tracing_total, traces=_most(traced_names.get(f)))
+            for f, n in traced_at.most_common(SITES_KEPT)
+        ],
     )
 
 
@@ -155,13 +176,58 @@ def _pipeline_entry(frames: list[Frame]) -> int | None:
     return found
 
 
+def _tracing_call(frames: list[Frame], is_user: _UserCode) -> tuple[Frame, str | None] | None:
+    """Where `frames` trace a tf.function called from the user's code: the user's line that
+    called it and the Python function traced (None where the stacks do not name it)."""
+    tracing = next(
+        (
+            i
+            for i, f in enumerate(frames)
+            if _GRAPH_CALL.search(f.file) and _TRACING.search(f.function)
+        ),
+        None,
+    )
+    if tracing is None:
+        return None
+    call = next((i for i, f in enumerate(frames[:tracing]) if _GRAPH_CALL.search(f.file)), tracing)
+    callers = [f for f in frames[:call] if is_user(f.file)]
+    if not callers:
+        return None  # Keras' or a library's own function (its steps traced from `fit`)
+    return callers[-1], _traced_name(frames[tracing:], is_user)
+
+
+def _is_tracing(frame: Frame) -> bool:
+    return bool(_GRAPH_CALL.search(frame.file) and _TRACING.search(frame.function))
+
+
+def _most(counts: Counter[str] | None) -> str | None:
+    return counts.most_common(1)[0][0] if counts else None
+
+
+def _traced_name(frames: list[Frame], is_user: _UserCode) -> str | None:
+    """The Python function a tracing stack runs: AutoGraph's conversion of it (`tf__step`), or
+    the user's own frame below TensorFlow's graph building."""
+    start = next((i for i, f in enumerate(frames) if _TRACED_BELOW.search(f.function)), None)
+    if start is None:
+        return None
+    for frame in frames[start + 1 :]:
+        m = _AUTOGRAPH_NAME.search(frame.function)
+        if m:
+            return m["name"]
+        if is_user(frame.file):
+            return _loop_name(frame)
+    return None
+
+
 def _loop_name(frame: Frame) -> str:
     return frame.function.rsplit(".", 1)[-1]
 
 
-def _site(frame: Frame, count: int, total: int) -> CodeSite:
+def _site(frame: Frame, count: int, total: int, traces: str | None = None) -> CodeSite:
     share = round(count / total, 4) if total else 0.0
-    return CodeSite(file=frame.file, line=frame.line, function=frame.function, share=share)
+    return CodeSite(
+        file=frame.file, line=frame.line, function=frame.function, share=share, traces=traces
+    )
 
 
 def _read_meta(path: Path) -> dict:

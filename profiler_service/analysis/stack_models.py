@@ -16,6 +16,9 @@ class CodeSite(BaseModel):
     line: int
     function: str  # its qualified name (`Trainer.step`), `<lambda>` for a lambda
     share: float  # of the samples this site is counted among (the reading's, below)
+    # For a call that traced a tf.function: the Python function it traced, where the stacks
+    # name it (AutoGraph's `tf__<name>`, or the function's own frame).
+    traces: str | None = None
 
 
 class PythonStacks(BaseModel):
@@ -34,3 +37,7 @@ class PythonStacks(BaseModel):
     # Keras' own fit/evaluate/predict loop), by its share of all those threads' samples.
     loop_samples: int = 0
     loop_lines: list[CodeSite] = Field(default_factory=list)
+    # Samples of the loop's threads that were tracing a tf.function (building its graph): the
+    # user's line that called it, by its share of them, with the function it traced.
+    tracing_samples: int = 0
+    tracing_calls: list[CodeSite] = Field(default_factory=list)

@@ -5,11 +5,15 @@
   from_generator), each entered from tf.data, by share of the pipeline's Python samples;
 - eager_execution, host_overhead, between_steps: the user's innermost lines where the training
   loop's Python ran by itself (not a tf.function's graph, not Keras' own loop), by share of the
-  samples of the threads that run the user's code.
+  samples of the threads that run the user's code;
+- retracing, xla_recompilation: the user's lines that called the tf.function while it traced
+  (what changes at that call is what retraces it), by share of the tracing samples, the function
+  the finding names first.
 
-Other rules' causes are not in the user's Python (or not yet read from it: retracing, memory
-growth): their `where` stays empty, as does every finding of a capture without stacks (a
-sidecar's). A site is named only where it holds `MIN_SHARE` of its samples or more.
+Other rules' causes are not in the user's Python (or not read from it: memory growth, whose
+allocations TensorFlow records by op, not by Python line): their `where` stays empty, as does
+every finding of a capture without stacks. A site is named only where it holds `MIN_SHARE` of
+its samples or more.
 """
 
 from __future__ import annotations
@@ -18,12 +22,21 @@ from pathlib import PurePath
 
 from profiler_service.analysis.models import CodeSite, Finding, Summary
 
-__all__ = ["LOOP_RULES", "MIN_SHARE", "PIPELINE_RULES", "SITES", "attribute", "locate"]
+__all__ = [
+    "LOOP_RULES",
+    "MIN_SHARE",
+    "PIPELINE_RULES",
+    "SITES",
+    "TRACING_RULES",
+    "attribute",
+    "locate",
+]
 
 SITES = 3  # sites named at most, most samples first
 MIN_SHARE = 0.05  # a site holding less of its samples is not named
 PIPELINE_RULES = frozenset({"input_bound"})
 LOOP_RULES = frozenset({"eager_execution", "host_overhead", "between_steps"})
+TRACING_RULES = frozenset({"retracing", "xla_recompilation"})
 
 
 def locate(finding: Finding, summary: Summary) -> list[CodeSite]:
@@ -35,9 +48,21 @@ def locate(finding: Finding, summary: Summary) -> list[CodeSite]:
         sites = stacks.pipeline_functions
     elif finding.rule in LOOP_RULES:
         sites = stacks.loop_lines
+    elif finding.rule in TRACING_RULES:
+        sites = _calls_of(stacks.tracing_calls, finding.evidence.get("function"))
     else:
         return []
     return [s for s in sites if s.share >= MIN_SHARE][:SITES]
+
+
+def _calls_of(sites: list[CodeSite], function: str | None) -> list[CodeSite]:
+    """The calls that traced `function` (its Python name, as TensorFlow's events give it), or,
+    where the stacks name no function traced, every call that traced one."""
+    if function:
+        named = [s for s in sites if s.traces == function]
+        if named:
+            return named
+    return [s for s in sites if s.traces is None]
 
 
 def attribute(finding: Finding, summary: Summary) -> Finding:
@@ -50,6 +75,14 @@ def attribute(finding: Finding, summary: Summary) -> Finding:
         lead = (
             f"In your code: {_named(first)} is the Python your tf.data pipeline runs "
             f"({first.share:.0%} of its samples there)."
+        )
+    elif finding.rule in TRACING_RULES:
+        first = finding.where[0]
+        traced = f"`{first.traces}`" if first.traces else "the function"
+        lead = (
+            f"In your code: {_named(first)} calls {traced} with what makes it trace again "
+            f"({first.share:.0%} of the tracing samples there): what changes at that call "
+            "from one call to the next is the cause."
         )
     else:
         named = ", ".join(f"{_named(s)}, {s.share:.0%}" for s in finding.where)

@@ -109,3 +109,45 @@ def test_stacks_as_py_spy_writes_them_read_alike():
     stacks = read_stacks(f"<module> ({TRAIN}:5);step ({TRAIN}:9) 7\n")
     assert stacks == [("", [stacks[0][1][0], stacks[0][1][1]], 7)]
     assert [(f.function, f.line) for f in stacks[0][1]] == [("<module>", 5), ("step", 9)]
+
+
+POLY = f"{SITE}/tensorflow/python/eager/polymorphic_function"
+TRACE = (
+    f"{GRAPH};Function._call ({POLY}/polymorphic_function.py:878);"
+    f"call_function ({POLY}/tracing_compilation.py:132);"
+    f"trace_function ({POLY}/tracing_compilation.py:178);"
+    f"_maybe_define_function ({POLY}/tracing_compilation.py:283);"
+    f"_create_concrete_function ({POLY}/tracing_compilation.py:310);"
+    f"func_graph_from_py_func ({SITE}/tensorflow/python/framework/func_graph.py:1060)"
+)
+AUTOGRAPH = "outer_factory.<locals>.inner_factory.<locals>.tf__train_step (/tmp/__autograph_generated_fileab12.py:12)"  # noqa: E501
+# A custom loop calling `train_step` (a tf.function) with a new Python float each step: it
+# traces at every call (from line 50), runs its graph otherwise; Keras' fit (line 80) traces its
+# own step function.
+RETRACING = f"""\
+MainThread (tid 1);<module> ({TRAIN}:90);loop ({TRAIN}:50);{TRACE};{AUTOGRAPH} 60
+MainThread (tid 1);<module> ({TRAIN}:90);loop ({TRAIN}:50);{TRACE};decode ({TRAIN}:12) 5
+MainThread (tid 1);<module> ({TRAIN}:90);loop ({TRAIN}:50);{GRAPH};{TRACE[len(GRAPH) + 1 :].split(";func_graph")[0]} 15
+MainThread (tid 1);<module> ({TRAIN}:90);loop ({TRAIN}:50);{GRAPH} 100
+MainThread (tid 1);<module> ({TRAIN}:90);main ({TRAIN}:80);{KERAS_FIT};{TRACE};{AUTOGRAPH.replace("train_step", "one_step_on_data")} 40
+"""  # noqa: E501
+
+
+def test_retracing_names_the_call_that_traced_the_function_the_finding_names():
+    summary = summary_of(RETRACING)
+    stacks = summary.python_stacks
+    assert stacks.tracing_samples == 120
+    assert [(s.function, s.line, s.traces, s.share) for s in stacks.tracing_calls] == [
+        ("loop", 50, "train_step", 0.6667),  # samples past the graph's building count here too
+        ("main", 80, "one_step_on_data", 0.3333),  # the user's call of fit that traced it
+    ]
+    retrace = finding("retracing")
+    retrace.evidence = {"function": "train_step"}
+    found = attribute(retrace, summary)
+    assert [(s.file, s.line) for s in found.where] == [(TRAIN, 50)]
+    assert found.recommendation.startswith("In your code: `loop` (train.py:50) calls `train_step`")
+    other = finding("xla_recompilation")
+    other.evidence = {"function": "another_fn"}  # traced by no call the stacks saw
+    assert locate(other, summary) == []
+    # tracing is no line of the loop's own Python
+    assert stacks.loop_lines == [] and locate(finding("host_overhead"), summary) == []

@@ -6,6 +6,7 @@ from the demo job's own source, not written here."""
 from __future__ import annotations
 
 import inspect
+from pathlib import PurePath
 
 import httpx
 from helpers import start_job
@@ -91,3 +92,44 @@ def test_stacks_turned_off_leave_no_file_and_no_where(tmp_path):
     assert body["summary"]["python_stacks"] is None
     assert "input_bound" in {f["rule"] for f in body["findings"]}
     assert all(f["where"] == [] for f in body["findings"])
+
+
+def line_of(function, text: str) -> int:
+    """The line of `function`'s own source that holds `text`."""
+    source, first = inspect.getsourcelines(function)
+    return first + next(i for i, line in enumerate(source) if text in line)
+
+
+def test_a_retracing_function_is_named_with_the_call_that_retraces_it(tmp_path):
+    from profiler_service.demo import tf_pathologies
+
+    body, _ = capture_through_the_agent(
+        tmp_path, "--workload", "function", "--arg", "python-number"
+    )
+    step = nested_code(tf_pathologies.function_loop, "step")  # the loop's call of the function
+    call = line_of(tf_pathologies.function_loop, "1e-4 / (1 + i)")  # a new Python float
+    found = {f["rule"]: f for f in body["findings"]}
+    assert "retracing" in found, body["findings"]
+    retracing = found["retracing"]
+    assert retracing["where"], retracing
+    first = retracing["where"][0]
+    assert (first["function"], first["file"], first["line"]) == (
+        step.co_qualname,
+        step.co_filename,
+        call,
+    )
+    assert first["traces"] == "step_fn" == retracing["evidence"]["function"]
+    assert first["share"] > 0.5
+    assert (
+        f"`{step.co_qualname}` ({PurePath(step.co_filename).name}:{call})"
+        in (retracing["recommendation"])
+    )
+    assert body["summary"]["python_stacks"]["tracing_samples"] > 5
+    # tracing is not the loop's own Python: it is not blamed on the loop's lines as well
+    assert all(f["where"] == [] for f in body["findings"] if f["rule"] != "retracing")
+
+
+def test_a_function_traced_once_gets_no_tracing_where(tmp_path):
+    body, _ = capture_through_the_agent(tmp_path, "--workload", "function", "--arg", "tensor")
+    assert "retracing" not in {f["rule"] for f in body["findings"]}
+    assert body["summary"]["python_stacks"]["tracing_samples"] == 0
