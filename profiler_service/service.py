@@ -27,7 +27,11 @@ from profiler_service.lookback.lead_up import LeadUpRecorder
 from profiler_service.lookback.ring import SampleRing
 from profiler_service.lookback.sampler import Sampler
 from profiler_service.lookback.sources import (
+    SIDECAR_STEPS_HINT,
+    UNWATCHED_HINT,
     GpuSource,
+    JobMetricsSource,
+    NotRead,
     ProcessCpuSource,
     ProcessMemorySource,
     Source,
@@ -254,5 +258,12 @@ def build_sampler(
                 ProcessMemorySource(watched, name="proc", limit_bytes=capacity),
                 ProcessCpuSource(watched, name="proc"),
             ]
+        else:  # not for the notes: said only when nothing at all was read
+            sources.append(NotRead((), UNWATCHED_HINT))
+        if lookback.job_metrics_url:
+            timeout_s = min(1.0, lookback.lookback_interval_s / 2)
+            sources.insert(0, JobMetricsSource(lookback.job_metrics_url, timeout_s))
+        else:
+            sources.insert(0, NotRead(("step_time_ms",), SIDECAR_STEPS_HINT))
     ring = SampleRing(lookback.lookback_s, lookback.lookback_interval_s)
     return Sampler(ring, sources, lookback.lookback_interval_s)

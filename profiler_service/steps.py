@@ -10,11 +10,14 @@ analysis (analysis/step_markers.py) reads N from that gap and reports per-step f
 
 Each call's wall time also feeds `profiler_training_steps_total` and
 `profiler_training_step_duration_seconds` (exporters/step_collector.py), per training step, which
-the embedded agent's `GET /metrics` exports.
+the embedded agent's `GET /metrics` exports. Beside a sidecar, which cannot see into this
+process, `PROFILER_JOB_METRICS_PORT` makes the first marked step serve them on that port
+(exporters/job_metrics.py) for the sidecar to read (PROFILER_JOB_METRICS_URL).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from time import perf_counter
 from typing import Any
@@ -25,6 +28,20 @@ from tensorflow import keras
 from profiler_service.probes.steps import STEP_STATS
 
 __all__ = ["ProfilerStepCallback", "training_step"]
+
+_metrics_checked = False  # whether PROFILER_JOB_METRICS_PORT was looked at in this process
+
+
+def _serve_metrics_once() -> None:
+    """At the first marked step: serve the step metrics when PROFILER_JOB_METRICS_PORT asks."""
+    global _metrics_checked
+    if _metrics_checked:
+        return
+    _metrics_checked = True
+    if os.environ.get("PROFILER_JOB_METRICS_PORT"):
+        from profiler_service.exporters.job_metrics import serve_from_environment
+
+        serve_from_environment()
 
 
 class _Step:
@@ -55,6 +72,7 @@ def training_step(step_num: int, name: str = "train", steps: int = 1) -> _Step:
     `steps=N` and number the calls by their first step, 0, N, 2N, ...: the analysis reads N
     from the gap between markers, and the metrics count N steps per call.
     """
+    _serve_metrics_once()
     return _Step(step_num, name, steps)
 
 
@@ -92,10 +110,12 @@ class ProfilerStepCallback(keras.callbacks.Callback):
 
     def on_train_begin(self, logs=None):
         self._marks = not _fit_marks_steps(self.model)
+        _serve_metrics_once()
 
     def on_train_batch_begin(self, batch, logs=None):
         if self._marks is None:  # on_train_begin not called (a custom loop calling the hooks)
             self._marks = not _fit_marks_steps(self.model)
+            _serve_metrics_once()
         self._begin = batch
         if self._marks:
             self._trace = tf.profiler.experimental.Trace(self.name, step_num=self.step, _r=1)

@@ -146,7 +146,8 @@ def describe_cost(cost: CaptureCost | None) -> str:
     if cost is None:
         return ""
     if cost.ratio is None:
-        return f"what the capture cost the job: unknown ({cost.note})"
+        why = (cost.note or "").removeprefix("unknown: ")
+        return f"what the capture cost the job: unknown ({why})"
     change = cost.ratio - 1
     verb = (
         f"cost the job {change:.0%} of step time"

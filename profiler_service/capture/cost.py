@@ -11,7 +11,10 @@ before, read from the step timings the job already reports.
 - A sidecar whose job exports the step metrics to Prometheus: the lead-up's `step_time_ms` query
   (a one-minute rate) just before the trace, against the trace's own steps (XProf's step time):
   `prometheus+trace`, rougher, said so.
-- Neither: unknown, and the note says what would tell it.
+- Neither: unknown, and the note gives the true cause the look-back recorded
+  (`LeadUp.missing`): a job that marks no steps, or a sidecar that does not read the job's step
+  timings (they live in the job's process: PROFILER_JOB_METRICS_URL reads them from the job's
+  `/metrics`), with what to do.
 """
 
 from __future__ import annotations
@@ -39,9 +42,11 @@ COSTLY_ADVICE = (
 DURING_MIN_OVERLAP = 0.5
 WHOLLY_INSIDE = 0.98
 
-UNKNOWN = (
-    "unknown: the job reports no step timings (`ProfilerStepCallback` or `training_step` with "
-    "the agent, or its step metrics in Prometheus)"
+# Where the look-back recorded no reason (a snapshot from before it did).
+UNKNOWN = "unknown: no step timings of the job were read during the look-back"
+NO_LOOKBACK = (
+    "unknown: nothing reads the job's step timings (PROFILER_LOOKBACK_S=0 and no "
+    "PROFILER_PROMETHEUS_URL)"
 )
 
 
@@ -98,7 +103,19 @@ def _measured(
             note="before: Prometheus's one-minute rate of the job's step timings; during: the "
             "trace's own steps (XProf): a rough figure",
         )
-    return CaptureCost(note=UNKNOWN)
+    return CaptureCost(note=_unknown(lead_up, rate, trace_step_ms))
+
+
+def _unknown(lead_up: LeadUp | None, rate: Series | None, trace_step_ms: float | None) -> str:
+    """Why no cost: the cause the look-back recorded, not a guess."""
+    if lead_up is None:
+        return NO_LOOKBACK
+    if rate is not None and rate.points:
+        if not trace_step_ms:
+            return "unknown: the trace holds no step to set against Prometheus's step time"
+        return "unknown: Prometheus's step time has no point before the trace"
+    why = lead_up.missing.get("step_time_ms")
+    return f"unknown: {why}" if why else UNKNOWN
 
 
 def _from_samples(times: Series, counts: Series | None, start: float, end: float) -> CaptureCost:

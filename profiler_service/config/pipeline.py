@@ -273,6 +273,13 @@ class LookbackSettings(Group):
         description="Sidecar: the job's process, a pid or a regex searched in command lines "
         "(lowest matching pid), read through `/proc` (needs a shared PID namespace).",
     )
+    job_metrics_url: Annotated[str | None, AfterValidator(check_url)] = Field(
+        default=None,
+        description="Sidecar: the job's own `/metrics`, read each look-back interval for its "
+        "step timings (what a capture cost the job); the job serves them with "
+        "`PROFILER_JOB_METRICS_PORT` in its environment (or `start_job_metrics_server`), e.g. "
+        "`http://127.0.0.1:9464/metrics`.",
+    )
     prometheus_url: Annotated[str | None, AfterValidator(check_url)] = Field(
         default=None,
         description="Prometheus's HTTP API: every snapshot stores `prometheus_queries` over its "

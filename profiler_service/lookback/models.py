@@ -28,6 +28,9 @@ class LeadUp(BaseModel):
     end: datetime
     series: list[Series] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)  # what could not be read, and why
+    # Readings the sampler is there for but took none of in the window, each with why
+    # (lookback/sources.py): step_time_ms's tells what a capture cost the job (capture/cost.py).
+    missing: dict[str, str] = Field(default_factory=dict)
 
 
 class PendingLeadUp:
@@ -80,7 +83,16 @@ class PendingLeadUp:
             else:
                 self.now.series += found[0]
                 self.now.notes += found[1]
+                self._found_in_prometheus(found[0])
         return self.now
+
+    def _found_in_prometheus(self, series: list[Series]) -> None:
+        """A reading the sampler missed that Prometheus gave is missing no more (a sidecar's
+        step times from the job's metrics, scraped): its note goes too."""
+        for name in {s.name for s in series if s.points} & set(self.now.missing):
+            why = self.now.missing.pop(name)
+            if why not in self.now.missing.values() and why in self.now.notes:
+                self.now.notes.remove(why)
 
 
 _JOIN_MARGIN_S = 5.0

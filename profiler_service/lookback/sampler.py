@@ -10,7 +10,7 @@ from datetime import datetime
 from profiler_service.lifecycle import BackgroundLoop, LoopOwner
 from profiler_service.lookback.models import LeadUp
 from profiler_service.lookback.ring import Sample, SampleRing
-from profiler_service.lookback.sources import Source
+from profiler_service.lookback.sources import Source, readings_of, silence_of
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +32,7 @@ class Sampler(LoopOwner):
         self._next_at: float | None = None  # time.monotonic() of the next round
         self._failing: set[str] = set()  # sources whose failure was logged already
         self._source_of: dict[str, str] = {}  # reading -> the source's name
+        self._first_at: float | None = None  # the first sample's time
 
     def sample(self) -> Sample:
         """One reading of every source, appended to the ring and handed to the listeners.
@@ -53,6 +54,8 @@ class Sampler(LoopOwner):
             values.update(read)
             self._source_of.update((k, source.name) for k in read)
         sample = Sample(time=self.clock(), values=values)
+        if self._first_at is None:
+            self._first_at = sample.time
         self.ring.append(sample)
         failed: Exception | None = None
         for listener in self.listeners:
@@ -76,7 +79,36 @@ class Sampler(LoopOwner):
         return self._source_of.get(key, "")
 
     def lead_up(self, start: datetime, end: datetime) -> LeadUp:
-        """The ring's samples between `start` and `end`, one series per reading."""
-        series = self.ring.series(start.timestamp(), end.timestamp(), self.source_of)
-        notes = [] if series else ["no samples in the look-back window (the sampler just started)"]
-        return LeadUp(start=start, end=end, series=series, notes=notes)
+        """The ring's samples between `start` and `end`, one series per reading; what the
+        sources are there for but did not read, each with its own reason (a sidecar without the
+        job's step timings is told how to get them, not that it just started)."""
+        begin, until = start.timestamp(), end.timestamp()
+        series = self.ring.series(begin, until, self.source_of)
+        read = {s.name for s in series}
+        missing: dict[str, str] = {}
+        for source in self.sources:
+            for reading in readings_of(source):
+                if reading not in read:
+                    missing.setdefault(reading, silence_of(source))
+        if not self.ring.window(begin, until):
+            notes = [self._no_samples(begin)]
+        elif not series:
+            reasons = dict.fromkeys(silence_of(source) for source in self.sources)
+            notes = ["the sampler read nothing about the job: " + "; ".join(reasons)]
+        else:
+            notes = list(dict.fromkeys(missing.values()))
+        return LeadUp(start=start, end=end, series=series, notes=notes, missing=missing)
+
+    def _no_samples(self, begin: float) -> str:
+        """Why the window holds no sample at all."""
+        if self._first_at is None:
+            return "no samples in the look-back window: the sampler has not taken one yet"
+        if self._first_at > begin:
+            return (
+                "no samples in the look-back window: the sampler started "
+                f"{max(0.0, self.clock() - self._first_at):.0f} s ago"
+            )
+        return (
+            "no samples in the look-back window: the sampler took none in it (its loop "
+            "stalled or stopped: profiler_background_loop_* in /metrics)"
+        )

@@ -1,7 +1,11 @@
 """What each mode can read about the job once a second, cheaply.
 
     reading                      agent (in the job)           sidecar
-    step time, steps/s           the step markers' counts     - (Prometheus, when set)
+    step time, steps/s           the step markers' counts     the job's own /metrics
+                                                              (PROFILER_JOB_METRICS_URL; the
+                                                              job serves them with
+                                                              PROFILER_JOB_METRICS_PORT), else
+                                                              Prometheus, when set
     memory in use, host          this process's RSS           the job's RSS from /proc/PID
                                                               (PROFILER_WATCH_PROCESS; a
                                                               shared PID namespace)
@@ -14,6 +18,11 @@
 
 Host capacity is the process's cgroup memory limit (what the OOM killer enforces in a
 container), else the host's memory. GPU capacity is the device's memory (NVML).
+
+A source names the readings it is there for (`readings`) and says why it read none of them
+(`silence()`), so a snapshot's lead-up states the true cause of a missing series (a sidecar
+cannot see the step markers inside the job) instead of guessing; `NotRead` stands for a reading
+this mode has no source for, with what would give it.
 """
 
 from __future__ import annotations
@@ -42,6 +51,49 @@ class Source(Protocol):
     name: str
 
     def read(self) -> dict[str, float]: ...
+
+
+def readings_of(source: Source) -> tuple[str, ...]:
+    """The readings `source` is there for (optional on a source: none)."""
+    return tuple(getattr(source, "readings", ()))
+
+
+def silence_of(source: Source) -> str:
+    """Why `source` read nothing lately (optional on a source: its name)."""
+    silence = getattr(source, "silence", None)
+    return silence() if callable(silence) else f"{type(source).__name__} read nothing"
+
+
+# The reading whose absence a note explains (steps_per_s goes with it).
+STEP_READINGS = ("step_time_ms",)
+SIDECAR_STEPS_HINT = (
+    "the sidecar does not read the job's step timings: `ProfilerStepCallback` and "
+    "`training_step` time the steps inside the job's process. Serve them from the job "
+    "(PROFILER_JOB_METRICS_PORT=9464 in its environment, or `start_job_metrics_server(9464)`) "
+    "and set PROFILER_JOB_METRICS_URL=http://127.0.0.1:9464/metrics on the sidecar, or give it "
+    "the Prometheus that scrapes them (PROFILER_PROMETHEUS_URL)"
+)
+
+UNWATCHED_HINT = (
+    "the job's process is not watched (PROFILER_WATCH_PROCESS: its pid or a regular expression "
+    "of its command line, in a shared PID namespace)"
+)
+
+
+class NotRead:
+    """A reading this mode has no source for: reads nothing, says what would give it."""
+
+    name = "none"
+
+    def __init__(self, readings: tuple[str, ...], why: str):
+        self.readings = readings
+        self._why = why
+
+    def read(self) -> dict[str, float]:
+        return {}
+
+    def silence(self) -> str:
+        return self._why
 
 
 def _cgroups(pid: int | str) -> list[tuple[str, str]]:
@@ -77,28 +129,106 @@ def _gpu_name(reading: GpuReading) -> str:
     return f"GPU:{reading.labels[0]}"
 
 
+class _StepDelta:
+    """Step time and steps over the last interval, from cumulative (steps, seconds) counters."""
+
+    def __init__(self) -> None:
+        self._last: tuple[float, float] | None = None
+
+    def since_last(self, count: float, total_s: float) -> dict[str, float]:
+        last, self._last = self._last, (count, total_s)
+        if last is not None and count < last[0]:  # the job restarted: counting anew
+            last = None
+        if last is None or count <= last[0]:
+            return {"steps_per_s": 0.0} if last is not None else {}
+        steps = count - last[0]
+        return {"step_time_ms": 1000 * (total_s - last[1]) / steps, "steps_per_s": float(steps)}
+
+
 class StepSource:
     """Step time over the last interval from the step markers' counters (agent only)."""
 
     name = "agent"
+    readings = STEP_READINGS
 
     def __init__(self, stats: StepStats = STEP_STATS):
         self.stats = stats
-        self._last: tuple[int, float] | None = None
+        self._delta = _StepDelta()
 
     def read(self) -> dict[str, float]:
         series = self.stats.snapshot().values()
         count = sum(c for _, c, _ in series)
         total = sum(s for _, _, s in series)
-        last, self._last = self._last, (count, total)
-        if last is None or count <= last[0]:
-            return {"steps_per_s": 0.0} if last is not None else {}
-        steps = count - last[0]
-        return {"step_time_ms": 1000 * (total - last[1]) / steps, "steps_per_s": float(steps)}
+        return self._delta.since_last(count, total)
+
+    def silence(self) -> str:
+        return (
+            "the job marked no step (`ProfilerStepCallback` in `fit()`'s callbacks, or "
+            "`training_step` around a custom loop's step)"
+        )
+
+
+STEPS_TOTAL = "profiler_training_steps"  # a counter: its sample is `..._total`
+STEP_SECONDS = "profiler_training_step_duration_seconds"
+
+
+class JobMetricsSource:
+    """A sidecar's step timings: the job's own `/metrics` (exporters/job_metrics.py), read
+    each interval; the same counters the agent's StepSource reads in-process."""
+
+    name = "job"
+    readings = STEP_READINGS
+
+    def __init__(self, url: str, timeout_s: float = 1.0):
+        self.url = url
+        self.timeout_s = timeout_s
+        self._delta = _StepDelta()
+        self._problem: str | None = None  # why the last read gave nothing
+
+    def read(self) -> dict[str, float]:
+        import httpx
+        from prometheus_client.parser import text_string_to_metric_families
+
+        try:
+            response = httpx.get(self.url, timeout=self.timeout_s)
+            response.raise_for_status()
+        except httpx.HTTPError as exc:
+            self._problem = f"the job's metrics at {self.url} did not answer ({_describe(exc)})"
+            return {}
+        count = total = 0.0
+        found = False
+        for family in text_string_to_metric_families(response.text):
+            for sample in family.samples:
+                if sample.name == f"{STEPS_TOTAL}_total":
+                    count, found = count + sample.value, True
+                elif sample.name == f"{STEP_SECONDS}_sum":
+                    total += sample.value
+        if not found:  # no step marked yet: the first ones count from zero
+            self._delta.since_last(0.0, 0.0)
+            self._problem = (
+                f"the job's metrics at {self.url} count no step: nothing in the job marks its "
+                "steps (`ProfilerStepCallback` in `fit()`'s callbacks, or `training_step`)"
+            )
+            return {}
+        values = self._delta.since_last(count, total)
+        self._problem = None
+        if not values.get("steps_per_s"):
+            self._problem = f"the job's metrics at {self.url} counted no new step (is it training?)"
+        return values
+
+    def silence(self) -> str:
+        return self._problem or f"the job's metrics at {self.url} were not read yet"
+
+
+def _describe(exc: Exception) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 class ProcessMemorySource:
     """A process's RSS against its cgroup limit: this one (agent) or the job (sidecar)."""
+
+    readings = ("memory_in_use_bytes",)
 
     def __init__(
         self,
@@ -110,18 +240,35 @@ class ProcessMemorySource:
         self.name = name
         self.limit_bytes = limit_bytes  # PROFILER_MEMORY_WATCH_CAPACITY_BYTES: the real limit
         self._limit: tuple[int, int] | None = None  # (pid, bytes): a limit changes with the pid
+        self._problem: str | None = None
 
     def read(self) -> dict[str, float]:
         pid = self._pid()
         if pid is None:
+            self._problem = _unwatched(self._pid)
             return {}
         try:
             rss = psutil.Process(pid).memory_info().rss
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
+        except (psutil.NoSuchProcess, psutil.AccessDenied) as exc:
+            self._problem = f"the job's process {pid} could not be read ({type(exc).__name__})"
             return {}
+        self._problem = None
         if self._limit is None or self._limit[0] != pid:
             self._limit = (pid, self.limit_bytes or memory_limit_bytes(pid))
         return {"memory_in_use_bytes|host": rss, "memory_capacity_bytes|host": self._limit[1]}
+
+    def silence(self) -> str:
+        return self._problem or "the job's memory was not read yet"
+
+
+def _unwatched(pid: Callable[[], int | None]) -> str:
+    spec = getattr(pid, "spec", None)
+    if spec is None:
+        return "no process to read"
+    return (
+        f"no process matches PROFILER_WATCH_PROCESS={spec!r} (the sidecar sees the job's "
+        "processes only in a shared PID namespace: `shareProcessNamespace: true`)"
+    )
 
 
 def cpu_cores_available(pid: int | str = "self") -> float:
@@ -160,15 +307,22 @@ class ProcessCpuSource:
         self.name = name
         self._last: tuple[int, float, float] | None = None  # pid, CPU seconds, monotonic
         self._available: tuple[int, float] | None = None
+        self._problem: str | None = None
+
+    def silence(self) -> str:
+        return self._problem or "the job's CPU time was not read yet"
 
     def read(self) -> dict[str, float]:
         pid = self._pid()
         if pid is None:
+            self._problem = _unwatched(self._pid)
             return {}
         try:
             times = psutil.Process(pid).cpu_times()
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
+        except (psutil.NoSuchProcess, psutil.AccessDenied) as exc:
+            self._problem = f"the job's process {pid} could not be read ({type(exc).__name__})"
             return {}
+        self._problem = None
         now, used = time.monotonic(), times.user + times.system
         if self._available is None or self._available[0] != pid:
             self._available = (pid, cpu_cores_available(pid))
@@ -226,6 +380,10 @@ class GpuSource:
                 if r.memory_total_bytes:
                     values[f"gpu_memory_total_bytes|{gpu}"] = r.memory_total_bytes
         return values
+
+    def silence(self) -> str:
+        reason = self.collector.unavailable_reason or "NVML read no GPU"
+        return f"no GPU readings ({reason})"
 
 
 class WatchedProcess:

@@ -104,9 +104,16 @@ def test_prometheus_s_rate_against_the_trace_s_steps_where_the_ring_has_none():
     assert cost.ratio == pytest.approx(1.1)
 
 
-def test_a_job_that_reports_no_step_timings_has_an_unknown_cost_and_is_told_why():
+def test_without_a_look_back_the_unknown_cost_says_nothing_reads_the_steps():
     cost = capture_cost(None, T0, T0 + timedelta(seconds=2), trace_step_ms=12.0, trace_steps=5)
-    assert cost.ratio is None and "ProfilerStepCallback" in cost.note
+    assert cost.ratio is None and "PROFILER_LOOKBACK_S=0" in cost.note
+
+
+def test_an_unknown_cost_gives_the_cause_the_look_back_recorded():
+    why = "the job marked no step (`ProfilerStepCallback` in `fit()`'s callbacks)"
+    lead_up = LeadUp(start=T0 - timedelta(minutes=5), end=T0, missing={"step_time_ms": why})
+    cost = capture_cost(lead_up, T0, T0 + timedelta(seconds=2), trace_step_ms=12.0, trace_steps=5)
+    assert cost.ratio is None and cost.note == f"unknown: {why}"
 
 
 def test_a_cheap_capture_says_nothing_more():

@@ -20,6 +20,7 @@ from profiler_service.capture.capturer import CaptureFailed
 from profiler_service.docs_reference.configuration import all_fields
 from profiler_service.docs_reference.pages import COMMAND, PAGES, REFERENCE_DIR, render
 from profiler_service.errors import PipelineFailure, ServiceError, SnapshotErrorCode
+from profiler_service.exporters import job_metrics
 from profiler_service.trigger.alert_log import Reason
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,7 +28,8 @@ PACKAGE = ROOT / "profiler_service"
 DOCS = ROOT / "docs"
 # Environment variables with the prefix that are not settings: the agent's gate in the examples
 # (agent.start(env_gate="PROFILER_ENABLE")) and the test suite's own switches.
-NOT_SETTINGS = {"PROFILER_ENABLE", "PROFILER_COMPAT_TF"}
+# ... and the job's own, for its metrics port (exporters/job_metrics.py).
+NOT_SETTINGS = {"PROFILER_ENABLE", "PROFILER_COMPAT_TF", job_metrics.PORT_ENV, job_metrics.ADDR_ENV}
 
 
 @pytest.mark.parametrize("name", list(PAGES))
