@@ -156,7 +156,7 @@ def test_baseline_of_a_target_is_used_by_default_and_exported(input_bound_job, s
 
         pinned = client.put(f"/profiles/{base['id']}/baseline")
         assert pinned.status_code == 200
-        assert pinned.json()["key"] == "target:trainer" and pinned.json()["snapshot"]["pinned"]
+        assert pinned.json()["key"] == "target:trainer" and pinned.json()["pinned"]
         assert client.get("/baselines").json() == {"target:trainer": base["id"]}
 
         head = client.post("/profile", params={"duration": "1s", "wait": "true"}).json()

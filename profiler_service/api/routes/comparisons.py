@@ -5,14 +5,15 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Query
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from profiler_service.analysis.compare import Comparison, GateMetric, compare, parse_threshold
 from profiler_service.api.deps import CaptureRequired, ReadRequired, SettingsDep
 from profiler_service.api.routes.profiles import SnapshotId, checked_id
-from profiler_service.api.schemas import ERROR_RESPONSES, SnapshotPublic
+from profiler_service.api.schemas import ERROR_RESPONSES
 from profiler_service.api.sidecar import StoreDep
 from profiler_service.errors import InvalidRequest, NoBaseline
+from profiler_service.exporters.links import snapshot_links
 from profiler_service.models import Snapshot
 from profiler_service.store import SnapshotStore
 from profiler_service.store.baselines import label_key, target_key
@@ -20,9 +21,25 @@ from profiler_service.store.baselines import label_key, target_key
 router = APIRouter(tags=["comparisons"], responses=ERROR_RESPONSES)
 
 
+class BaselineLinks(BaseModel):
+    snapshot: str  # the baseline snapshot, whole
+    report: str  # its report page
+    baselines: str  # every baseline of this service
+
+
 class BaselinePublic(BaseModel):
-    key: str
-    snapshot: SnapshotPublic
+    """The baseline just set: which snapshot `key` is now compared against (a few hundred
+    bytes; the snapshot itself, 15-40 KB, is one GET away at `links.snapshot`)."""
+
+    key: str = Field(description="`target:NAME` or `label:NAME=VALUE`")
+    snapshot_id: str
+    target: str = Field(description="the snapshot's target")
+    pinned: bool = Field(description="always true: retention never evicts a baseline")
+    compared_by_default: bool = Field(
+        description="`GET /profiles/{id}/compare` of the target's snapshots uses it without "
+        "`?baseline=` (a target's baseline; a label's is passed as `?baseline=ID`)"
+    )
+    links: BaselineLinks
 
 
 class ComparisonPublic(Comparison):
@@ -44,14 +61,27 @@ def set_baseline(
         Query(description="baseline of a label (name=value) instead of the snapshot's target"),
     ] = None,
 ) -> BaselinePublic:
-    """Make a ready snapshot the baseline of its target (or of a label); it becomes pinned."""
+    """Make a ready snapshot the baseline of its target (or of a label); it becomes pinned.
+
+    Answers the baseline record (its key, the snapshot's id and target, links to the snapshot,
+    its report and `GET /baselines`), not the snapshot. `GET /profiles/{id}/compare` of the
+    target's later snapshots then compares them with it.
+    """
     snapshot = store.get(checked_id(snapshot_id))
     try:
         key = label_key(label) if label else target_key(snapshot.target)
     except ValueError as exc:
         raise InvalidRequest(str(exc)) from None
     snapshot = store.set_baseline(snapshot.id, key)
-    return BaselinePublic(key=key, snapshot=SnapshotPublic.of(snapshot, settings.report))
+    links = snapshot_links(snapshot, settings.report)
+    return BaselinePublic(
+        key=key,
+        snapshot_id=snapshot.id,
+        target=snapshot.target,
+        pinned=snapshot.pinned,
+        compared_by_default=key == target_key(snapshot.target),
+        links=BaselineLinks(snapshot=links.self, report=links.report, baselines="/baselines"),
+    )
 
 
 @router.get("/baselines", response_model=dict[str, str], dependencies=[ReadRequired])

@@ -84,7 +84,7 @@ def delete_profile(snapshot_id: SnapshotId, store: StoreDep) -> Response:
     "/profiles/{snapshot_id}/pin", response_model=SnapshotPublic, dependencies=[CaptureRequired]
 )
 def pin_profile(snapshot_id: SnapshotId, settings: SettingsDep, store: StoreDep) -> SnapshotPublic:
-    """Pin a snapshot (a baseline): retention never evicts it."""
+    """Pin a snapshot, so retention never evicts it (no baseline: `PUT .../baseline` sets one)."""
     return SnapshotPublic.of(store.set_pinned(checked_id(snapshot_id), True), settings.report)
 
 
