@@ -22,7 +22,7 @@ from pathlib import Path
 from profiler_service.analysis.stack_models import CodeSite, PythonStacks
 from profiler_service.probes.python_stacks import SAMPLES_FILE, STACKS_FILE
 
-__all__ = ["Frame", "read_python_stacks", "read_stacks"]
+__all__ = ["Frame", "UserCode", "read_library_roots", "read_python_stacks", "read_stacks"]
 
 SITES_KEPT = 5  # sites of each reading kept in the summary, most samples first
 _FRAME = re.compile(r"^(?P<function>.*) \((?P<file>.*):(?P<line>\d+)\)$")
@@ -56,9 +56,17 @@ def read_python_stacks(run_dir: Path) -> PythonStacks | None:
     if not path.is_file():
         return None
     meta = _read_meta(run_dir / SAMPLES_FILE)
-    roots = [str(r).rstrip("/\\") for r in meta.get("library_roots", [])]
     stacks = read_stacks(path.read_text(encoding="utf-8", errors="replace"))
-    return summarise(stacks, roots, path.name, meta.get("hz"))
+    return summarise(stacks, _library_roots(meta), path.name, meta.get("hz"))
+
+
+def read_library_roots(samples: str) -> list[str]:
+    """The job's Python installation's directories, as its `python.samples.json` names them."""
+    return _library_roots(_parse_meta(samples))
+
+
+def _library_roots(meta: dict) -> list[str]:
+    return [str(r).rstrip("/\\") for r in meta.get("library_roots", [])]
 
 
 def read_stacks(text: str) -> list[tuple[str, list[Frame], int]]:
@@ -87,7 +95,7 @@ def summarise(
     hz: float | None = None,
 ) -> PythonStacks:
     """The user's functions tf.data ran, and the user's lines the loop's Python held."""
-    is_user = _UserCode(roots)
+    is_user = UserCode(roots)
     total = pipeline_total = loop_total = 0
     entered: Counter[tuple[str, str]] = Counter()  # (file, function) -> samples
     entered_lines: Counter[Frame] = Counter()
@@ -145,7 +153,7 @@ def summarise(
     )
 
 
-class _UserCode:
+class UserCode:
     """Whether a file is the user's code (the module's docstring says which are not)."""
 
     def __init__(self, roots: list[str]):
@@ -176,7 +184,7 @@ def _pipeline_entry(frames: list[Frame]) -> int | None:
     return found
 
 
-def _tracing_call(frames: list[Frame], is_user: _UserCode) -> tuple[Frame, str | None] | None:
+def _tracing_call(frames: list[Frame], is_user: UserCode) -> tuple[Frame, str | None] | None:
     """Where `frames` trace a tf.function called from the user's code: the user's line that
     called it and the Python function traced (None where the stacks do not name it)."""
     tracing = next(
@@ -204,7 +212,7 @@ def _most(counts: Counter[str] | None) -> str | None:
     return counts.most_common(1)[0][0] if counts else None
 
 
-def _traced_name(frames: list[Frame], is_user: _UserCode) -> str | None:
+def _traced_name(frames: list[Frame], is_user: UserCode) -> str | None:
     """The Python function a tracing stack runs: AutoGraph's conversion of it (`tf__step`), or
     the user's own frame below TensorFlow's graph building."""
     start = next((i for i, f in enumerate(frames) if _TRACED_BELOW.search(f.function)), None)
@@ -231,9 +239,16 @@ def _site(frame: Frame, count: int, total: int, traces: str | None = None) -> Co
 
 
 def _read_meta(path: Path) -> dict:
-    """`python.samples.json` without its samples; {} where it is missing or unreadable."""
+    """`python.samples.json`; {} where it is missing or unreadable."""
     try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        return _parse_meta(path.read_text(encoding="utf-8"))
+    except OSError:
+        return {}
+
+
+def _parse_meta(text: str) -> dict:
+    try:
+        meta = json.loads(text)
+    except ValueError:
         return {}
     return meta if isinstance(meta, dict) else {}

@@ -17,6 +17,7 @@ from profiler_service.analysis.text_report import (
 from profiler_service.analysis.verification import headline
 from profiler_service.config import ReportSettings
 from profiler_service.exporters import charts
+from profiler_service.exporters.flame_graph import USER_COLOUR, flame_graph_svg
 from profiler_service.exporters.links import snapshot_links
 from profiler_service.models import Snapshot
 
@@ -42,8 +43,11 @@ def render_report(
     snapshot: Snapshot,
     settings: ReportSettings,
     comparison: tuple[Snapshot, Comparison] | None = None,
+    python_stacks: tuple[str, list[str]] | None = None,
 ) -> str:
-    """`comparison` is (baseline, compare(baseline, snapshot)) for the side-by-side section."""
+    """`comparison` is (baseline, compare(baseline, snapshot)) for the side-by-side section;
+    `python_stacks` the snapshot's collapsed stacks and its Python's library roots, for the
+    flame graph."""
     template = _environment().get_template("report.html")
     return template.render(
         s=snapshot,
@@ -57,6 +61,8 @@ def render_report(
         severity_colours=SEVERITY_COLOURS,
         lead_up_marks=lead_up_marks(snapshot),
         lead_up=lead_up_charts(snapshot),
+        flame_graph=flame_graph_svg(*python_stacks) if python_stacks else None,
+        flame_colour=USER_COLOUR,
     )
 
 

@@ -9,6 +9,7 @@ import inspect
 from pathlib import PurePath
 
 import httpx
+import pytest
 from helpers import start_job
 
 from profiler_service.demo import job as demo
@@ -19,13 +20,16 @@ def capture_through_the_agent(
     tmp_path, *args: str, env: dict[str, str] | None = None
 ) -> tuple[dict, str | None]:
     """A 2 s capture of a demo job through its own agent: the snapshot and its collapsed stacks
-    (None where it has none)."""
+    (None where it has none); its report page, as the agent served it, in tmp_path/report.html."""
     job = start_job(*args, "--agent", "--store", str(tmp_path / "store"), env=env)
     try:
         with httpx.Client(base_url=job.ready["agent_url"], timeout=180) as client:
             body = client.post("/profile", params={"duration": "2s", "wait": "true"}).json()
             assert body["status"] == "ready", body.get("error")
             stacks = client.get(f"/profiles/{body['id']}/files/{STACKS_FILE}")
+            report = client.get(body["links"]["report"])
+            assert report.status_code == 200
+            (tmp_path / "report.html").write_text(report.text)
     finally:
         job.stop()
     return body, stacks.text if stacks.status_code == 200 else None
@@ -41,7 +45,7 @@ def nested_code(function, name: str):
     return next(c for c in function.__code__.co_consts if inspect.iscode(c) and c.co_name == name)
 
 
-def test_input_bound_names_the_decoding_function_the_pipeline_runs(tmp_path):
+def test_input_bound_names_the_decoding_function_the_pipeline_runs(tmp_path, browser):
     body, stacks = capture_through_the_agent(tmp_path, "--workload", "input-bound")
     decode = demo._python_decode  # what the demo's input_bound_dataset maps, in Python
     assert STACKS_FILE in {f["name"] for f in body["files"]} and stacks is not None
@@ -58,6 +62,27 @@ def test_input_bound_names_the_decoding_function_the_pipeline_runs(tmp_path):
     assert f"`{decode.__qualname__}`" in found["input_bound"]["recommendation"]
     summary = body["summary"]["python_stacks"]
     assert summary["pipeline_samples"] > 20 and summary["hz"] == DEFAULT_HZ
+
+    # The report page draws the flame graph (in real Chromium), the decoding function one of
+    # its highlighted boxes, as wide as its share of the samples drawn.
+    page = browser.new_page(viewport={"width": 1100, "height": 900})
+    page.set_content((tmp_path / "report.html").read_text())
+    graph = page.locator("#flame-graph")
+    assert graph.is_visible()
+    width = graph.bounding_box()["width"]
+    decode_boxes = page.locator("#flame-graph g.user").filter(
+        has=page.locator("title", has_text=f"{decode.__qualname__} (")
+    )
+    assert decode_boxes.count() >= 1
+    widest = max(decode_boxes.nth(i).bounding_box()["width"] for i in range(decode_boxes.count()))
+    drawn = int(graph.get_attribute("aria-label").split(": ")[1].split()[0])  # samples drawn
+    assert widest / width == pytest.approx(
+        summary["pipeline_samples"] * first["share"] / drawn, abs=0.05
+    )
+    # the agent's own threads (its HTTP server, the capture) ran no code of the user's
+    titles = page.locator("#flame-graph g.thread title").all_text_contents()
+    assert titles and not any("profiler-agent" in t or "capture-" in t for t in titles)
+    page.close()
 
 
 def test_a_compute_bound_job_gets_no_where_that_blames_a_line(tmp_path):
@@ -92,6 +117,7 @@ def test_stacks_turned_off_leave_no_file_and_no_where(tmp_path):
     assert body["summary"]["python_stacks"] is None
     assert "input_bound" in {f["rule"] for f in body["findings"]}
     assert all(f["where"] == [] for f in body["findings"])
+    assert 'id="flame-graph"' not in (tmp_path / "report.html").read_text()
 
 
 def line_of(function, text: str) -> int:

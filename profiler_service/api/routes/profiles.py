@@ -11,6 +11,8 @@ from fastapi.responses import FileResponse, HTMLResponse, StreamingResponse
 
 from profiler_service.analysis.compare import compare
 from profiler_service.analysis.models import Severity
+from profiler_service.analysis.python_stacks import read_library_roots
+from profiler_service.api.core import SnapshotReader
 from profiler_service.api.deps import ReaderDep, ReadRequired, SettingsDep
 from profiler_service.api.schemas import (
     ERROR_RESPONSES,
@@ -21,7 +23,8 @@ from profiler_service.api.schemas import (
 )
 from profiler_service.errors import FileNotFound, InvalidRequest, SnapshotNotFound
 from profiler_service.exporters.report import render_report
-from profiler_service.models import SnapshotStatus, TriggerKind, is_snapshot_id
+from profiler_service.models import Snapshot, SnapshotStatus, TriggerKind, is_snapshot_id
+from profiler_service.probes.python_stacks import SAMPLES_FILE, STACKS_FILE
 from profiler_service.store import SnapshotQuery
 
 # The reads: the fleet hub serves them too, over its index of the shared bucket (api/core.py).
@@ -115,7 +118,31 @@ def read_profile_report(
     if baseline is not None:
         base = store.get(checked_id(baseline))
         comparison = (base, compare(base, snapshot))
-    return render_report(snapshot, settings.report, comparison)
+    return render_report(snapshot, settings.report, comparison, _python_stacks(store, snapshot))
+
+
+def _python_stacks(store: SnapshotReader, snapshot: Snapshot) -> tuple[str, list[str]] | None:
+    """The snapshot's collapsed stacks and its Python's library roots (from its disk, or the
+    shared object store for the hub and another sidecar's snapshot); None where it has none."""
+    if snapshot.summary is None or snapshot.summary.python_stacks is None:
+        return None
+    folded = _text_of(store, snapshot.id, STACKS_FILE)
+    if folded is None:
+        return None
+    samples = _text_of(store, snapshot.id, SAMPLES_FILE)
+    return folded, read_library_roots(samples) if samples else []
+
+
+def _text_of(store: SnapshotReader, snapshot_id: str, name: str) -> str | None:
+    try:
+        return store.file_path(snapshot_id, name).read_text(encoding="utf-8", errors="replace")
+    except FileNotFound:
+        pass
+    try:
+        _, chunks = store.remote_file(snapshot_id, name)
+    except FileNotFound:
+        return None
+    return b"".join(chunks).decode("utf-8", errors="replace")
 
 
 @read_router.get("/profiles/{snapshot_id}/files/{name:path}", response_class=FileResponse)
