@@ -59,7 +59,7 @@ def start_alertmanager(
         templated(
             ALERTMANAGER_YML.read_text(),
             [
-                (r"http://profiler-service-hub:8080/", f"{receiver_url}/", 1),
+                (r"http://fleet-profiler-hub\.ml\.svc:8080/", f"{receiver_url}/", 1),
                 (r"credentials_file: .*$", f"credentials_file: {token_file}", 1),
                 (r"group_wait: \S+$", "group_wait: 1s", 2),
                 (r"group_interval: \S+$", "group_interval: 1s", 2),

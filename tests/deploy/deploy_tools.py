@@ -53,15 +53,23 @@ def kubernetes_validate():
     return kubernetes_validate
 
 
-def install_dry_run(values: dict[str, Any], chart: Path = CHART) -> list[dict]:
+def install_dry_run(
+    values: dict[str, Any],
+    chart: Path = CHART,
+    *,
+    release: str = RELEASE,
+    namespace: str = NAMESPACE,
+) -> list[dict]:
     """`helm install --dry-run=client`: Helm's own schema check, rendering and manifest sorting."""
     h = helm()
-    config = h.Config(storage_driver="memory", namespace=NAMESPACE)
+    config = h.Config(storage_driver="memory", namespace=namespace)
     try:
-        release = config.install(str(chart), RELEASE, values, dry_run="client", namespace=NAMESPACE)
+        installed = config.install(
+            str(chart), release, values, dry_run="client", namespace=namespace
+        )
+        return [doc for doc in yaml.safe_load_all(installed["manifest"]) if doc]
     finally:
         config.close()
-    return [doc for doc in yaml.safe_load_all(release["manifest"]) if doc]
 
 
 def install_error(values: dict[str, Any]) -> str:

@@ -24,6 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 EXTERNAL = {
     "DCGM_FI_PROF_GR_ENGINE_ACTIVE": "NVIDIA dcgm-exporter (profiling metrics)",
+    "DCGM_FI_DEV_GPU_UTIL": "NVIDIA dcgm-exporter (device metrics; the fleet ledger's default)",
 }
 NVML_STANDIN = Path(__file__).parent / "nvml_standin"
 

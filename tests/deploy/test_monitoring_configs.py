@@ -8,12 +8,15 @@ their metric names are checked against the real service in test_metric_names.py.
 from __future__ import annotations
 
 import json
+import re
+from urllib.parse import urlsplit
 
 import yaml
-from deploy_tools import DEPLOY, metric_names, rule_groups, run_tool
+from deploy_tools import DEPLOY, install_dry_run, metric_names, rule_groups, run_tool
 
 PROMETHEUS = DEPLOY / "prometheus"
 GRAFANA = DEPLOY / "grafana"
+ALERTMANAGER = DEPLOY / "alertmanager" / "alertmanager.yml"
 
 
 def test_every_rules_file_passes_promtool_and_its_unit_tests():
@@ -111,9 +114,9 @@ def test_grafana_provisioning_files():
     receiver = contact["contactPoints"][0]["receivers"][0]
     assert receiver["type"] == "webhook"
     assert receiver["settings"]["url"].endswith("/webhooks/grafana")
-    # It posts to the fleet hub (the name deploy/alertmanager/alertmanager.yml uses), which
+    # It posts to the fleet hub (where deploy/alertmanager/alertmanager.yml posts), which
     # routes each alert by its namespace and pod: the rule's query keeps both.
-    assert receiver["settings"]["url"].startswith("http://profiler-service-hub:8080/")
+    assert urlsplit(receiver["settings"]["url"]).netloc == urlsplit(hub_webhook_url()).netloc
     assert receiver["settings"]["authorization_scheme"] == "Bearer"
     rules = yaml.safe_load((prov / "alerting" / "rules.yaml").read_text())
     rule = rules["groups"][0]["rules"][0]
@@ -124,3 +127,92 @@ def test_grafana_provisioning_files():
     assert queries and all(d["datasourceUid"] == uid for d in queries)
     assert all("by (namespace, pod)" in d["model"]["expr"] for d in queries)
     assert {d["refId"] for d in rule["data"]} >= {rule["condition"]}
+
+
+def hub_webhook_url() -> str:
+    config = yaml.safe_load(ALERTMANAGER.read_text())
+    receiver = next(r for r in config["receivers"] if r["name"] == "profiler-service")
+    return receiver["webhook_configs"][0]["url"]
+
+
+def test_alertmanager_posts_to_the_hub_service_the_chart_renders():
+    """deploy/alertmanager names the hub the way the chart does: the Service of the release
+    docs/fleet.md installs (`fleet`, namespace `ml`), on its port."""
+    url = urlsplit(hub_webhook_url())
+    host = url.hostname or ""
+    assert re.fullmatch(r"[a-z0-9-]+-profiler-hub\.[a-z0-9-]+\.svc", host), (
+        f"{host}: the chart's hub is <release>-profiler-hub.<namespace>.svc"
+    )
+    service_name, namespace = host.split(".")[:2]
+    release = service_name.removesuffix("-profiler-hub")
+    docs = install_dry_run(
+        {"training": {"kind": "none"}, "hub": {"enabled": True, "storeUrl": "s3://b/fleet"}},
+        release=release,
+        namespace=namespace,
+    )
+    services = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Service"}
+    assert service_name in services, f"the chart renders {sorted(services)}, not {service_name}"
+    assert url.port in {p["port"] for p in services[service_name]["spec"]["ports"]}
+    assert url.path == "/webhooks/alertmanager"
+    dashboard = json.loads((GRAFANA / "dashboards" / "profiler-fleet.json").read_text())
+    hub_url = next(v for v in dashboard["templating"]["list"] if v["name"] == "hub_url")
+    assert urlsplit(hub_url["query"]).netloc == url.netloc
+
+
+def _seconds(duration: str | None) -> float:
+    """A Prometheus duration (`10m`, `1h30m`, absent: 0) in seconds."""
+    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
+    parts = re.findall(r"(\d+)(ms|s|m|h|d|w|y)", duration or "0s")
+    return sum(int(n) * units[u] for n, u in parts)
+
+
+def _threshold(expr: str) -> float:
+    """The number an alert's expression compares with (`... < 0.3`, `... > 1.5 * ...`)."""
+    return float(re.search(r"[<>]\s*([0-9.]+)", " ".join(expr.split())).group(1))
+
+
+def _chart_rules(gpu_metric: str) -> dict[str, dict]:
+    docs = install_dry_run(
+        {"prometheusRule": {"enabled": True, "gpuUnderused": {"metric": gpu_metric}}}
+    )
+    rule = next(d for d in docs if d["kind"] == "PrometheusRule")
+    return {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
+
+
+def test_the_deploy_rules_and_the_charts_prometheus_rule_agree():
+    """One set of thresholds: deploy/prometheus's alerts fire as the chart's PrometheusRule does
+    with its default values (the same `for`, threshold, metrics, labels and capture length);
+    TrainingGpuUnderusedNvml is the chart's rule on profiler_gpu_utilization_ratio."""
+    rules = [r for path in PROMETHEUS.glob("*.rules.yml") for g in rule_groups(path)
+             for r in g["rules"]]  # fmt: skip
+    deploy = {r["alert"]: r for r in rules if "alert" in r}
+    recorded = {r["record"]: r["expr"] for r in rules if "record" in r}
+
+    def reads(expr: str) -> set[str]:
+        """The metrics an expression reads, through the recording rules it names."""
+        names = metric_names(expr)
+        return set().union(*(reads(recorded[n]) if n in recorded else {n} for n in names))
+
+    pairs = [
+        (name, deploy[name], rule)
+        for name, rule in _chart_rules("DCGM_FI_PROF_GR_ENGINE_ACTIVE").items()
+    ]
+    nvml = _chart_rules("profiler_gpu_utilization_ratio")["TrainingGpuUnderused"]
+    pairs.append(("TrainingGpuUnderusedNvml", deploy["TrainingGpuUnderusedNvml"], nvml))
+    assert {name for name, _, _ in pairs} >= {
+        "TrainingGpuUnderused", "TrainingGpuUnderusedNvml", "TrainingStepTimeAboveBaseline",
+        "TrainingInputBound",
+    }  # fmt: skip
+    for name, ours, chart in pairs:
+        assert _seconds(ours.get("for")) == _seconds(chart.get("for")), name
+        assert _threshold(ours["expr"]) == _threshold(chart["expr"]), name
+        assert reads(ours["expr"]) == reads(chart["expr"]), name
+        for label in ("profile", "severity"):
+            assert ours["labels"][label] == chart["labels"][label], (name, label)
+        assert ours["annotations"].get("profile_duration") == chart["annotations"].get(
+            "profile_duration"
+        ), name
+    # The GPU rule knows the ledger's default metric, DCGM_FI_DEV_GPU_UTIL, in both.
+    for rule in (deploy["TrainingGpuUnderused"], _chart_rules("DCGM_FI_PROF_GR_ENGINE_ACTIVE")[
+            "TrainingGpuUnderused"]):  # fmt: skip
+        assert "DCGM_FI_DEV_GPU_UTIL" in metric_names(rule["expr"])

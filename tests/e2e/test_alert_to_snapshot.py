@@ -3,8 +3,9 @@
 Prometheus and Alertmanager (Debian packages `prometheus`, `prometheus-alertmanager`, installed by
 scripts/install-system-packages) run on free 127.0.0.1 ports with their data under tmp_path and
 are stopped by pid. The alert rules are deploy/prometheus/profiler-alerts.rules.yml, used as they
-are; deploy/prometheus/prometheus.yml and deploy/alertmanager/alertmanager.yml are copied with
-this test's addresses, token file and short intervals templated in (every replacement is checked,
+are but for their `for` (10 minutes, 15 s here); deploy/prometheus/prometheus.yml and
+deploy/alertmanager/alertmanager.yml are copied with this test's addresses, token file and short
+intervals templated in (every replacement is checked,
 so the deploy files cannot drift away from what is tested). Prometheus scrapes the service and a
 loopback stand-in of dcgm-exporter whose gauge the test sets; Grafana, which cannot run here, is
 the loopback stand-in of tests/grafana_standin.py.
@@ -134,7 +135,9 @@ def run_alert_loop(tmp_path, job, service_factory, processes, grafana, exporter)
     am_port = int(am_url.rsplit(":", 1)[1])
 
     # Prometheus: the deploy config with loopback addresses and 1 s intervals; the rules file is
-    # deploy's own, unchanged.
+    # deploy's own, its `for` shortened from 10 minutes to 15 s.
+    rules = tmp_path / RULES.name
+    rules.write_text(templated(RULES.read_text(), [(r"for: 10m$", "for: 15s", 1)]))
     prom_port = free_port()
     prom_config = tmp_path / "prometheus.yml"
     prom_config.write_text(
@@ -142,7 +145,7 @@ def run_alert_loop(tmp_path, job, service_factory, processes, grafana, exporter)
             PROMETHEUS_YML.read_text(),
             [
                 (r"(scrape|evaluation)_interval: \S+$", r"\1_interval: 1s", 2),
-                (r"- profiler-alerts\.rules\.yml$", f"- {RULES}", 1),
+                (r"- profiler-alerts\.rules\.yml$", f"- {rules}", 1),
                 (r'"alertmanager:9093"', f'"127.0.0.1:{am_port}"', 1),
                 (r'"profiler-service:8080"', f'"{service_address}"', 1),
                 (r'"dcgm-exporter:9400"', f'"{exporter.address}"', 1),
@@ -190,7 +193,7 @@ def run_alert_loop(tmp_path, job, service_factory, processes, grafana, exporter)
     )
     assert outcomes() == []
 
-    # The condition: the pod's GPU idles. The rule fires after its `for` (15 s): pending until
+    # The condition: the pod's GPU idles. The rule fires after its `for` (15 s here): pending until
     # then, and nothing reaches the service meanwhile (a rule without `for` is never pending).
     exporter.value = 0.1
     wait_until(lambda: alert_state() == "pending", 30, "the alert pending in Prometheus", logs)
