@@ -14,6 +14,11 @@ from profiler_service.lookback.sources import Source, readings_of, silence_of
 
 log = logging.getLogger(__name__)
 
+NEVER_SAMPLED = (
+    "the look-back sampler has taken no sample (it runs beside `serve` and the agent, not a "
+    "one-off `profiler-service capture`)"
+)
+
 
 class Sampler(LoopOwner):
     def __init__(
@@ -89,7 +94,8 @@ class Sampler(LoopOwner):
         for source in self.sources:
             for reading in readings_of(source):
                 if reading not in read:
-                    missing.setdefault(reading, silence_of(source))
+                    why = NEVER_SAMPLED if self._first_at is None else silence_of(source)
+                    missing.setdefault(reading, why)
         if not self.ring.window(begin, until):
             notes = [self._no_samples(begin)]
         elif not series:
@@ -102,7 +108,7 @@ class Sampler(LoopOwner):
     def _no_samples(self, begin: float) -> str:
         """Why the window holds no sample at all."""
         if self._first_at is None:
-            return "no samples in the look-back window: the sampler has not taken one yet"
+            return f"no samples in the look-back window: {NEVER_SAMPLED}"
         if self._first_at > begin:
             return (
                 "no samples in the look-back window: the sampler started "

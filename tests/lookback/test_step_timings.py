@@ -17,6 +17,7 @@ from profiler_service.exporters.gpu_collector import GpuCollector
 from profiler_service.exporters.job_metrics import job_registry
 from profiler_service.exporters.tf_collector import TFMemoryCollector
 from profiler_service.lookback.models import LeadUp, PendingLeadUp, Series
+from profiler_service.lookback.sampler import NEVER_SAMPLED
 from profiler_service.lookback.sources import SIDECAR_STEPS_HINT, JobMetricsSource
 from profiler_service.probes.steps import StepStats
 from profiler_service.service import build_sampler
@@ -71,12 +72,11 @@ def test_a_sidecar_without_the_job_s_metrics_says_so_and_how_not_that_it_just_st
     assert "reports no step timings" not in cost.note
 
 
-def test_before_its_first_sample_the_sampler_says_it_has_taken_none(tmp_path):
+def test_a_sampler_that_never_sampled_says_so_and_where_it_runs(tmp_path):
     sampler = sidecar_sampler(tmp_path, lambda: T0.timestamp())
     lead_up = sampler.lead_up(T0 - timedelta(seconds=300), T0)
-    assert lead_up.notes == [
-        "no samples in the look-back window: the sampler has not taken one yet"
-    ]
+    assert lead_up.notes == [f"no samples in the look-back window: {NEVER_SAMPLED}"]
+    assert lead_up.missing == {"step_time_ms": NEVER_SAMPLED}  # the cost says it, not a hint
 
 
 def test_the_sidecar_reads_step_timings_from_the_job_s_metrics(tmp_path, served):
