@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from profiler_service import __version__
+from profiler_service.api.access_log import log_config
 from profiler_service.cli_analysis import cmd_analyze, cmd_compare, get, print_snapshot
 from profiler_service.config import AppSettings, Settings
 from profiler_service.errors import ServiceError
@@ -48,7 +49,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
         logging.warning("no --target configured: POST /profile will answer 422 until one is")
     app = create_app(build_service(settings))
     server = settings.server
-    uvicorn.run(app, host=server.host, port=server.port, log_level=args.log_level.lower())
+    uvicorn.run(
+        app,
+        host=server.host,
+        port=server.port,
+        log_level=args.log_level.lower(),
+        log_config=log_config(),
+    )
     return 0
 
 
@@ -63,7 +70,13 @@ def cmd_hub(args: argparse.Namespace) -> int:
     settings.server.check_bind_is_safe()
     app = create_hub_app(build_hub(settings))
     server = settings.server
-    uvicorn.run(app, host=server.host, port=server.port, log_level=args.log_level.lower())
+    uvicorn.run(
+        app,
+        host=server.host,
+        port=server.port,
+        log_level=args.log_level.lower(),
+        log_config=log_config(),
+    )
     return 0
 
 
@@ -106,7 +119,16 @@ def cmd_capture(args: argparse.Namespace) -> int:
             )
         )
         total_ms = round(seconds * 1000)
-        with tqdm(total=total_ms, unit="ms", desc="capturing", file=sys.stderr) as bar:
+        # A bar redraws in place on a terminal; in a log each redraw is a line of its own.
+        interactive = sys.stderr.isatty()
+        if not interactive:
+            print(
+                f"capturing {snapshot.target} for {seconds:g} s: snapshot {snapshot.id}",
+                file=sys.stderr,
+                flush=True,
+            )
+        bar_options = {"unit": "ms", "desc": "capturing", "disable": not interactive}
+        with tqdm(total=total_ms, file=sys.stderr, **bar_options) as bar:
             started = time.monotonic()
             while not service.controller.wait(snapshot.id, 0.1):
                 status = service.store.get(snapshot.id).status
@@ -223,6 +245,8 @@ def main(argv: list[str] | None = None) -> int:
         level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    # The hub's index migrations log each step at INFO: not a user's concern at each start.
+    logging.getLogger("alembic").setLevel("DEBUG" if args.log_level == "DEBUG" else "WARNING")
     try:
         return args.func(args)
     except (ValidationError, ValueError) as exc:
