@@ -135,3 +135,44 @@ def test_the_built_wheel_is_tagged_with_the_version_and_its_extras_resolve(tmp_p
     ours = [i for i in installs if i["metadata"]["name"] == "profiler-service"]
     assert [i["metadata"]["version"] for i in ours] == [VERSION]
     assert documented <= set(ours[0]["requested_extras"])
+
+
+EDITABLE = """
+import json, sys, warnings
+import setuptools.build_meta as backend
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    name = backend.build_editable(sys.argv[1])
+print(json.dumps({"wheel": name, "warnings": [str(w.message) for w in caught]}))
+"""
+
+
+@pytest.mark.timeout(240)
+def test_an_editable_install_prints_no_warning_box(tmp_path):
+    """What scripts/setup runs (`pip install -e`), through setuptools' own editable hook: with the
+    package's root declared, a plain .pth file, not the meta path finder whose warning box
+    ("Please be careful with folders in your working directory ...") scripts/demo printed."""
+    copy = tmp_path / "clone"
+    copy.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, copy / name)
+    shutil.copytree(
+        ROOT / "profiler_service", copy / "profiler_service", ignore=shutil.ignore_patterns("*.pyc")
+    )
+    out = tmp_path / "wheel"
+    out.mkdir()
+    built = subprocess.run(
+        [sys.executable, "-c", EDITABLE, str(out)],
+        cwd=copy,
+        capture_output=True,
+        text=True,
+        timeout=200,
+    )
+    assert built.returncode == 0, built.stderr[-3000:]
+    result = json.loads(built.stdout.strip().splitlines()[-1])
+    assert not [w for w in result["warnings"] if "Please be careful" in w], result["warnings"]
+    with zipfile.ZipFile(out / result["wheel"]) as archive:
+        pth = [n for n in archive.namelist() if n.endswith(".pth")]
+        assert len(pth) == 1
+        assert Path(archive.read(pth[0]).decode().strip()).resolve() == copy.resolve()
+        assert not [n for n in archive.namelist() if n.endswith("finder.py")]
