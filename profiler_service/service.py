@@ -16,6 +16,7 @@ from profiler_service.analysis.analyzer import XprofAnalyzer
 from profiler_service.analysis.warm_workers import WarmWorkers
 from profiler_service.capture.capturer import Capturer
 from profiler_service.capture.controller import CaptureController
+from profiler_service.capture.py_spy_capturer import PySpyCapturer
 from profiler_service.capture.remote import RemoteCapturer
 from profiler_service.config import AnalysisSettings, Settings
 from profiler_service.exporters.gpu_collector import GpuCollector
@@ -152,7 +153,12 @@ def build_service(
             continuous = ContinuousCapturer(
                 settings.capture, settings.lookback.lookback_trace_s, fallback=remote
             )
-        capturers = {TargetKind.GRPC: continuous or remote}
+        capture = settings.capture
+        capturers = {
+            TargetKind.GRPC: PySpyCapturer(
+                continuous or remote, capture.py_spy, capture.python_stacks_hz, capture.py_spy_pid
+            )
+        }
     interval_s = settings.lookback.lookback_interval_s
     gpu = GpuCollector(max_age_s=1.5 * interval_s)
     tf_memory = TFMemoryCollector(max_age_s=1.5 * interval_s)

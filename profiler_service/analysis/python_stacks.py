@@ -53,11 +53,22 @@ class Frame:
 def read_python_stacks(run_dir: Path) -> PythonStacks | None:
     """The summary's reading of the stacks in `run_dir`, None where it holds none."""
     path = run_dir / STACKS_FILE
-    if not path.is_file():
-        return None
     meta = _read_meta(run_dir / SAMPLES_FILE)
+    source = str(meta.get("source", "agent"))
+    if not path.is_file():
+        if not meta.get("unavailable"):
+            return None
+        return PythonStacks(
+            file="",
+            samples=0,
+            hz=meta.get("hz"),
+            source=source,
+            unavailable=str(meta["unavailable"]),
+        )
     stacks = read_stacks(path.read_text(encoding="utf-8", errors="replace"))
-    return summarise(stacks, _library_roots(meta), path.name, meta.get("hz"))
+    summary = summarise(stacks, _library_roots(meta), path.name, meta.get("hz"))
+    summary.source = source
+    return summary
 
 
 def read_library_roots(samples: str) -> list[str]:

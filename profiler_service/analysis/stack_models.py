@@ -25,9 +25,13 @@ class PythonStacks(BaseModel):
     """What the job's Python did while the trace ran, from its sampled stacks: the user's code
     that tf.data ran, and the user's lines that the training loop's Python held most."""
 
-    file: str  # the collapsed stacks in the snapshot (`python.stacks.folded`)
+    file: str  # the collapsed stacks in the snapshot (`python.stacks.folded`); "" where none
     samples: int  # thread samples in all (a thread's stack at one tick)
     hz: float | None = None  # the sampler's rate, where it said
+    source: str = "agent"  # who sampled: the agent's own thread, or the sidecar's py-spy
+    # Where a sidecar's py-spy was on but sampled nothing (not allowed, no such process): why,
+    # and how to allow it.
+    unavailable: str | None = None
     # Samples of Python called by tf.data (py_function, numpy_function, from_generator): the
     # user's function each entered first, by its share of them.
     pipeline_samples: int = 0

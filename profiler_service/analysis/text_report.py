@@ -52,6 +52,11 @@ def format_summary(summary: Summary) -> list[str]:
             f"GPUs: {describe_devices(summary)}; idle {idle:g}% of the capture"
             + (f" (meanwhile the host: {meanwhile})" if meanwhile else "")
         )
+    stacks = summary.python_stacks
+    if stacks is not None and stacks.unavailable:
+        lines += textwrap.wrap(
+            f"Python stacks: none. {stacks.unavailable}", 100, subsequent_indent="  "
+        )
     missing = summary.memory_unrecorded
     if missing is not None:
         lines += textwrap.wrap(

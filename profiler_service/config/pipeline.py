@@ -143,6 +143,20 @@ class CaptureSettings(Group):
         "user's code (`where`). 0: no stacks. What it costs the job's steps: "
         "bench/bench_stacks.py.",
     )
+    py_spy: bool = Field(
+        default=False,
+        description="From a sidecar: sample the job's Python stacks with py-spy (at "
+        "`python_stacks_hz`) while a trace runs, so findings name the user's code as through "
+        "the agent. py-spy reads the job's memory: the pod must share its process namespace "
+        "and grant the sidecar `SYS_PTRACE` (the Helm chart's `sidecar.pySpy.enabled`); "
+        "where it cannot, the snapshot says why.",
+    )
+    py_spy_pid: int | None = Field(
+        default=None,
+        ge=1,
+        description="The job's process for py-spy; unset: the process listening on the "
+        "target's local port.",
+    )
     labels: dict[str, str] = Field(
         default_factory=dict,
         validation_alias="capture_labels",

@@ -6,6 +6,7 @@ from the demo job's own source, not written here."""
 from __future__ import annotations
 
 import inspect
+import subprocess
 from pathlib import PurePath
 
 import httpx
@@ -159,3 +160,51 @@ def test_a_function_traced_once_gets_no_tracing_where(tmp_path):
     body, _ = capture_through_the_agent(tmp_path, "--workload", "function", "--arg", "tensor")
     assert "retracing" not in {f["rule"] for f in body["findings"]}
     assert body["summary"]["python_stacks"]["tracing_samples"] == 0
+
+
+def test_through_a_sidecar_py_spy_names_the_same_function(
+    input_bound_job, service_factory, tmp_path
+):
+    """`profiler-service serve` beside the job with PROFILER_PY_SPY=true: py-spy samples the
+    process listening on the profiler server's port (this machine's /proc, as a pod sharing its
+    process namespace sees it), and the finding names the decoding function as the agent does."""
+    service = service_factory([input_bound_job.address], {"PROFILER_PY_SPY": "true"})
+    with service.client() as client:
+        body = client.post("/profile", params={"duration": "2s", "wait": "true"}).json()
+        assert body["status"] == "ready", body.get("error")
+        report = client.get(body["links"]["report"]).text
+    stacks = body["summary"]["python_stacks"]
+    assert stacks["source"] == "py-spy" and stacks["unavailable"] is None
+    assert stacks["pipeline_samples"] > 20
+    decode = demo._python_decode
+    found = {f["rule"]: f for f in body["findings"]}
+    first = found["input_bound"]["where"][0]
+    assert (first["function"], first["file"]) == (
+        decode.__qualname__,
+        inspect.getsourcefile(decode),
+    )
+    assert first["line"] in lines_of(decode) and first["share"] > 0.5
+    assert {STACKS_FILE, "python.samples.json"} <= {f["name"] for f in body["files"]}
+    assert 'id="flame-graph"' in report and f"{decode.__qualname__} (job.py:" in report
+
+
+def test_a_sidecar_whose_py_spy_cannot_sample_says_why(input_bound_job, service_factory, tmp_path):
+    sleeper = subprocess.Popen(["sleep", "120"])  # no Python: py-spy cannot read it
+    try:
+        service = service_factory(
+            [input_bound_job.address],
+            {"PROFILER_PY_SPY": "true", "PROFILER_PY_SPY_PID": str(sleeper.pid)},
+        )
+        with service.client() as client:
+            body = client.post("/profile", params={"duration": "2s", "wait": "true"}).json()
+            report = client.get(body["links"]["report"]).text
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert body["status"] == "ready", body.get("error")  # the trace is still a capture
+    stacks = body["summary"]["python_stacks"]
+    assert stacks["samples"] == 0
+    assert stacks["unavailable"].startswith(f"py-spy could not sample process {sleeper.pid}")
+    assert "SYS_PTRACE" in stacks["unavailable"]
+    assert all(f["where"] == [] for f in body["findings"])
+    assert 'id="python-stacks-unavailable"' in report and 'id="flame-graph"' not in report
