@@ -10,7 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from profiler_service.errors import InternalError, ServiceError
+from profiler_service.errors import InternalError, ServiceError, SnapshotErrorCode
 
 log = logging.getLogger(__name__)
 
@@ -22,6 +22,34 @@ HANDLER_ERRORS = {
     "method_not_allowed": (405, "The route does not take that method."),
     "http_error": (0, "Any other HTTP error the framework raises, with its status."),
 }
+
+# A failed snapshot's HTTP status, where a request waited for it (`POST /profile?wait=true`):
+# the job's profiler failed the capture (502; 504 when it did not answer in time; 409 when
+# another session held it), the store refused it (503), or the service could not analyse it.
+_GATEWAY = {
+    SnapshotErrorCode.TARGET_UNREACHABLE,
+    SnapshotErrorCode.TARGET_LOST,
+    SnapshotErrorCode.TARGET_DISCOVERY_FAILED,
+    SnapshotErrorCode.INVALID_TARGET_ADDRESS,
+    SnapshotErrorCode.NO_TRACE_EVENTS,
+    SnapshotErrorCode.CAPTURE_FILE_MISSING,
+    SnapshotErrorCode.CAPTURE_EMPTY,
+    SnapshotErrorCode.CAPTURE_FETCH_FAILED,
+    SnapshotErrorCode.CAPTURE_FAILED,
+}
+FAILED_SNAPSHOT_STATUS: dict[str, int] = {
+    **dict.fromkeys(_GATEWAY, 502),
+    SnapshotErrorCode.TARGET_TIMEOUT: 504,
+    SnapshotErrorCode.CAPTURE_TIMEOUT: 504,
+    SnapshotErrorCode.PROFILER_BUSY: 409,
+    SnapshotErrorCode.STORE_NOT_WRITABLE: 503,
+}
+
+
+def failed_snapshot_status(code: SnapshotErrorCode | str) -> int:
+    """The status a request that waited for a snapshot gets when it failed with `code`: 500
+    for the analysis's failures and any code this version does not know."""
+    return FAILED_SNAPSHOT_STATUS.get(code, 500)
 
 
 def install_error_handlers(app: FastAPI) -> None:

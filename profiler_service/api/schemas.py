@@ -32,6 +32,13 @@ class SnapshotPublic(Snapshot):
         )
 
 
+class FailedSnapshotPublic(ErrorPublic):
+    """`POST /profile?wait=true` whose snapshot failed: the API's error shape (`error` is the
+    snapshot's error code), with the failed snapshot (its id, links, kept files)."""
+
+    snapshot: SnapshotPublic
+
+
 class FindingBrief(BaseModel):
     """A finding as a list shows it: what fired and how badly. Its evidence and advice are in
     the snapshot."""

@@ -91,7 +91,7 @@ async def route_profile(
         if name in answer.headers:
             headers[name] = answer.headers[name]
     content = answer.content
-    if answer.is_success and not _reads(request, sidecar.namespace):
+    if not _reads(request, sidecar.namespace):  # wait=true's failure holds the snapshot too
         content = _without_analysis(content)
     return Response(
         content,
@@ -115,16 +115,19 @@ def _reads(request: Request, namespace: str | None) -> bool:
 
 
 def _without_analysis(content: bytes) -> bytes:
-    """A sidecar's snapshot answer without what its analysis found."""
+    """A sidecar's answer without what its analysis found: a snapshot's, or the one a failed
+    `wait=true` holds under `snapshot` (an error's other fields are kept)."""
     try:
-        snapshot = json.loads(content)
+        answer = json.loads(content)
     except ValueError:
         return b"{}"  # never pass on a body that could not be checked
-    if not isinstance(snapshot, dict):
+    if not isinstance(answer, dict):
         return b"{}"
-    for key in _ANALYSIS:
-        snapshot.pop(key, None)
-    return json.dumps(snapshot).encode()
+    for snapshot in (answer, answer.get("snapshot")):
+        if isinstance(snapshot, dict):
+            for key in _ANALYSIS:
+                snapshot.pop(key, None)
+    return json.dumps(answer).encode()
 
 
 LEDGER_MAX_S = 90 * 86400

@@ -209,3 +209,30 @@ def test_an_unexpected_error_answers_an_error_id_and_no_internals(make_service, 
     assert "RuntimeError" not in answer.text
     logged = [r for r in caplog.records if body["error_id"] in r.getMessage()]
     assert logged and logged[0].exc_info is not None
+
+
+def test_wait_for_a_capture_that_failed_answers_its_failure_in_the_error_shape(make_client):
+    # Nothing listens at the suite's unused target: the job's profiler failed the capture (502).
+    with make_client(capture_attempts=1) as client:
+        response = client.post("/profile", params={"duration": "100ms", "wait": "true"})
+        assert response.status_code == 502, response.text
+        body = response.json()
+        assert body["error"] == "target_unreachable" and "127.0.0.1:9" in body["detail"]
+        snapshot = body["snapshot"]
+        assert snapshot["status"] == "failed" and snapshot["error"]["code"] == "target_unreachable"
+        assert response.headers["location"] == f"/profiles/{snapshot['id']}"
+        assert snapshot["links"]["self"] == f"/profiles/{snapshot['id']}"
+
+
+def test_a_failed_snapshot_s_status_says_whose_failure_it_was():
+    from profiler_service.api.errors import failed_snapshot_status
+    from profiler_service.errors import SnapshotErrorCode as Code
+
+    assert failed_snapshot_status(Code.TARGET_UNREACHABLE) == 502
+    assert failed_snapshot_status(Code.CAPTURE_TIMEOUT) == 504
+    assert failed_snapshot_status(Code.PROFILER_BUSY) == 409
+    assert failed_snapshot_status(Code.STORE_NOT_WRITABLE) == 503
+    assert failed_snapshot_status(Code.ANALYSIS_FAILED) == 500
+    assert failed_snapshot_status("a_newer_sidecar_s_code") == 500
+    # Never a 2xx: a failed capture does not read as a success.
+    assert all(failed_snapshot_status(code) >= 400 for code in Code)

@@ -74,7 +74,9 @@ def test_a_second_capture_of_a_job_already_being_profiled_says_so(
         long = a.post("/profile", params={"duration": "8s"}).json()
         wait_for_status(a, long["id"], {"capturing"})
         input_bound_job.wait_for_a_client()  # the first capture's: the job's profiler is busy
-        clash = b.post("/profile", params={"duration": "1s", "wait": "true"}).json()
+        answer = b.post("/profile", params={"duration": "1s", "wait": "true"})
+        assert answer.status_code == 409 and answer.json()["error"] == "profiler_busy", answer.text
+        clash = answer.json()["snapshot"]
         assert clash["status"] == "failed"
         assert clash["error"]["code"] == "profiler_busy", clash["error"]
         assert wait_for_status(a, long["id"], {"ready", "failed"})["status"] == "ready"
@@ -90,7 +92,9 @@ def test_a_target_that_never_answers_is_stopped_at_duration_plus_grace(service_f
         port = black_hole.getsockname()[1]
         service = service_factory([f"grpc://127.0.0.1:{port}"], {"PROFILER_CAPTURE_GRACE_S": "2"})
         with service.client() as client:
-            body = client.post("/profile", params={"duration": "1s", "wait": "true"}).json()
+            answer = client.post("/profile", params={"duration": "1s", "wait": "true"})
+            assert answer.status_code == 504, answer.text  # the job's profiler never answered
+            body = answer.json()["snapshot"]
             assert body["status"] == "failed"
             assert body["error"]["code"] in {"capture_timeout", "target_timeout"}, body["error"]
             assert client.get("/healthz").status_code == 200
@@ -131,7 +135,9 @@ def test_an_analysis_past_its_memory_limit_stops_cleanly_and_keeps_the_capture(
         [compute_bound_job.address], {"PROFILER_ANALYSIS_MAX_MEMORY_BYTES": str(limit)}
     )
     with service.client() as client:
-        body = client.post("/profile", params={"duration": "1s", "wait": "true"}).json()
+        answer = client.post("/profile", params={"duration": "1s", "wait": "true"})
+        assert answer.status_code == 500 and answer.json()["error"] == "analysis_too_large"
+        body = answer.json()["snapshot"]
         assert body["status"] == "failed"
         assert body["error"]["code"] == "analysis_too_large", body["error"]
         assert "40 MB" in body["error"]["detail"] and "capture is kept" in body["error"]["detail"]

@@ -184,7 +184,9 @@ def test_baseline_of_a_target_is_used_by_default_and_exported(input_bound_job, s
 def test_gate_cannot_judge_a_snapshot_without_analysis(service_factory, tmp_path):
     service = service_factory([f"grpc://127.0.0.1:{free_port()}"])
     with service.client() as client:
-        failed = client.post("/profile", params={"duration": "500ms", "wait": "true"}).json()
+        answer = client.post("/profile", params={"duration": "500ms", "wait": "true"})
+    assert answer.status_code == 502, answer.text
+    failed = answer.json()["snapshot"]
     assert failed["status"] == "failed"
     result = gate(failed["id"], failed["id"], "--store", str(service.store))
     assert result.returncode == 2

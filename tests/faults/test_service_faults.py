@@ -84,7 +84,10 @@ def test_index_deleted_or_corrupt_while_stopped_is_rebuilt_with_the_same_listing
 def test_corrupt_capture_through_the_api_is_a_failed_snapshot_with_its_file(make_service):
     service = make_service(WritesBytes(b"\x0a\xff\xff\x7f" + os.urandom(4000)))
     with TestClient(create_app(service)) as client:
-        body = client.post("/profile", params={"duration": "100ms", "wait": "true"}).json()
+        answer = client.post("/profile", params={"duration": "100ms", "wait": "true"})
+        assert answer.status_code == 500  # the analysis failed: the service's, not the job's
+        assert answer.json()["error"] == "analysis_failed" and "XProf" in answer.json()["detail"]
+        body = answer.json()["snapshot"]
         assert body["status"] == "failed"
         assert body["error"]["code"] == "analysis_failed" and "XProf" in body["error"]["detail"]
         assert client.get("/profiles", params={"status": "ready"}).json()["count"] == 0
@@ -94,4 +97,4 @@ def test_corrupt_capture_through_the_api_is_a_failed_snapshot_with_its_file(make
         assert client.get("/healthz").status_code == 200
         # Nothing is left in flight: the next capture is accepted (and fails the same way).
         again = client.post("/profile", params={"duration": "100ms", "wait": "true"})
-        assert again.status_code == 200 and again.json()["status"] == "failed"
+        assert again.status_code == 500 and again.json()["snapshot"]["status"] == "failed"
