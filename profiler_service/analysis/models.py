@@ -32,10 +32,11 @@ from profiler_service.analysis.memory_models import (
     OpAllocations,
     PeakAllocation,
 )
-from profiler_service.analysis.stack_models import CodeSite, PythonStacks
+from profiler_service.analysis.stack_models import CodeLine, CodeSite, PythonStacks
 
 __all__ = [
     "AllocatorMemory",
+    "CodeLine",
     "CodeSite",
     "EagerDispatch",
     "Finding",

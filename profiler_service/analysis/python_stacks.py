@@ -19,6 +19,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from profiler_service.analysis.pipeline_source import find_wiring
 from profiler_service.analysis.stack_models import CodeSite, PythonStacks
 from profiler_service.probes.python_stacks import SAMPLES_FILE, STACKS_FILE
 
@@ -66,9 +67,23 @@ def read_python_stacks(run_dir: Path) -> PythonStacks | None:
             unavailable=str(meta["unavailable"]),
         )
     stacks = read_stacks(path.read_text(encoding="utf-8", errors="replace"))
-    summary = summarise(stacks, _library_roots(meta), path.name, meta.get("hz"))
+    roots = _library_roots(meta)
+    summary = summarise(stacks, roots, path.name, meta.get("hz"))
     summary.source = source
+    user_files = _user_files(stacks, roots)
+    for site in summary.pipeline_functions:
+        site.wired_at = find_wiring(site.function, [site.file, *user_files])
     return summary
+
+
+def _user_files(stacks: list[tuple[str, list[Frame], int]], roots: list[str]) -> list[str]:
+    """The user's files in the stacks, the most sampled first: where a pipeline is built."""
+    is_user = UserCode(roots)
+    counts: Counter[str] = Counter()
+    for _, frames, count in stacks:
+        for file in {f.file for f in frames if is_user(f.file)}:
+            counts[file] += count
+    return [file for file, _ in counts.most_common()]
 
 
 def read_library_roots(samples: str) -> list[str]:

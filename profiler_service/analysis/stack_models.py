@@ -9,6 +9,14 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 
+class CodeLine(BaseModel):
+    """One line of the user's source."""
+
+    file: str
+    line: int
+    code: str  # the line as written, stripped
+
+
 class CodeSite(BaseModel):
     """One place in the user's code: a function, and the line of it the samples hold most."""
 
@@ -19,6 +27,9 @@ class CodeSite(BaseModel):
     # For a call that traced a tf.function: the Python function it traced, where the stacks
     # name it (AutoGraph's `tf__<name>`, or the function's own frame).
     traces: str | None = None
+    # For a function tf.data runs in Python: the call that wired it into the pipeline
+    # (`tf.numpy_function(decode, ...)`), where the user's source was readable.
+    wired_at: CodeLine | None = None
 
 
 class PythonStacks(BaseModel):

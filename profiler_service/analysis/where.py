@@ -72,9 +72,13 @@ def attribute(finding: Finding, summary: Summary) -> Finding:
         return finding
     if finding.rule in PIPELINE_RULES:
         first = finding.where[0]
+        wired = ""
+        if first.wired_at is not None:
+            at = first.wired_at
+            wired = f", wired into it at {PurePath(at.file).name}:{at.line} (`{at.code}`)"
         lead = (
             f"In your code: {_named(first)} is the Python your tf.data pipeline runs "
-            f"({first.share:.0%} of its samples there)."
+            f"({first.share:.0%} of its samples there){wired}."
         )
     elif finding.rule in TRACING_RULES:
         first = finding.where[0]
