@@ -16,6 +16,13 @@ COPY pyproject.toml README.md /src/
 COPY profiler_service /src/profiler_service
 RUN pip install --no-cache-dir "/src[sidecar]" \
     && rm -rf /src
+# py-spy (the chart's sidecar.pySpy.enabled) reads the job's memory as a non-root user: the file
+# capability gives it CAP_SYS_PTRACE where the container may have it (the chart then adds
+# SYS_PTRACE and allows privilege escalation); elsewhere the sidecar never runs it.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends libcap2-bin \
+    && setcap cap_sys_ptrace+ep "$(command -v py-spy)" \
+    && apt-get purge -y libcap2-bin && apt-get autoremove -y && rm -rf /var/lib/apt/lists/*
 
 # The chart runs it as this user with a read-only root filesystem; /tmp and the store are volumes.
 USER 65532:65532

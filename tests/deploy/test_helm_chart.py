@@ -246,6 +246,27 @@ def test_the_memory_watch_shares_the_pods_processes_only_when_asked(monkeypatch)
     assert Settings(api_token="t").lookback.watch_process == "python .*train"
 
 
+def test_py_spy_shares_the_pods_processes_and_grants_ptrace_only_when_asked(monkeypatch):
+    """sidecar.pySpy.enabled: the sidecar sees the job's processes and may trace them (its
+    image's py-spy carries cap_sys_ptrace, which a non-root user gets only with privilege
+    escalation allowed); off, the sidecar keeps every capability dropped."""
+    _, spec = pod_spec(install_dry_run({}))
+    assert "PROFILER_PY_SPY" not in env_of(sidecar_of(spec))
+    assert sidecar_of(spec)["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    _, spec = pod_spec(install_dry_run({"sidecar": {"pySpy": {"enabled": True}}}))
+    sidecar = sidecar_of(spec)
+    assert spec["shareProcessNamespace"] is True
+    security = sidecar["securityContext"]
+    assert security["capabilities"] == {"drop": ["ALL"], "add": ["SYS_PTRACE"]}
+    assert security["allowPrivilegeEscalation"] is True
+    assert security["readOnlyRootFilesystem"] is True and security["runAsNonRoot"] is True
+    monkeypatch.setenv("PROFILER_PY_SPY", env_of(sidecar)["PROFILER_PY_SPY"]["value"])
+    assert Settings(api_token="t").capture.py_spy is True
+    # the training container is untouched
+    training = next(c for c in spec["containers"] if c["name"] == "training")
+    assert "SYS_PTRACE" not in json.dumps(training)
+
+
 def test_secure_defaults():
     docs = install_dry_run({})
     metadata, spec = pod_spec(docs)
@@ -321,6 +342,7 @@ def test_insecure_must_be_explicit_and_existing_secrets_are_used():
             "at '/hub/settings/hub_ledger_bucket_s'",
         ),
         ({"sidecar": {"port": 80000}}, "at '/sidecar/port'"),
+        ({"sidecar": {"pySpy": {"enable": True}}}, "at '/sidecar/pySpy': additional properties"),
         ({"targetName": "Trainer_1"}, "at '/targetName'"),
         ({"targetDiscovery": "http://workers:6009"}, "at '/targetDiscovery'"),
         ({"xprof": {"enabled": True}}, "at '/store/type': value must be 'persistentVolumeClaim'"),

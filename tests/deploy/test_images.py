@@ -93,3 +93,16 @@ def test_example_job_image_installs_tensorflow_through_the_tf_extra():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert any(is_framework(Requirement(r).name) for r in project["optional-dependencies"]["tf"])
     assert "profiler_service.demo.job" in dockerfile and "TF_PROFILER_PORT" in dockerfile
+
+
+def test_the_sidecar_images_py_spy_may_trace_as_a_non_root_user():
+    """The chart runs the sidecar as 65532; py-spy needs CAP_SYS_PTRACE, which such a user gets
+    from the file's capability (the chart's pySpy.enabled lets it be raised)."""
+    dockerfile = (DOCKER / "sidecar.Dockerfile").read_text()
+    setcap = dockerfile.index('setcap cap_sys_ptrace+ep "$(command -v py-spy)"')
+    assert dockerfile.index('pip install --no-cache-dir "/src[sidecar]"') < setcap
+    assert setcap < dockerfile.index("USER 65532:65532")
+    sidecar = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]["sidecar"]
+    assert any(canonicalize_name(Requirement(r).name) == "py-spy" for r in sidecar)

@@ -182,6 +182,9 @@ one hub.url names (name.NAMESPACE.svc...), else the release's. */}}
     {{- with .Values.sidecar.watchProcess }}
     - {name: PROFILER_WATCH_PROCESS, value: {{ . | quote }}}
     {{- end }}
+    {{- if .Values.sidecar.pySpy.enabled }}
+    - {name: PROFILER_PY_SPY, value: "true"}
+    {{- end }}
     {{- if and .Values.xprof.enabled (not (hasKey .Values.sidecar.settings "tensorboard_url")) }}
     - {name: PROFILER_TENSORBOARD_URL, value: {{ include "profiler-service.xprofUrl" . | quote }}}
     {{- end }}
@@ -216,7 +219,12 @@ one hub.url names (name.NAMESPACE.svc...), else the release's. */}}
   resources:
     {{- toYaml .Values.sidecar.resources | nindent 4 }}
   securityContext:
+    {{- if .Values.sidecar.pySpy.enabled }}
+    {{- $ptrace := dict "allowPrivilegeEscalation" true "capabilities" (dict "drop" (list "ALL") "add" (list "SYS_PTRACE")) }}
+    {{- toYaml (merge $ptrace (deepCopy .Values.securityContext)) | nindent 4 }}
+    {{- else }}
     {{- toYaml .Values.securityContext | nindent 4 }}
+    {{- end }}
 {{- end -}}
 
 {{/* The pod spec of the chart's own workload: the training container and the sidecar. */}}
@@ -228,8 +236,9 @@ imagePullSecrets:
 {{- with .Values.training.serviceAccountName }}
 serviceAccountName: {{ . }}
 {{- end }}
-{{- if .Values.sidecar.watchProcess }}
-# The sidecar reads the job's RSS and cgroup limit through /proc (the memory watch).
+{{- if or .Values.sidecar.watchProcess .Values.sidecar.pySpy.enabled }}
+# The sidecar reads the job's /proc: its RSS and cgroup limit (the memory watch), its Python
+# stacks (py-spy).
 shareProcessNamespace: true
 {{- end }}
 securityContext:
