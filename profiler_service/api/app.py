@@ -11,6 +11,7 @@ from fastapi import FastAPI
 
 from profiler_service import __version__
 from profiler_service.api.auth import install_auth
+from profiler_service.api.docs_page import install_docs_page
 from profiler_service.api.errors import install_error_handlers
 from profiler_service.api.routes import (
     comparisons,
@@ -42,12 +43,15 @@ def create_app(service: Service) -> FastAPI:
         title="profiler-service",
         version=__version__,
         summary="On-demand, bounded profiling of TensorFlow jobs, analysed with XProf.",
+        docs_url=None,  # Swagger UI and ReDoc load from a CDN: api/docs_page.py instead
+        redoc_url=None,
         lifespan=lifespan,
     )
     app.state.service = service  # the sidecar's own routes: captures, changes to its store
     app.state.core = ServiceCore(service)  # what it shares with the hub (api/core.py)
     install_auth(app, service.settings if service is not None else None, hub_vouches=True)
     install_error_handlers(app)
+    install_docs_page(app)
     app.include_router(profile_changes.router)
     app.include_router(profiles.read_router)
     app.include_router(comparisons.router)

@@ -1,6 +1,6 @@
 """docs/reference/http-api.md: every route of the service's own OpenAPI document.
 
-A running service also serves the document at `/openapi.json` and an interactive page at `/docs`.
+A running service also serves the document at `/openapi.json` and as a page at `/docs`.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from profiler_service.docs_reference.markdown import cell, code, table
 INTRO = """# HTTP API
 
 Generated from the service's OpenAPI document; a running service serves it at `/openapi.json`,
-and an interactive page at `/docs`. Errors are JSON `{"error": CODE, "detail": SENTENCE}`
-([codes](errors-and-outcomes.md#http-errors)). With `PROFILER_API_TOKEN` set, routes that change
-something need `Authorization: Bearer <token>`; the webhooks take their own credentials
-([alert-triggered captures](../alerts.md)).
+and as a page at `/docs` that needs no network. Errors are JSON
+`{"error": CODE, "detail": SENTENCE}` ([codes](errors-and-outcomes.md#http-errors)). With
+`PROFILER_API_TOKEN` set, routes that change something need `Authorization: Bearer <token>`;
+the webhooks take their own credentials ([alert-triggered captures](../alerts.md)).
 
 """
 

@@ -12,6 +12,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from profiler_service import __version__
 from profiler_service.api.auth import install_auth
+from profiler_service.api.docs_page import install_docs_page
 from profiler_service.api.errors import install_error_handlers
 from profiler_service.api.routes import health, metrics, profiles, webhooks
 from profiler_service.hub import routes
@@ -30,6 +31,8 @@ def create_hub_app(hub: HubService) -> FastAPI:
         title="profiler-service hub",
         version=__version__,
         summary="One contact point and one view for a fleet of profiler-service sidecars.",
+        docs_url=None,  # Swagger UI and ReDoc load from a CDN: api/docs_page.py instead
+        redoc_url=None,
         lifespan=lifespan,
     )
     app.state.core = hub  # what the shared routes read (api/core.py AppCore)
@@ -42,6 +45,7 @@ def create_hub_app(hub: HubService) -> FastAPI:
         tenants=hub.tenants if hub is not None else None,
     )
     install_error_handlers(app)
+    install_docs_page(app)
 
     @app.exception_handler(SQLAlchemyError)
     async def index_unavailable(_: Request, exc: SQLAlchemyError) -> JSONResponse:

@@ -236,3 +236,30 @@ def test_a_failed_snapshot_s_status_says_whose_failure_it_was():
     assert failed_snapshot_status("a_newer_sidecar_s_code") == 500
     # Never a 2xx: a failed capture does not read as a success.
     assert all(failed_snapshot_status(code) >= 400 for code in Code)
+
+
+def test_docs_is_a_page_of_the_api_that_needs_no_network(make_client):
+    """FastAPI's Swagger UI loads from a CDN and is blank offline: /docs is the service's own
+    OpenAPI document, rendered on the server, with no script and nothing fetched elsewhere."""
+    with make_client() as client:
+        page = client.get("/docs")
+        assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+        html = page.text
+        assert "<script" not in html and "cdn" not in html.lower()
+        assert not [src for src in ("src='http", 'src="http', "href='http", 'href="http')
+                    if src in html]  # fmt: skip
+        document = client.get("/openapi.json").json()
+        for path, item in document["paths"].items():
+            for method in item:
+                assert f"id='{method}-" in html and path in html, (method, path)
+        assert "wait=true: the snapshot failed" in html  # the answers, from the document
+        assert "id='schema-SnapshotPublic'" in html and "<code>findings</code>" in html
+        assert client.get("/redoc").status_code == 404  # a CDN page too: not served
+
+
+def test_the_hub_s_docs_page_needs_no_network_either():
+    from profiler_service.hub.app import create_hub_app
+
+    client = TestClient(create_hub_app(None))  # type: ignore[arg-type]  # no lifespan: no hub
+    html = client.get("/docs").text
+    assert "<script" not in html and "/fleet/ledger" in html
