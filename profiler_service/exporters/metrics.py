@@ -12,7 +12,7 @@ when the service captures its own process, so the sidecar never touches TensorFl
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client import (
     CollectorRegistry,
@@ -23,6 +23,7 @@ from prometheus_client import (
     ProcessCollector,
 )
 from prometheus_client.exposition import choose_encoder
+from prometheus_client.metrics_core import Metric
 
 from profiler_service import __version__
 from profiler_service.capture.controller import CaptureController
@@ -43,7 +44,7 @@ from profiler_service.targets import TargetKind
 from profiler_service.tenancy import EVERYWHERE, Reach
 from profiler_service.trigger.plugin import BuiltTrigger
 
-__all__ = ["CaptureMetrics", "ServiceMetrics"]
+__all__ = ["CaptureMetrics", "ServiceMetrics", "WithoutCreated"]
 
 CAPTURE_BUCKETS_S = (0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300)
 ANALYSIS_BUCKETS_S = (0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600)
@@ -203,4 +204,24 @@ class ServiceMetrics:
         """The exposition and its content type: OpenMetrics 1.0 when `accept` asks for it.
         `reach` is the hub's (its tenants); a sidecar's metrics are its own job's."""
         encoder, content_type = choose_encoder(accept or "")
-        return encoder(self.registry), content_type
+        return encoder(WithoutCreated(self.registry)), content_type  # type: ignore[arg-type]
+
+
+class WithoutCreated:
+    """A registry's families less the `_created` series prometheus_client's counters and
+    histograms add (one more series each, the time the process made them: nothing to alert
+    on, and Prometheus reads a counter's resets from the counter itself). Filtered at
+    exposition, not with `disable_created_metrics()`, which would change every registry of the
+    process: the agent's is the training job's, whose own metrics are not ours to change."""
+
+    _TYPES = frozenset({"counter", "histogram", "summary", "gaugehistogram"})
+
+    def __init__(self, registry: CollectorRegistry):
+        self.registry = registry
+
+    def collect(self) -> Iterator[Metric]:
+        for metric in self.registry.collect():
+            if metric.type in self._TYPES:
+                created = f"{metric.name}_created"
+                metric.samples = [s for s in metric.samples if s.name != created]
+            yield metric

@@ -79,6 +79,17 @@ def test_text_exposition_parses_and_names_every_sidecar_family(service):
     assert "profiler_tf_device_memory_bytes" not in names
 
 
+def test_no_created_series_in_either_exposition(service, add):
+    """prometheus_client adds a `_created` series to each counter and histogram: one more
+    series per label set that nothing reads; neither format carries them."""
+    finish(service, add, "20260105-120000-default-abc123")
+    for accept in (None, PROMETHEUS_ACCEPT):
+        body, _ = service.metrics.render(accept)
+        text = body.decode()
+        assert "profiler_captures_total{" in text and "profiler_capture_duration_seconds" in text
+        assert "_created" not in text, [x for x in text.splitlines() if "_created" in x][:3]
+
+
 def test_capture_counter_starts_at_zero_for_each_configured_target(service):
     body, _ = service.metrics.render(None)
     s = samples(parse_text(body.decode()))
