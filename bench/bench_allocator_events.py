@@ -49,7 +49,7 @@ BASELINE = next(iter(CONDITIONS))
 JOB = r"""
 import glob, json, resource, statistics, sys, tempfile, time
 import tensorflow as tf
-from profiler_service.demo.job import build_model, compute_bound_dataset
+from profiler_service.demo.workloads import build_model, compute_bound_dataset
 
 width, steps = int(sys.argv[1]), int(sys.argv[2])
 model = build_model(width)

@@ -117,7 +117,7 @@ def bench_step_callback(rounds: int, steps: int) -> None:
     import tensorflow as tf
     from tensorflow import keras
 
-    from profiler_service.demo.job import FEATURES, build_model
+    from profiler_service.demo.workloads import FEATURES, build_model
     from profiler_service.steps import ProfilerStepCallback
 
     x = tf.random.normal((256, FEATURES))

@@ -62,7 +62,7 @@ import httpx
 import tensorflow as tf
 
 from profiler_service import agent
-from profiler_service.demo.job import FEATURES, build_model
+from profiler_service.demo.workloads import FEATURES, build_model
 from profiler_service.steps import ProfilerStepCallback
 
 LEAD_S = 8.0  # the capture arm trains this long before its capture: the snapshot's "before"

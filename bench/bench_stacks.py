@@ -37,7 +37,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf
 
-from profiler_service.demo.job import FEATURES, build_model
+from profiler_service.demo.workloads import FEATURES, build_model
 from profiler_service.probes.python_stacks import DEFAULT_HZ, StackSampler
 from profiler_service.steps import ProfilerStepCallback
 

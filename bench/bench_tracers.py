@@ -51,7 +51,7 @@ from profiler_service.analysis.summary import analyse_run
 from profiler_service.capture.capturer import CaptureJob
 from profiler_service.capture.in_process import InProcessCapturer
 from profiler_service.capture.remote import RemoteCapturer
-from profiler_service.demo.job import build_model, compute_bound_dataset, input_bound_dataset
+from profiler_service.demo.workloads import build_model, compute_bound_dataset, input_bound_dataset
 from profiler_service.models import CaptureOptions
 from profiler_service.steps import ProfilerStepCallback
 from profiler_service.targets import Target

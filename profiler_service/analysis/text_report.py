@@ -8,6 +8,7 @@ from collections import Counter
 from profiler_service.analysis.compare import Comparison, GateMetric
 from profiler_service.analysis.framework import Framework
 from profiler_service.analysis.input_impact import ACTION_LABELS
+from profiler_service.analysis.memory_events import RECORDING_VARIABLE
 from profiler_service.analysis.models import Finding, HostActivity, Summary
 from profiler_service.analysis.verification import headline
 from profiler_service.models import CaptureCost, Snapshot
@@ -58,12 +59,10 @@ def format_summary(summary: Summary) -> list[str]:
             f"Python stacks: none. {stacks.unavailable}", 100, subsequent_indent="  "
         )
     missing = summary.memory_unrecorded
-    if missing is not None:
-        lines += textwrap.wrap(
-            f"memory: no allocator events ({', '.join(missing.hosts)}). {missing.why} "
-            f"{missing.remedy}",
-            100,
-            subsequent_indent="  ",
+    if missing is not None:  # one line with what to do; the why is in the snapshot and report
+        lines.append(
+            f"memory: no allocator events ({', '.join(missing.hosts)}). Set "
+            f"{RECORDING_VARIABLE}=true in the job before TensorFlow is imported."
         )
     return lines
 

@@ -28,18 +28,6 @@ import tensorflow as tf
 from profiler_service.steps import training_step
 
 FEATURES = 64
-PIPELINE_KINDS = ("sequential", "tuned", "augment-after-decode", "deterministic")
-FUNCTION_ARGS = ("tensor", "python-number", "new-shapes")
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("function, pipeline and temporaries workloads")
-    group.add_argument("--arg", choices=FUNCTION_ARGS, default="tensor", help="function: argument")
-    group.add_argument("--jit-compile", action="store_true", help="function: compile with XLA")
-    group.add_argument("--reduce-retracing", action="store_true", help="function: one trace")
-    group.add_argument("--pipeline", choices=PIPELINE_KINDS, default="sequential")
-    group.add_argument("--temporaries-mb", type=float, default=64, help="temporaries per step")
-    group.add_argument("--batches", choices=("varying", "fixed"), default="varying")
 
 
 def _loop(seconds: float, ready: dict, step: Callable[[int], object]) -> None:

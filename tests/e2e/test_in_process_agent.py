@@ -61,7 +61,7 @@ import httpx
 import pytest
 from profiler_service import agent
 embedded = agent.start(port=0, store=sys.argv[1])
-from profiler_service.demo.job import build_model, compute_bound_dataset
+from profiler_service.demo.workloads import build_model, compute_bound_dataset
 from profiler_service.steps import ProfilerStepCallback
 model = build_model(64)
 data = compute_bound_dataset(512)

@@ -13,7 +13,7 @@ import httpx
 import pytest
 from helpers import start_job
 
-from profiler_service.demo import job as demo
+from profiler_service.demo import workloads as demo
 from profiler_service.probes.python_stacks import DEFAULT_HZ, STACKS_FILE
 
 
@@ -185,7 +185,8 @@ def test_through_a_sidecar_py_spy_names_the_same_function(
     )
     assert first["line"] in lines_of(decode) and first["share"] > 0.5
     assert {STACKS_FILE, "python.samples.json"} <= {f["name"] for f in body["files"]}
-    assert 'id="flame-graph"' in report and f"{decode.__qualname__} (job.py:" in report
+    decoded_in = PurePath(inspect.getsourcefile(decode)).name
+    assert 'id="flame-graph"' in report and f"{decode.__qualname__} ({decoded_in}:" in report
 
 
 def test_a_sidecar_whose_py_spy_cannot_sample_says_why(input_bound_job, service_factory, tmp_path):
