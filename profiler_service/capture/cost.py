@@ -4,7 +4,9 @@ before, read from the step timings the job already reports.
 - The in-process agent (and any job whose sidecar samples the agent's step timings): the
   look-back ring's `step_time_ms` and `steps_per_s` samples, each one over the interval before
   it. Samples that end by the trace's start, over the `BEFORE_MIN_S` (or twice the trace) before
-  it, give "before"; samples whose interval lies inside the trace give "during". A step's time
+  it, give "before" (at least `MIN_SAMPLES_BEFORE` of them, looking further back for slow steps;
+  fewer, as when the job has just started, compare nothing); samples whose interval lies inside
+  the trace give "during". A step's time
   is the wall time over the steps the markers counted: what the job pays, the time between its
   markers included (a trace slows the callbacks and Python there too: on 3 ms Keras steps the
   marked time alone read 1.15x where the job's throughput fell 1.47x).
@@ -27,9 +29,12 @@ from datetime import datetime
 from profiler_service.lookback.models import LeadUp, Series
 from profiler_service.models import CaptureCost, Snapshot
 
-__all__ = ["BEFORE_MIN_S", "COSTLY_RATIO", "capture_cost", "snapshot_cost"]
+__all__ = ["BEFORE_MIN_S", "COSTLY_RATIO", "MIN_SAMPLES_BEFORE", "capture_cost", "snapshot_cost"]
 
 BEFORE_MIN_S = 10.0  # at least this long before the trace, or twice the trace when longer
+# "Before" is the median of at least this many samples: one or two may be the job's first steps,
+# which trace and compile its functions (the demo's first step took 1,000 ms, its next 83 ms).
+MIN_SAMPLES_BEFORE = 3
 # A capture that slowed the job's steps by this much or more says how to make it cheaper.
 COSTLY_RATIO = 1.10
 COSTLY_ADVICE = (
@@ -128,7 +133,7 @@ def _from_samples(times: Series, counts: Series | None, start: float, end: float
     typical = statistics.median(gaps) if gaps else 1.0
     steps_at = dict(counts.points) if counts else {}
     window = max(BEFORE_MIN_S, 2 * (end - start))
-    before: list[_Sample] = []
+    earlier: list[tuple[float, _Sample]] = []  # every sample ending by the trace's start
     during: list[tuple[float, _Sample]] = []
     previous: float | None = None
     for t, ms in times.points:
@@ -139,14 +144,19 @@ def _from_samples(times: Series, counts: Series | None, start: float, end: float
             continue
         sample = _Sample(ms, steps, interval if counts else None)
         inside = max(0.0, min(t, end) - max(t - interval, start)) / interval
-        if start - window < t <= start:
-            before.append(sample)
+        if t <= start:
+            earlier.append((t, sample))
         elif inside >= DURING_MIN_OVERLAP:
             during.append((inside, sample))
     # Wholly inside where any is: the others' steps are partly untraced.
     whole = [x for inside, x in during if inside >= WHOLLY_INSIDE]
     during_samples = whole or [x for _, x in during]
+    before = [x for t, x in earlier if t > start - window]
+    if len(before) < MIN_SAMPLES_BEFORE:  # slow steps: as far back as that many samples go
+        before = [x for _, x in earlier[-MIN_SAMPLES_BEFORE:]]
     cost = CaptureCost(source=times.source)
+    if 0 < len(before) < MIN_SAMPLES_BEFORE:
+        return _too_few_before(cost, before, during_samples)
     if before:
         cost.steps_before = round(sum(x.steps for x in before))
         cost.step_ms_before = _typical(before)
@@ -161,6 +171,23 @@ def _from_samples(times: Series, counts: Series | None, start: float, end: float
         cost.note = "no step ended while the trace ran (a step longer than the capture?)"
     if cost.ratio is not None and not counts:
         cost.note = "the marked steps' own time, not the wall time between them (no step counts)"
+    return cost
+
+
+def _too_few_before(cost: CaptureCost, before: list[_Sample], during: list[_Sample]) -> CaptureCost:
+    """What can be said where too few steps ended before the trace: the traced steps' time."""
+    steps = round(sum(x.steps for x in before))
+    cost.note = (
+        f"only {steps:,} step{'s' if steps != 1 else ''} ended before the trace (a job's first "
+        "steps trace and compile): too few to compare with"
+    )
+    if during:
+        cost.steps_during = round(sum(x.steps for x in during))
+        cost.step_ms_during = _overall(during)
+        cost.note += (
+            f"; {round(cost.step_ms_during, 1):g} ms a step while traced "
+            f"({cost.steps_during:,} steps)"
+        )
     return cost
 
 

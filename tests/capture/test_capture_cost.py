@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from profiler_service.capture.cost import BEFORE_MIN_S, capture_cost
+from profiler_service.capture.cost import BEFORE_MIN_S, MIN_SAMPLES_BEFORE, capture_cost
 from profiler_service.lookback.models import LeadUp, Series
 
 T0 = datetime(2026, 12, 5, 12, 0, 0, tzinfo=UTC)
@@ -131,3 +131,33 @@ def test_steps_longer_than_a_sample_are_timed_from_one_step_s_end_to_the_next():
     cost = capture_cost(ring(times, dict.fromkeys(ends, 1.0)), T0, T0 + timedelta(seconds=3))
     assert (cost.step_ms_before, cost.step_ms_during) == (2500.0, 3000.0)
     assert cost.ratio == pytest.approx(1.2) and cost.steps_during == 1
+
+
+def test_a_job_that_has_just_started_compares_nothing_and_says_what_it_can():
+    # The demo's case: the capture came right after the job's first step (1,000 ms: tracing and
+    # compiling), then 83.3 ms steps while traced. One step is no "before".
+    times = {0.0: 1000.0, 1.0: 83.3, 2.0: 83.3, 3.0: 83.3}
+    counts = {0.0: 1.0, 1.0: 12.0, 2.0: 12.0, 3.0: 12.0}
+    cost = capture_cost(ring(times, counts), T0, T0 + timedelta(seconds=3))
+    assert cost.ratio is None and cost.step_ms_before is None
+    assert cost.note.startswith("only 1 step ended before the trace")
+    assert "too few to compare with" in cost.note
+    assert cost.note.endswith(f"{1000 / 12:.1f} ms a step while traced (36 steps)")
+    assert cost.steps_during == 36
+
+
+def test_two_samples_before_are_too_few_too():
+    times = {-1.0: 10.0, 0.0: 10.0, 1.0: 10.0, 2.0: 10.0}
+    counts = {-1.0: 100.0, 0.0: 100.0, 1.0: 100.0, 2.0: 100.0}
+    cost = capture_cost(ring(times, counts), T0, T0 + timedelta(seconds=2))
+    assert cost.ratio is None and "only 200 steps ended before the trace" in cost.note
+
+
+def test_slow_steps_are_compared_over_the_last_samples_before_the_window():
+    # 6 s steps: the 10 s before a 3.3 s trace hold two step ends; the third is looked back for.
+    # The step the trace runs in takes 6.6 s.
+    ends = [-30.0, -24.0, -18.0, -12.0, -6.0, 0.0, 6.6]
+    times = {t: 6000.0 for t in ends[:-1]} | {6.6: 6600.0}
+    cost = capture_cost(ring(times, dict.fromkeys(ends, 1.0)), T0, T0 + timedelta(seconds=3.3))
+    assert cost.steps_before == MIN_SAMPLES_BEFORE and cost.step_ms_before == 6000.0
+    assert cost.ratio == pytest.approx(1.1)
