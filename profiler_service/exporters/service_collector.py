@@ -62,6 +62,15 @@ def _number(*candidates: tuple[Any, float]) -> float | None:
     return None
 
 
+def _device_idle(summary: Mapping[str, Any], gpu_idle: float | None) -> float | None:
+    """XProf's device idle share, else the GPUs' own; none on a CPU-only capture, where XProf
+    still writes 0 % (no device: no series, not a device that never idled)."""
+    xprof = _number((_path(summary, "utilisation", "device_idle_pct"), 0.01))
+    if _path(summary, "utilisation", "hardware_type") == "CPU_ONLY":
+        return gpu_idle
+    return xprof if xprof is not None else gpu_idle
+
+
 def read_analysis(snapshot_id: str, created_at: str, doc: str) -> LatestAnalysis:
     """Pick the exported numbers out of a snapshot document, tolerating older and newer shapes.
 
@@ -94,9 +103,7 @@ def read_analysis(snapshot_id: str, created_at: str, doc: str) -> LatestAnalysis
             (_path(summary, "input_pipeline", "input_share_pct"), 0.01),
             (summary.get("input_share_pct"), 0.01),
         ),
-        device_idle_share=_number((_path(summary, "utilisation", "device_idle_pct"), 0.01))
-        if _path(summary, "utilisation", "device_idle_pct") is not None
-        else gpu_idle,
+        device_idle_share=_device_idle(summary, gpu_idle),
         findings=dict(findings),
         host_busy_s={
             str(h["host"]): h["busy_ms_avg"] / 1000.0
@@ -228,7 +235,8 @@ class ServiceCollector:
         )
         idle = GaugeMetricFamily(
             "profiler_latest_device_idle_ratio",
-            "Share (0-1) of time the device was idle in the newest ready snapshot.",
+            "Share (0-1) of time the device was idle in the newest ready snapshot; absent where "
+            "it ran on the CPU alone (no device).",
             labels=["target"],
             unit="ratio",
         )

@@ -65,6 +65,15 @@ def test_latest_analysis_per_target_comes_from_the_newest_ready_snapshot(service
     assert created == service.store.get("new").created_at.timestamp()
 
 
+def test_a_cpu_only_capture_exports_no_device_idle_share(service, add):
+    # XProf writes device_idle_time_percent 0 where there is no device at all.
+    utilisation = {"hardware_type": "CPU_ONLY", "device_type": "CPU", "device_idle_pct": 0.0}
+    add("cpu", summary={**SUMMARY, "utilisation": utilisation})
+    m = scrape(service)
+    assert "profiler_latest_device_idle_ratio" not in m, m.get("profiler_latest_device_idle_ratio")
+    assert m["profiler_latest_step_time_seconds"] == [({"target": "default"}, 0.077)]
+
+
 def test_each_worker_of_a_multi_worker_snapshot_gets_its_busy_time(service, add):
     per_host = [
         {"host": "10.0.0.1_2222", "busy_ms_avg": 1.2},
