@@ -73,6 +73,28 @@ def step_breakdown_svg(step_time: StepTime, width: int = 900, height: int = 220)
     )
 
 
+def step_chart_caption(step_time: StepTime) -> str:
+    """What the step chart's bars are, beside the step count above it, where the two differ:
+    the count is the training steps run while captured; a bar is a step XProf timed whole (it
+    sets the first and last aside, the capture's edges cut a step each; under
+    `steps_per_execution` a bar is one call of N steps; the chart keeps the last MAX_BARS)."""
+    bars = len(step_time.steps[-MAX_BARS:])
+    if not bars:
+        return ""
+    per = step_time.steps_per_marker
+    timed = max(step_time.markers, len(step_time.steps))
+    if bars * per == step_time.count and per == 1:
+        return ""  # one bar a step, every step: nothing to explain
+    unit = "step" if per == 1 else f"call of {per} training steps (times per training step)"
+    text = f"{bars} bar{'s' if bars != 1 else ''}, one per {unit} XProf timed whole"
+    if bars < timed:
+        text += f" (the last {bars} of the {timed} it timed)"
+    edges = step_time.count - timed * per
+    if edges > 0:
+        text += f"; {edges} more ran at the capture's start and end, partly outside it"
+    return text
+
+
 def category_svg(shares: dict[str, float], width: int = 900, height: int = 28) -> Markup:
     if not shares:
         return Markup("")
