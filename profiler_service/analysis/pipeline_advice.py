@@ -80,9 +80,39 @@ def expensive_stage(iterators: list[InputIterator]) -> InputIterator | None:
     return max(candidates, key=lambda i: (depth(i), i.self_time_ms))
 
 
-def _label(iterator: InputIterator) -> str:
-    built = f", built as {iterator.datasets}" if iterator.datasets else ""
-    return f"`{kind(iterator)}`{built}"
+# The method of `tf.data.Dataset` that builds each dataset op (the iterator events' `MapDataset:2`,
+# XProf's `Map`), so the advice speaks of the user's code, not of tf.data's internals.
+_METHODS = {
+    "Map": ".map()", "ParallelMap": ".map()", "MapAndBatch": ".map()` + `.batch()",
+    "Batch": ".batch()", "ParallelBatch": ".batch()", "PaddedBatch": ".padded_batch()",
+    "Interleave": ".interleave()", "ParallelInterleave": ".interleave()",
+    "FlatMap": ".flat_map()", "Filter": ".filter()", "Shuffle": ".shuffle()",
+    "Cache": ".cache()", "MemoryCache": ".cache()", "Prefetch": ".prefetch()",
+    "Repeat": ".repeat()", "Take": ".take()", "Skip": ".skip()", "Shard": ".shard()",
+    "Unbatch": ".unbatch()", "Window": ".window()", "Scan": ".scan()", "Zip": "zip()",
+    "Concatenate": ".concatenate()", "Range": "range()", "TensorSlice": "from_tensor_slices()",
+    "Generator": "from_generator()", "FromGenerator": "from_generator()",
+    "TFRecord": "TFRecordDataset", "TextLine": "TextLineDataset",
+    "FixedLengthRecord": "FixedLengthRecordDataset",
+}  # fmt: skip
+_DATASET = re.compile(r"(?P<name>[A-Za-z]+?)Dataset(?:V\d+)?:\d+")
+_VERSION = re.compile(r"V\d+$")
+
+
+def _method(name: str) -> str | None:
+    return _METHODS.get(_VERSION.sub("", name))
+
+
+def _label(iterator: InputIterator, whose: str = "your ") -> str:
+    """The stage as the user wrote it, XProf's name beside it: "your `.map()` + `.batch()`
+    (tf.data runs them fused; XProf: `MapAndBatch`)"; XProf's alone where no method is known."""
+    k = kind(iterator)
+    built = [m for m in (_method(d) for d in _DATASET.findall(iterator.datasets)) if m]
+    methods = list(dict.fromkeys(built)) or [m for m in [_method(k)] if m]
+    if not methods:
+        return f"`{k}`"
+    fused = "tf.data runs them fused; " if len(methods) > 1 else ""
+    return f"{whose}`{'` + `'.join(methods)}` ({fused}XProf: `{k}`)"
 
 
 @dataclass
@@ -118,7 +148,8 @@ def advise(pipeline: InputPipeline) -> PipelineAdvice:
     advice = PipelineAdvice()
     python = (
         "move the Python in the pipeline (tf.py_function / tf.numpy_function) into TensorFlow "
-        "ops: Python runs one element at a time under the GIL, even in a parallel map"
+        "ops: Python holds the GIL while it runs, so a parallel map speeds it up only as far as "
+        "it waits or calls code that lets the GIL go (NumPy on large arrays, I/O)"
     )
     iterators = pipeline.iterators
     stage = expensive_stage(iterators)
@@ -156,7 +187,9 @@ def advise(pipeline: InputPipeline) -> PipelineAdvice:
                     "changes nothing here",
                 )
             else:
-                advice.got("parallel_calls", f"the slowest stage, `{k}`, runs in parallel{width}")
+                advice.got(
+                    "parallel_calls", f"the slowest stage, {_label(stage)}, runs in parallel{width}"
+                )
             last_resort = (
                 f"the slowest stage, {_label(stage)}, is parallel and still too slow: make its "
                 "function cheaper, preprocess offline, or give the input more CPU cores "
@@ -180,8 +213,8 @@ def advise(pipeline: InputPipeline) -> PipelineAdvice:
     elif top is not None and kind(top) != "Prefetch":
         advice.need(
             "prefetch_last",
-            f"`prefetch` is not the last step (`{kind(top)}` runs after it, on the training "
-            "thread): move `.prefetch(tf.data.AUTOTUNE)` to the end",
+            f"`prefetch` is not the last step ({_label(top, whose='')} runs after it, on the "
+            "training thread): move `.prefetch(tf.data.AUTOTUNE)` to the end",
         )
     else:
         advice.got("prefetch", "it ends with `prefetch`")
@@ -196,9 +229,10 @@ def advise(pipeline: InputPipeline) -> PipelineAdvice:
     elif later_maps and k in MAP_KINDS:
         advice.need(
             "cache",
-            f"if the output of the slowest stage, `{k}`, is the same every epoch, `.cache()` "
-            f"it: right after it, before the later {_label(max(later_maps, key=depth))}, so "
-            "any random augmentation stays after the cache",
+            f"if the output of the slowest stage, {_label(stage)}, is the same every epoch, "
+            f"`.cache()` it: right after it, before the later "
+            f"{_label(max(later_maps, key=depth), whose='')}, so any random augmentation stays "
+            "after the cache",
         )
     if not advice.lacks or not sequential(stage):
         advice.need("cheaper_stage", last_resort)

@@ -8,6 +8,8 @@ from functools import cache
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from profiler_service.analysis.compare import Comparison
+from profiler_service.analysis.models import Finding
+from profiler_service.analysis.rules.registry import EVIDENCE
 from profiler_service.analysis.text_report import (
     describe_cost,
     describe_saving,
@@ -36,7 +38,34 @@ def _environment() -> Environment:
     env.globals["verification_headline"] = headline
     env.globals["describe_cost"] = describe_cost
     env.globals["framework_label"] = framework_label
+    env.globals["evidence_items"] = evidence_items
     return env
+
+
+def evidence_items(finding: Finding) -> list[tuple[str, str, str]]:
+    """A finding's evidence as a person reads it: (label, value, what it is), its own words for
+    what a Python value would print raw (`[]`, `False`, `0.123456`); tables (lists of
+    mappings) and nested mappings are left to the JSON."""
+    fields = EVIDENCE[finding.rule].model_fields if finding.rule in EVIDENCE else {}
+    items = []
+    for key, value in finding.evidence.items():
+        if value is None or isinstance(value, dict):
+            continue
+        if isinstance(value, list) and value and isinstance(value[0], dict):
+            continue
+        about = fields[key].description or "" if key in fields else ""
+        items.append((key.replace("_", " "), _evidence_value(value), about))
+    return items
+
+
+def _evidence_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, list):
+        return ", ".join(_evidence_value(v) for v in value) if value else "none"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
 
 
 def render_report(

@@ -132,7 +132,10 @@ def test_the_input_verdict_agrees_with_tensorflows_at_capture_time(run, tmp_path
         # TF 2.5's pipelines are rooted at `Iterator::Model`, tf.data's autotuning wrapper: the
         # advice names a stage the job wrote (Zip, Concatenate), never the wrapper.
         assert "`Model`" not in found.recommendation
-        assert re.search(r"the slowest stage, `(Zip|Concatenate)`", found.recommendation)
+        assert re.search(
+            r"the slowest stage, your `(zip\(\)|\.concatenate\(\))` \(XProf: `(Zip|Concatenate)`\)",
+            found.recommendation,
+        )
 
 
 @pytest.mark.parametrize(

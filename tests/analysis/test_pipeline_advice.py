@@ -82,7 +82,8 @@ def test_a_tuned_pipeline_is_told_what_it_has_and_only_the_last_resort():
     advice = advise(pipeline(*TUNED))
     assert advice.expensive_stage == "Iterator::Root::Prefetch::MapAndBatch"
     assert advice.has == [
-        "the slowest stage, `MapAndBatch`, runs in parallel (autotuned, 2 at a time)",
+        "the slowest stage, your `.map()` + `.batch()` (XProf: `MapAndBatch`), runs in parallel "
+        "(autotuned, 2 at a time)",
         "it ends with `prefetch`",
     ]
     assert (advice.lacks_codes, advice.has_codes) == (
@@ -99,7 +100,10 @@ def test_the_expensive_stage_is_the_furthest_upstream_of_the_large_self_times():
     stage = expensive_stage(pipeline(*DECODE_THEN_AUGMENT).iterators)
     assert stage.path.endswith("MapAndBatch::ParallelMapV2")
     advice = advise(pipeline(*DECODE_THEN_AUGMENT))
-    assert "`.cache()` it: right after it, before the later `MapAndBatch`" in advice.lacks[0]
+    assert (
+        "`.cache()` it: right after it, before the later `.map()` + `.batch()` (XProf: "
+        "`MapAndBatch`)" in advice.lacks[0]
+    )
     assert "it ends with `prefetch`" in advice.has
 
 
@@ -110,8 +114,9 @@ def test_a_sequential_interleave_and_a_prefetch_nowhere():
     assert any("end the pipeline with `.prefetch" in lack for lack in advice.lacks)
     # A later map exists (here the label map): caching before it is offered, on condition.
     assert any(
-        "if the output of the slowest stage, `Map`, is the same every epoch" in lack
-        and "before the later `ParallelMapV2`" in lack
+        "if the output of the slowest stage, your `.map()` (XProf: `Map`), is the same every epoch"
+        in lack
+        and "before the later `.map()` (XProf: `ParallelMapV2`)" in lack
         for lack in advice.lacks
     )
 
@@ -122,7 +127,10 @@ def test_a_cached_pipeline_is_not_told_to_cache_and_a_late_prefetch_is_named():
         advice.has
     )
     assert not any(".cache()" in lack for lack in advice.lacks)
-    assert any("`prefetch` is not the last step (`ParallelMapV2`" in x for x in advice.lacks)
+    assert any(
+        "`prefetch` is not the last step (`.map()` (XProf: `ParallelMapV2`) runs after it" in x
+        for x in advice.lacks
+    )
 
 
 def test_python_first_only_when_it_is_there():
@@ -188,3 +196,22 @@ def test_tf_data_s_own_wrappers_are_never_the_stage_to_optimise():
     assert "`Model`" not in text and "MaxIntraOpParallelism" not in text
     only_wrappers = [InputIterator(path="Iterator::Model", self_time_ms=40.0)]
     assert expensive_stage(only_wrappers) is None
+
+
+def test_stages_are_named_as_the_user_built_them():
+    """The iterator events' dataset names (`fused(MapDataset:2,BatchDatasetV2:3)`) become the
+    `Dataset` methods that built them; XProf's name stays beside them for its own pages."""
+    from profiler_service.analysis.models import InputIterator
+    from profiler_service.analysis.pipeline_advice import _label
+
+    def named(path: str, datasets: str = "") -> str:
+        return _label(InputIterator(path=path, datasets=datasets, self_time_ms=1, count=1))
+
+    fused = named("Iterator::Root::MapAndBatch", "fused(MapDataset:2,BatchDatasetV2:3)")
+    assert fused == ("your `.map()` + `.batch()` (tf.data runs them fused; XProf: `MapAndBatch`)")
+    assert named("Iterator::Root::ParallelMapV2", "ParallelMapDatasetV2:1") == (
+        "your `.map()` (XProf: `ParallelMapV2`)"
+    )
+    assert named("Iterator::Root::Concatenate") == "your `.concatenate()` (XProf: `Concatenate`)"
+    assert named("Iterator::Root::SomethingNew") == "`SomethingNew`"
+    assert "Dataset:" not in fused and "fused(" not in fused

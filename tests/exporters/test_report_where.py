@@ -62,3 +62,30 @@ def test_the_finding_names_its_code_and_links_the_stacks():
 def test_no_where_no_line():
     html = render_report(snapshot([finding("input_bound", [])], ["h.xplane.pb"]), ReportSettings())
     assert 'class="where"' not in html
+
+
+def test_the_wiring_line_the_traced_function_and_readable_evidence():
+    from profiler_service.analysis.models import CodeLine
+
+    wired = DECODE.model_copy(
+        update={"wired_at": CodeLine(file="/app/data.py", line=88, code="ds.map(decode)")}
+    )
+    call = CodeSite(file="/app/train.py", line=50, function="loop", share=1.0, traces="step")
+    retrace = finding("retracing", [call])
+    retrace.evidence = {"function": "step", "traces": 12, "jit_compile": False,
+                        "tracing_share": 0.123456, "traced_in_all": None}  # fmt: skip
+    pipeline = finding("input_bound", [wired])
+    pipeline.evidence = {"pipeline_has": [], "pipeline_lacks": ["python", "prefetch"]}
+    html = render_report(snapshot([pipeline, retrace], ["h.xplane.pb"]), ReportSettings())
+    assert (
+        'wired into the pipeline at <code title="/app/data.py">data.py:88</code> '
+        "<code>ds.map(decode)</code>" in html
+    )
+    assert "train.py:50, calling <code>step</code> (100% of its samples)" in html
+    # evidence in words: no raw Python values, each labelled with what it is
+    assert "pipeline has</span> <code>none</code>" in html
+    assert "pipeline lacks</span> <code>python, prefetch</code>" in html
+    assert "jit compile</span> <code>no</code>" in html and "<code>0.1235</code>" in html
+    assert "<code>[]</code>" not in html and "<code>False</code>" not in html
+    assert "traced in all" not in html  # no value: not shown
+    assert '<span title="its calls in the capture that traced it again">traces</span>' in html
