@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import inspect
 import subprocess
-from pathlib import PurePath
+from pathlib import Path, PurePath
 
 import httpx
 import pytest
@@ -61,6 +61,18 @@ def test_input_bound_names_the_decoding_function_the_pipeline_runs(tmp_path, bro
     assert first["line"] in lines_of(decode)
     assert first["share"] > 0.5
     assert f"`{decode.__qualname__}`" in found["input_bound"]["recommendation"]
+    # the line to change: where the demo's pipeline wires the function in (its own source)
+    source = inspect.getsourcefile(decode)
+    wiring = next(
+        i + 1
+        for i, line in enumerate(Path(source).read_text().splitlines())
+        if f"numpy_function({decode.__name__}" in line
+    )
+    assert (first["wired_at"]["file"], first["wired_at"]["line"]) == (source, wiring)
+    assert (
+        f"wired into it at {PurePath(source).name}:{wiring}"
+        in (found["input_bound"]["recommendation"])
+    )
     summary = body["summary"]["python_stacks"]
     assert summary["pipeline_samples"] > 20 and summary["hz"] == DEFAULT_HZ
 
@@ -209,3 +221,43 @@ def test_a_sidecar_whose_py_spy_cannot_sample_says_why(input_bound_job, service_
     assert "SYS_PTRACE" in stacks["unavailable"]
     assert all(f["where"] == [] for f in body["findings"])
     assert 'id="python-stacks-unavailable"' in report and 'id="flame-graph"' not in report
+
+
+def test_through_a_sidecar_py_spy_names_the_retracing_call_and_blames_no_compute_bound_line(
+    compute_bound_job, service_factory, tmp_path
+):
+    """A retracing job of the demo's, and the compute-bound one, each beside a sidecar with
+    py-spy: the call that retraces is named; a job whose cause is not in Python gets no `where`
+    that blames a line."""
+    from helpers import free_port
+
+    from profiler_service.demo import tf_pathologies
+
+    port = free_port()
+    job = start_job(
+        "--workload", "function", "--arg", "python-number", "--profiler-port", str(port)
+    )
+    py_spy = {"PROFILER_PY_SPY": "true"}
+    try:
+        beside_retracing = service_factory([f"grpc://127.0.0.1:{port}"], py_spy)
+        with beside_retracing.client() as client:
+            retracing = client.post("/profile", params={"duration": "2s", "wait": "true"}).json()
+    finally:
+        job.stop()
+    beside_computing = service_factory(
+        [compute_bound_job.address], py_spy, store=tmp_path / "computing"
+    )
+    with beside_computing.client() as client:
+        computing = client.post("/profile", params={"duration": "2s", "wait": "true"}).json()
+    assert retracing["status"] == computing["status"] == "ready"
+    step = nested_code(tf_pathologies.function_loop, "step")
+    found = {f["rule"]: f for f in retracing["findings"]}
+    first = found["retracing"]["where"][0]
+    assert (first["file"], first["line"], first["traces"]) == (
+        step.co_filename,
+        line_of(tf_pathologies.function_loop, "1e-4 / (1 + i)"),
+        "step_fn",
+    )
+    assert retracing["summary"]["python_stacks"]["source"] == "py-spy"
+    assert computing["summary"]["python_stacks"]["samples"] > 50  # it was sampled
+    assert [f["where"] for f in computing["findings"] if f["where"]] == []
