@@ -12,7 +12,12 @@ from __future__ import annotations
 from pydantic import model_validator
 
 from profiler_service.config.base import Group, Root
-from profiler_service.config.hub import FleetSettings, LedgerSettings, RegistrationSettings
+from profiler_service.config.hub import (
+    ExplainSettings,
+    FleetSettings,
+    LedgerSettings,
+    RegistrationSettings,
+)
 from profiler_service.config.pipeline import (
     DEFAULT_PROM_QUERIES,
     AnalysisSettings,
@@ -41,6 +46,7 @@ __all__ = [
     "AppSettings",
     "BoundsSettings",
     "CaptureSettings",
+    "ExplainSettings",
     "FleetSettings",
     "GrafanaSettings",
     "Group",
@@ -127,3 +133,4 @@ class HubSettings(AppSettings):
 
     fleet: FleetSettings
     ledger: LedgerSettings
+    explain: ExplainSettings

@@ -1,5 +1,6 @@
 """The fleet hub's settings groups: a sidecar's registration with it, the hub's own (its
-registry, its index and syncs, its forwarding) and its GPU-hours ledger."""
+registry, its index and syncs, its forwarding), its GPU-hours ledger, and the captures it asks
+for to explain the ledger's idle hours."""
 
 from __future__ import annotations
 
@@ -198,3 +199,33 @@ class LedgerSettings(Group):
         if any(price < 0 for price in value.values()):
             raise ValueError("GPU-hour prices cannot be negative")
         return value
+
+
+class ExplainSettings(Group):
+    """The hub's captures for the ledger's unexplained idle hours (hub/explain.py): off unless
+    `hub_explain_idle`; it asks the sidecars, which keep their own bounds."""
+
+    prefix: ClassVar[str] = "hub_explain_"
+
+    enabled: bool = Field(
+        default=False,
+        validation_alias="hub_explain_idle",
+        description="Ask the sidecars of the jobs with the most `no_capture` idle GPU-hours (over "
+        "the last `hub_ledger_capture_horizon_s`) for a capture, most first: at most "
+        "`hub_explain_captures_per_h` an hour, each job once per horizon, through the sidecar's "
+        "webhook (its cooldown, minimum interval and one capture at a time apply: a busy one is "
+        "asked again later). Needs `hub_prometheus_url`. Off: the fleet page only says which "
+        "jobs it would ask.",
+    )
+    captures_per_h: int = Field(
+        default=6,
+        ge=1,
+        description="The captures the hub may start for the ledger in any hour (the fleet's, "
+        "not each sidecar's).",
+    )
+    duration_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="How long each of those captures traces (the alert's `profile_duration`, "
+        "within the sidecar's bounds). Unset: the sidecar's `duration_default_s`.",
+    )

@@ -6,6 +6,8 @@ registration.py  the sidecar's side: its heartbeat to the hub (and to the bucket
 routing.py       alerts and operator captures to the sidecar they name
 fleet.py         the hub's parts wired together; the bucket's sync into the fleet index
 views.py         the fleet page: latest verdicts, step time, regressions, findings by rule
+ledger.py        GPU-hours by job: held, busy, idle by cause, recoverable, cost
+explain.py       the captures the hub asks for to explain the ledger's no_capture hours
 metrics.py       `profiler_fleet_*` for Prometheus
 routes.py, app.py  the HTTP API (the sidecar's read routes, reused)
 """

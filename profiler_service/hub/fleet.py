@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from urllib.parse import quote
 
 from profiler_service.config import HubSettings
+from profiler_service.hub.explain import ExplainPolicy
 from profiler_service.hub.fleet_sync import FleetSync
 from profiler_service.hub.index.database import FleetDatabase, database_url
 from profiler_service.hub.index.reader import HubSnapshots
@@ -57,6 +58,7 @@ class HubService:
     # the other replicas' registries: through the shared index's table, else the bucket
     peers: RegistryTable | RegistryShare | None = None
     ledger: LedgerBook | None = None  # GPU-hours by job and cause (ledger.py)
+    explain: ExplainPolicy | None = None  # captures asked for its idle hours (explain.py)
 
     @property
     def alerts(self) -> FleetRouter:
@@ -72,8 +74,9 @@ class HubService:
         return self.lifecycle.loop_health()
 
     def start(self) -> None:
-        """The registry share, the fleet sync, the ledger (build_hub starts nothing)."""
-        self.lifecycle.start([self.peers, self.fleet_sync, self.ledger])
+        """The registry share, the fleet sync, the ledger and the captures that explain it
+        (build_hub starts nothing)."""
+        self.lifecycle.start([self.peers, self.fleet_sync, self.ledger, self.explain])
 
     def stop(self) -> None:
         """The fleet sync, the registry share, then the alert log and the index."""
@@ -112,14 +115,25 @@ def build_hub(settings: HubSettings) -> HubService:
         link=_report_link(settings),
         version=lambda: fleet_sync.version,
     )
+    explain = ExplainPolicy(
+        settings.explain,
+        settings.ledger,
+        ledger,
+        registry,
+        router,
+        index_sync.writes,
+        db.lease,
+        first_round_after_s=fleet.sidecar_ttl_s / 2,
+    )
     collector = FleetCollector(
-        settings.report, store.fleet, registry, alert_log, fleet_sync, ledger
+        settings.report, store.fleet, registry, alert_log, fleet_sync, ledger, explain
     )
     tenants = TenantTokens(fleet.tokens_file) if fleet.tokens_file else None
     metrics = FleetMetrics(collector, loops=lifecycle.loop_health)
     return HubService(
-        settings, store, registry, router, fleet_sync, metrics, lifecycle, tenants, peers, ledger
-    )
+        settings, store, registry, router, fleet_sync, metrics, lifecycle, tenants, peers,
+        ledger, explain,
+    )  # fmt: skip
 
 
 def _report_link(settings: HubSettings) -> Callable[[str], str]:

@@ -12,6 +12,8 @@
     profiler_fleet_gpu_hours{namespace,workload,state,cause}         the ledger (ledger.py)
     profiler_fleet_gpu_cost{namespace,workload,state}                its hours at their prices
     profiler_fleet_alerts_total{source,outcome}                      webhook alerts routed
+    profiler_fleet_explain_asks_total{outcome}                       captures asked for the
+        ledger's unexplained idle hours (explain.py), by the sidecar's answer
     profiler_fleet_sync_duration_seconds, profiler_fleet_sync_timestamp_seconds,
     profiler_fleet_syncs_total, profiler_fleet_sync_failures_total   the bucket's sync
 
@@ -21,7 +23,8 @@ scrape job and would rename ours `exported_job`.
 
 A tenant's scrape (a token of the tokens file) gets the series of its namespaces only, and the
 series that name no namespace, which are the hub's own (its syncs, its alert outcomes counted by
-source and outcome): they carry no tenant's namespace, job, snapshot or alert labels.
+source and outcome, its asks by outcome): they carry no tenant's namespace, job, snapshot or
+alert labels.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from prometheus_client.samples import Exemplar
 
 from profiler_service.config import ReportSettings
 from profiler_service.exporters.loop_collector import LoopCollector
+from profiler_service.hub.explain import ExplainPolicy
 from profiler_service.hub.index.fleet_queries import FleetQueries
 from profiler_service.hub.ledger_book import LedgerBook
 from profiler_service.hub.registry import SidecarRegistry
@@ -74,9 +78,11 @@ class FleetCollector:
         alert_log: AlertLog,
         fleet_sync: SyncState,
         ledger: LedgerBook | None = None,
+        explain: ExplainPolicy | None = None,
     ):
         self.settings, self.index, self.registry = settings, index, registry
         self.alert_log, self.fleet_sync, self.ledger = alert_log, fleet_sync, ledger
+        self.explain = explain
         self.views = FleetViewCache(index, settings, lambda: fleet_sync.baseline_ids)
 
     def view(self) -> FleetView:
@@ -158,6 +164,17 @@ class FleetCollector:
         for (source, outcome), n in sorted(self.alert_log.counts().items()):
             alerts.add_metric([source, outcome], n)
         yield alerts
+
+        if self.explain is not None:
+            asks = CounterMetricFamily(
+                "profiler_fleet_explain_asks",
+                "Captures this hub asked sidecars for, to explain the ledger's no_capture idle "
+                "hours (hub_explain_idle), by the sidecar's answer (sidecar_unreachable: none).",
+                labels=["outcome"],
+            )
+            for outcome, n in self.explain.counts().items():
+                asks.add_metric([outcome], n)
+            yield asks
 
         sync = self.fleet_sync
         yield CounterMetricFamily(

@@ -44,6 +44,7 @@ def sidecar_record(settings: Settings) -> SidecarRecord:
         name=name,
         namespace=capture.pod_namespace,
         pod=capture.pod_name or name,
+        workload=capture.workload,
         targets=capture.target_names,
         url=url,
         public_url=public_url,

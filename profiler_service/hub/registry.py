@@ -33,6 +33,7 @@ class SidecarRecord(BaseModel):
     name: str = Field(pattern=SIDECAR_NAME_PATTERN)
     namespace: str | None = Field(default=None, pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
     pod: str | None = None
+    workload: str | None = None  # the job it profiles (PROFILER_WORKLOAD), as the ledger names it
     targets: list[Annotated[str, Field(pattern=TARGET_NAME_PATTERN)]] = Field(default_factory=list)
     url: str = Field(pattern=r"^https?://[^\s/?#]+/?$")  # where the hub dials it
     public_url: str | None = None

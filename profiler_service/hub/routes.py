@@ -17,6 +17,7 @@ from profiler_service.api.deps import CaptureReach, CaptureRequired, ReadReach, 
 from profiler_service.api.schemas import ERROR_RESPONSES
 from profiler_service.durations import parse_window
 from profiler_service.errors import InvalidRequest
+from profiler_service.hub.explain import ExplainState
 from profiler_service.hub.fleet import HubService
 from profiler_service.hub.ledger import Ledger
 from profiler_service.hub.registry import SIDECAR_NAME_PATTERN, SidecarRecord, SidecarsPublic
@@ -156,6 +157,19 @@ def read_fleet_ledger(
     return _ledger_of(hub, window).within(reach)
 
 
+@router.get(
+    "/fleet/explain", response_model=ExplainState, tags=["fleet"], dependencies=[ReadRequired]
+)  # fmt: skip
+def read_fleet_explain(hub: HubDep, reach: ReadReach) -> ExplainState:
+    """The captures the hub asks for to explain the ledger's `no_capture` idle hours
+    (hub_explain_idle): each job's last ask within the capture horizon and its sidecar's
+    answer, the jobs waiting for this hour's budget, and those no live sidecar profiles; off,
+    the jobs it would ask. Only the namespaces your token reads."""
+    if hub.explain is None:
+        raise InvalidRequest("this hub keeps no ledger")
+    return hub.explain.state().within(reach)
+
+
 @router.get("/fleet", response_class=HTMLResponse, tags=["fleet"], dependencies=[ReadRequired])
 def read_fleet_page(
     hub: HubDep,
@@ -181,12 +195,29 @@ def read_fleet_page(
     if hub.ledger is not None:  # the page's window, at least one ledger bucket
         window_s = max(days * 86400, hub.settings.ledger.ledger_bucket_s)
         ledger = hub.ledger.ledger(window_s).within(reach)
+    explain = hub.explain.state().within(reach) if hub.explain is not None else None
     return render_fleet(
         view.within(reach),
         sidecars,
         hub.settings.report,
         ledger,
+        explain=(explain, _explained_hours(hub, reach)) if explain is not None else None,
         limit=limit,
         offset=offset,
         query={"namespace": namespace, "days": None if days == DEFAULT_DAYS else days},
     )
+
+
+def _explained_hours(hub: HubService, reach: Reach) -> dict[str, float] | None:
+    """Idle and no_capture GPU-hours over the explain policy's window (its last ledger, never
+    built here), of the namespaces `reach` allows."""
+    if hub.explain is None or hub.ledger is None:
+        return None
+    ledger = hub.ledger.latest(hub.explain.window_s)
+    if ledger is None or ledger.source != "prometheus":
+        return None
+    totals = ledger.within(reach).totals
+    return {
+        "idle": totals.idle_gpu_hours or 0.0,
+        "no_capture": totals.idle_by_cause.get("no_capture", 0.0),
+    }

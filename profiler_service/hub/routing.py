@@ -39,7 +39,7 @@ from profiler_service.trigger.webhook_payload import (
     alert_fingerprint,
 )
 
-__all__ = ["FleetRouter", "NoSidecar", "SidecarUnreachable"]
+__all__ = ["FleetRouter", "NoSidecar", "SidecarUnreachable", "read_answer", "webhook_url"]
 
 log = logging.getLogger(__name__)
 
@@ -191,28 +191,13 @@ class FleetRouter:
         self, source: Source, sidecar: SidecarRecord, body: dict[str, Any]
     ) -> list[AlertOutcome] | Failed:
         """The sidecar's outcome for each alert sent, or why there is none."""
-        url = f"{sidecar.url.rstrip('/')}/webhooks/{source}"
         try:
-            response = await self.client.post(url, json=body, headers=self._auth())
+            response = await self.client.post(
+                webhook_url(sidecar, source), json=body, headers=self.auth_headers()
+            )
         except httpx.HTTPError as exc:
-            log.warning("sidecar %s at %s did not answer: %s", sidecar.key, sidecar.url, exc)
-            return Failed(
-                f"sidecar {sidecar.key} at {sidecar.url} did not answer: {type(exc).__name__}"
-            )
-        if response.status_code != 202:
-            return Failed(
-                f"sidecar {sidecar.key} answered {response.status_code}: {response.text[:300]}"
-            )
-        try:
-            result = WebhookResult.model_validate_json(response.content)
-        except ValueError:
-            return Failed(f"sidecar {sidecar.key} answered something that is not a webhook result")
-        if len(result.alerts) != len(body["alerts"]):
-            sent = len(body["alerts"])
-            return Failed(
-                f"sidecar {sidecar.key} answered for {len(result.alerts)} of {sent} alerts"
-            )
-        return result.alerts
+            return unanswered(sidecar, exc)
+        return read_answer(sidecar, response, len(body["alerts"]))
 
     # ---- operator captures ------------------------------------------------------------------
 
@@ -238,7 +223,7 @@ class FleetRouter:
         url = f"{found.sidecar.url.rstrip('/')}/profile"
         try:
             response = await self.client.post(
-                url, params=query, headers=self._auth(), timeout=timeout
+                url, params=query, headers=self.auth_headers(), timeout=timeout
             )
         except httpx.HTTPError as exc:
             raise SidecarUnreachable(
@@ -264,9 +249,37 @@ class FleetRouter:
             await self._client.aclose()
             self._client = None
 
-    def _auth(self) -> dict[str, str]:
+    def auth_headers(self) -> dict[str, str]:
+        """What the hub sends a sidecar: its hub token, which sidecars accept."""
         token = self.settings.server.hub_token
         return {"Authorization": f"Bearer {token.get_secret_value()}"} if token else {}
+
+
+def webhook_url(sidecar: SidecarRecord, source: Source) -> str:
+    return f"{sidecar.url.rstrip('/')}/webhooks/{source}"
+
+
+def unanswered(sidecar: SidecarRecord, exc: Exception) -> Failed:
+    log.warning("sidecar %s at %s did not answer: %s", sidecar.key, sidecar.url, exc)
+    return Failed(f"sidecar {sidecar.key} at {sidecar.url} did not answer: {type(exc).__name__}")
+
+
+def read_answer(
+    sidecar: SidecarRecord, response: httpx.Response, sent: int
+) -> list[AlertOutcome] | Failed:
+    """The sidecar's outcome for each of the `sent` alerts of a forwarded payload, or why there
+    is none (an error status, a body that is not a webhook result, a count that differs)."""
+    if response.status_code != 202:
+        return Failed(
+            f"sidecar {sidecar.key} answered {response.status_code}: {response.text[:300]}"
+        )
+    try:
+        result = WebhookResult.model_validate_json(response.content)
+    except ValueError:
+        return Failed(f"sidecar {sidecar.key} answered something that is not a webhook result")
+    if len(result.alerts) != sent:
+        return Failed(f"sidecar {sidecar.key} answered for {len(result.alerts)} of {sent} alerts")
+    return result.alerts
 
 
 def _outcome(source: Source, alert: WebhookAlert) -> AlertOutcome:

@@ -25,6 +25,7 @@ from profiler_service.analysis.compare import regressed
 from profiler_service.config import ReportSettings
 from profiler_service.exporters import fleet_charts
 from profiler_service.exporters.report import SEVERITY_COLOURS, _environment
+from profiler_service.hub.explain import ExplainState
 from profiler_service.hub.index.fleet_queries import FleetQueries, FleetRow
 from profiler_service.hub.ledger import Ledger
 from profiler_service.hub.registry import SidecarRecord
@@ -160,13 +161,16 @@ def render_fleet(
     settings: ReportSettings,
     ledger: Ledger | None = None,
     *,
+    explain: tuple[ExplainState, dict[str, float] | None] | None = None,
     limit: int = 200,
     offset: int = 0,
     query: dict[str, object] | None = None,
 ) -> str:
     """The page shows `limit` jobs from `offset`, the regressed first, and as many sidecars:
     5,000 jobs are a 3.5 MB page that took 0.3 s to render, and no one reads it whole.
-    `query`: the request's other parameters, kept by the links to the pages before and after."""
+    `query`: the request's other parameters, kept by the links to the pages before and after.
+    `explain`: the captures asked for the ledger's idle hours, with the idle and no_capture
+    hours of their window."""
     ordered = sorted(view.jobs, key=lambda j: not j.regressed)
     kept = {k: v for k, v in (query or {}).items() if v is not None}
 
@@ -194,5 +198,7 @@ def render_fleet(
             if ledger
             else [],
             cause_colours=fleet_charts.IDLE_CAUSE_COLOURS,
+            explain=explain[0] if explain else None,
+            explain_hours=explain[1] if explain else None,
         )
     )

@@ -417,6 +417,7 @@ def test_the_fleet_values_of_the_docs_install_a_hub_with_its_ledger_and_no_secre
     assert settings.ledger.gpu_hour_prices == {"A100": 2.9, "H100": 4.5, "*": 2.0}
     assert settings.ledger.gpu_pod_label == "exported_pod"
     assert settings.storage.store_url == "s3://team-profiles/fleet"
+    assert settings.explain.enabled is True
 
     job = docs_values("job-values.yaml")
     assert not job.get("secret", {}).keys() - {"existingSecret", "create"}
