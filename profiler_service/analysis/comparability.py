@@ -37,20 +37,9 @@ class DifferenceKind(StrEnum):
     SCALED = "scaled"  # every part of the step moved alike: its work changed (the batch)
 
 
-# Kinds that make the step times incomparable; the others are said beside the verdict.
-UNLIKE = frozenset(
-    {DifferenceKind.FRAMEWORK, DifferenceKind.DEVICES, DifferenceKind.CORES, DifferenceKind.HOSTS}
-)
-
-
 class Difference(BaseModel):
     kind: DifferenceKind
     detail: str
-
-    @property
-    def unlike(self) -> bool:
-        """The two step times are not of the same job on the same hardware."""
-        return self.kind in UNLIKE
 
 
 def differences(base: Summary | None, head: Summary | None) -> list[Difference]:

@@ -60,7 +60,7 @@ def input_bound(saving: float) -> Finding:
 def test_a_halved_batch_is_named_and_checks_no_prediction():
     before, after = summary(100, 80), summary(50, 40, seed=2)
     [found] = differences(before, after)
-    assert found.kind is DifferenceKind.SCALED and not found.unlike
+    assert found.kind is DifferenceKind.SCALED
     assert "-50%" in found.detail and "examples per second" in found.detail
     change = step_change(before, after, seed="batch")
     assert change.note.startswith("not like with like: every part of the step moved alike")
@@ -84,7 +84,7 @@ def test_other_hardware_is_not_like_with_like():
     h100 = summary(100, 10, gpus=["H100", "H100"])
     a100 = summary(60, 10, gpus=["A100", "A100"], seed=2)
     [gpus] = differences(h100, a100)
-    assert gpus.kind is DifferenceKind.DEVICES and gpus.unlike
+    assert gpus.kind is DifferenceKind.DEVICES
     assert gpus.detail == "GPUs 2 x H100 -> 2 x A100"
     [cores] = differences(summary(100, 80), summary(60, 40, cores=8.0, seed=2))
     assert cores.kind is DifferenceKind.CORES and cores.detail == "cores 2 -> 8"
