@@ -104,7 +104,9 @@ def capture(config: dict, fix: str, store: Path, warm_s: float) -> dict:
 
 def read_model_inputs(snapshot: dict) -> dict | None:
     """What the input model reads of a broken capture: its input_bound finding's evidence and
-    the summary's step time, pipeline and cores; None where it raised no input_bound."""
+    the summary's step time, pipeline and cores; and its reading of the job's Python stacks
+    (where tf.data's Python spent its samples), kept for a model that reads them; None where it
+    raised no input_bound."""
     finding = next((f for f in snapshot["findings"] if f["rule"] == "input_bound"), None)
     if finding is None:
         return None
@@ -117,6 +119,7 @@ def read_model_inputs(snapshot: dict) -> dict | None:
                 k: summary["input_pipeline"][k] for k in ("iterators", "python_in_pipeline")
             },
             "process_cpu": summary.get("process_cpu"),
+            "python_stacks": summary.get("python_stacks"),
         },
     }
 
