@@ -122,7 +122,7 @@ def summarise(
 ) -> PythonStacks:
     """The user's functions tf.data ran, and the user's lines the loop's Python held."""
     is_user = UserCode(roots)
-    total = pipeline_total = loop_total = 0
+    total = pipeline_total = loop_total = pipeline_in_libraries = 0
     entered: Counter[tuple[str, str]] = Counter()  # (file, function) -> samples
     entered_lines: Counter[Frame] = Counter()
     held: Counter[Frame] = Counter()
@@ -134,6 +134,8 @@ def summarise(
         entry = _pipeline_entry(frames)
         if entry is not None:
             pipeline_total += count
+            if frames and not is_user(frames[-1].file):
+                pipeline_in_libraries += count
             first = next((f for f in frames[entry:] if is_user(f.file)), None)
             if first is not None:
                 entered[(first.file, first.function)] += count
@@ -169,6 +171,9 @@ def summarise(
         hz=hz,
         pipeline_samples=pipeline_total,
         pipeline_functions=pipeline_functions,
+        pipeline_library_share=round(pipeline_in_libraries / pipeline_total, 4)
+        if pipeline_total
+        else 0.0,
         loop_samples=loop_total,
         loop_lines=[_site(f, n, loop_total) for f, n in held.most_common(SITES_KEPT)],
         tracing_samples=tracing_total,

@@ -47,6 +47,10 @@ class PythonStacks(BaseModel):
     # user's function each entered first, by its share of them.
     pipeline_samples: int = 0
     pipeline_functions: list[CodeSite] = Field(default_factory=list)
+    # Of those samples, the share whose innermost frame is a library's (NumPy, TensorFlow's own
+    # Python), not the user's line: time in calls that may let the GIL go, which a parallel
+    # map can overlap, where the user's own Python lines cannot be.
+    pipeline_library_share: float = 0.0
     # Samples of the other threads that run the user's code: the user's innermost line in each,
     # where it was running Python or eager ops itself (not a tf.function's graph, not inside
     # Keras' own fit/evaluate/predict loop), by its share of all those threads' samples.

@@ -51,6 +51,7 @@ def test_input_bound_names_the_function_tf_data_runs_and_its_busiest_line():
     summary = summary_of(INPUT_BOUND)
     stacks = summary.python_stacks
     assert stacks.pipeline_samples == 200 and stacks.samples == 840
+    assert stacks.pipeline_library_share == 0.05  # 10 of 200 in NumPy's own frames
     found = attribute(finding("input_bound"), summary)
     assert [(s.function, s.file, s.line) for s in found.where] == [
         ("decode_example", TRAIN, 12)
