@@ -144,6 +144,18 @@ class SnapshotFile(BaseModel):
     size_bytes: int
 
 
+class CaptureSource(BaseModel):
+    """Which process answered for one capture file (capture/answered_by.py): the host name its
+    profiler wrote into it, and the processes seen listening at its address (several where
+    SO_REUSEPORT shares a port; none where the service cannot see the job's processes)."""
+
+    file: str
+    address: str | None = None  # the worker's host:port (a sidecar's capture)
+    hostname: str | None = None  # XSpace.hostnames: the machine or pod of the process
+    pids: list[int] = Field(default_factory=list)
+    note: str | None = None  # why the pids are not one, where they are not
+
+
 class SnapshotHead(BaseModel):
     """What a snapshot is without what its analysis found: who took it, when, how, its files, its
     end. `GET /profiles` lists these (api/schemas.py); the whole `Snapshot` is one read away."""
@@ -166,6 +178,7 @@ class SnapshotHead(BaseModel):
     finished_at: datetime | None = None
     pinned: bool = False
     files: list[SnapshotFile] = Field(default_factory=list)
+    sources: list[CaptureSource] = Field(default_factory=list)  # which process answered
     error: SnapshotError | None = None
     # The release that took it (CHANGELOG.md); None: a release before 0.2.0.
     service_version: str | None = None

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from profiler_service.analysis.analyzer import XprofAnalyzer
 from profiler_service.analysis.models import ProcessCpu, ProcessMemory
+from profiler_service.capture.answered_by import capture_sources
 from profiler_service.capture.capturer import Captured, CaptureFailed, CaptureJob, Capturer
 from profiler_service.capture.cost import snapshot_cost
 from profiler_service.capture.discovery import resolve_workers
@@ -28,6 +29,7 @@ from profiler_service.lookback.models import LeadUp, PendingLeadUp
 from profiler_service.lookback.sources import cpu_cores_available
 from profiler_service.models import Snapshot, SnapshotError, SnapshotStatus, utcnow
 from profiler_service.store import SnapshotStore
+from profiler_service.targets import TargetKind
 
 __all__ = ["CANCEL_GRACE_S", "CPU_SAMPLES", "run_capture"]
 
@@ -68,6 +70,10 @@ def run_capture(
             )
         pending = begin_lead_up(lead_up, snapshot)
         run_dir = store.adopt_capture(snapshot, [*captured.paths, *captured.side_files])
+        in_process = target.kind is TargetKind.IN_PROCESS
+        snapshot.sources = capture_sources(
+            run_dir, snapshot.files, snapshot.workers, in_process=in_process
+        )
         snapshot.status = SnapshotStatus.ANALYZING
         store.update(snapshot)
         analysis = analyzer.analyze(
