@@ -38,6 +38,7 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
         ["--snapshots", "20000", "--sidecars", "500", "--sync-snapshots", "2000"],
     ),
     "ledger": ("bench_ledger.py", [], ["--jobs", "200", "--rounds", "1"]),
+    "explain": ("bench_explain.py", [], ["--jobs", "120", "--budgets", "6", "12"]),
     "soak": ("bench_soak.py", ["--max-minutes", "90"], ["--captures", "200"]),
     "soak-in-process": (
         "bench_soak.py",
