@@ -174,6 +174,13 @@ class LedgerSettings(Group):
         "model name containing it (case aside; the longest match wins), `*` any other. A model "
         "no key prices has no cost in the ledger.",
     )
+    gpu_hour_currency: str = Field(
+        default="USD",
+        pattern=r"^\S{1,12}$",
+        description="The currency of `hub_gpu_hour_prices` (an ISO 4217 code such as USD or "
+        "EUR), shown with every cost: the fleet page, `profiler-service ledger`, the ledger's "
+        "JSON (`currency`).",
+    )
     ledger_metric_window_s: float = Field(
         default=86400.0,
         gt=0,

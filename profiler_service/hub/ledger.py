@@ -122,6 +122,7 @@ class Ledger(BaseModel):
     start: float  # unix seconds: the window is (start, end]
     end: float
     source: str  # prometheus: hours counted there; captures: shares from the captures alone
+    currency: str | None = None  # of every cost (hub_gpu_hour_currency); None: no prices
     notes: list[str] = Field(default_factory=list)
     jobs: list[JobLedger] = Field(default_factory=list)  # most recoverable first
     namespaces: list[NamespaceLedger] = Field(default_factory=list)
@@ -223,6 +224,7 @@ def build_ledger(
         )
     if not prices and ledger.jobs:
         ledger.notes.append("No GPU-hour prices are set (hub_gpu_hour_prices): no costs.")
+    ledger.currency = settings.gpu_hour_currency if prices else None
     ledger.jobs.sort(
         key=lambda j: (-(j.recoverable_gpu_hours or 0), -(j.recoverable_share or 0), j.job)
     )

@@ -32,6 +32,7 @@ def _causes(job: JobLedger) -> str:
 
 def format_ledger(ledger: Ledger, top: int = 20) -> str:
     t = ledger.totals
+    cost = f"cost {ledger.currency}" if ledger.currency else "cost"  # the columns' header
     lines = [f"GPU-hours over {ledger.window} ({ledger.source}), {t.jobs} jobs"]
     if t.gpu_hours is not None:
         idle = t.idle_gpu_hours or 0.0
@@ -44,7 +45,7 @@ def format_ledger(ledger: Ledger, top: int = 20) -> str:
         )
         if t.cost is not None:
             lines.append(
-                f"  cost {_money(t.cost)}, idle {_money(t.idle_cost)}, "
+                f"  cost {_money(t.cost)} {ledger.currency or ''}, idle {_money(t.idle_cost)}, "
                 f"recoverable {_money(t.recoverable_cost)}"
                 f"{_between(t.recoverable_cost_range, _money)}"
             )
@@ -52,7 +53,7 @@ def format_ledger(ledger: Ledger, top: int = 20) -> str:
     lines.append("")
     lines.append(
         f"{'namespace':<16} {'job':<24} {'GPUs':>4} {'GPU-h':>9} {'idle':>5} {'recov. GPU-h':>12} "
-        f"{'cost':>10}  idle by cause; fix this first"
+        f"{cost:>10}  idle by cause; fix this first"
     )
     for job in ledger.jobs[:top]:
         idle = "-" if job.idle_share is None else f"{job.idle_share:.0%}"
@@ -77,7 +78,7 @@ def format_ledger(ledger: Ledger, top: int = 20) -> str:
     if ledger.namespaces:
         lines.append("")
         lines.append(f"{'namespace':<16} {'jobs':>5} {'GPU-h':>9} {'idle GPU-h':>10} "
-                     f"{'recov. GPU-h':>12} {'cost':>10}")  # fmt: skip
+                     f"{'recov. GPU-h':>12} {cost:>10}")  # fmt: skip
         for ns in ledger.namespaces:
             lines.append(
                 f"{ns.namespace or '':<16} {ns.jobs:>5} {_h(ns.gpu_hours):>9} "

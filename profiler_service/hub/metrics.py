@@ -214,8 +214,9 @@ class FleetCollector:
         )
         cost = GaugeMetricFamily(
             "profiler_fleet_gpu_cost",
-            "What each job's GPU-hours of the metric window cost at hub_gpu_hour_prices: state "
-            "held, idle and recoverable (with recoverable_low and recoverable_high).",
+            "What each job's GPU-hours of the metric window cost at hub_gpu_hour_prices, in "
+            "hub_gpu_hour_currency: state held, idle and recoverable (with recoverable_low and "
+            "recoverable_high).",
             labels=["namespace", "workload", "state"],
         )
         for job in ledger.jobs if ledger else []:
