@@ -106,6 +106,11 @@ def scrape() -> list[dict[str, Any]]:
     package has one) exports, in exposition order."""
     sys.path.insert(0, str(NVML_STANDIN))
     sys.modules["tensorflow"] = _fake_tensorflow()
+    # ...whose runtime the job has started (probes/tf_memory.started_tensorflow reads no earlier)
+    started = types.SimpleNamespace(_initialized=True)
+    eager = types.ModuleType("tensorflow.python.eager.context")
+    eager.context_safe = lambda: started  # type: ignore[attr-defined]
+    sys.modules["tensorflow.python.eager.context"] = eager
     from prometheus_client.parser import text_string_to_metric_families
 
     with tempfile.TemporaryDirectory() as tmp:

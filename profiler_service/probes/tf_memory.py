@@ -3,7 +3,11 @@ look-back sampler samples and the `/metrics` collector exposes (exporters/tf_col
 
 The collector never imports TensorFlow: it reads the module the job already imported
 (`sys.modules["tensorflow"]`) and exports nothing when there is none, so registering it in the
-sidecar could not pull TF in either (the sidecar does not register it at all).
+sidecar could not pull TF in either (the sidecar does not register it at all). Nor does it start
+TensorFlow's runtime: it reads nothing until the job's import has finished and the job has
+started the runtime itself, so an agent started before `import tensorflow` neither races the
+import nor keeps the job from configuring its devices (`set_memory_growth`,
+`set_logical_device_configuration`: "cannot be modified after being initialized").
 """
 
 from __future__ import annotations
@@ -15,9 +19,21 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["TFMemoryProbe"]
+__all__ = ["TFMemoryProbe", "started_tensorflow"]
 
 log = logging.getLogger(__name__)
+
+
+def started_tensorflow() -> Any | None:
+    """The job's `tensorflow` module once its import has finished and its runtime (the eager
+    context) has been started by the job; None before. Listing devices or asking their memory
+    starts the runtime, after which the job can no longer configure its devices."""
+    tf = sys.modules.get("tensorflow")
+    if tf is None or getattr(getattr(tf, "__spec__", None), "_initializing", False):
+        return None
+    eager = sys.modules.get("tensorflow.python.eager.context")
+    runtime = eager.context_safe() if eager is not None else None
+    return tf if getattr(runtime, "_initialized", False) else None
 
 
 class TFMemoryProbe:
@@ -30,7 +46,7 @@ class TFMemoryProbe:
     """
 
     def __init__(self, tf_module: Callable[[], Any] | None = None, max_age_s: float = 0.0):
-        self._tf_module = tf_module or (lambda: sys.modules.get("tensorflow"))
+        self._tf_module = tf_module or started_tensorflow
         self.max_age_s = max_age_s  # scrapes reuse a reading this young (the sampler's)
         self._lock = threading.Lock()
         self._cached: tuple[float, list[tuple[str, str, int, int]]] | None = None
