@@ -179,6 +179,7 @@ def test_the_hub_asks_for_the_captures_that_explain_its_idle_hours(world):
     page = world.get("/fleet").text
     assert '<section id="explain" data-enabled="false">' in page
     assert "PROFILER_HUB_EXPLAIN_IDLE=true" in page
+    assert 'id="explain-share"' in page and "(100 %) have no capture" in page
     assert 'id="explain-no-sidecar"' in page and 'data-job="team-b/train-orphan"' in page
     before = world.ledger()
     idle = before["totals"]["idle_gpu_hours"]
