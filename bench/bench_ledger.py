@@ -40,8 +40,8 @@ from profiler_service.analysis.gpu_waste import capture_waste  # noqa: E402
 from profiler_service.analysis.summary import analyse_run  # noqa: E402
 from profiler_service.config import LedgerSettings  # noqa: E402
 from profiler_service.hub.gpu_hours import query_gpu_hours  # noqa: E402
+from profiler_service.hub.index.fleet_queries import FleetRow  # noqa: E402
 from profiler_service.hub.ledger import build_ledger  # noqa: E402
-from profiler_service.store.queries import FleetRow  # noqa: E402
 
 CORPUS = ROOT / "tests" / "fixtures" / "gpu-captures"
 RUNS = [
