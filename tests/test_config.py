@@ -250,7 +250,8 @@ NAMES = [
     "webhook_min_interval_s", "webhook_target_rules", "webhook_target_labels",
     "webhook_default_target", "grafana_url", "grafana_token", "grafana_annotation_attempts",
     "grafana_timeout_s", "capture_labels", "schedules", "regression_max_share", "lookback_s",
-    "lookback_interval_s", "watch_process", "prometheus_url", "prometheus_queries",
+    "lookback_interval_s", "watch_process", "job_metrics_url", "prometheus_url",
+    "prometheus_queries",
     "prometheus_timeout_s", "pod_name", "pod_namespace", "lookback_trace_s", "hub_url",
     "hub_token", "hub_advertise_url", "hub_heartbeat_s", "hub_register_in_bucket",
     "hub_sidecar_ttl_s", "hub_sync_interval_s", "hub_forward_timeout_s", "memory_watch",
@@ -262,7 +263,8 @@ NAMES = [
     # the fleet ledger's (hub)
     "hub_prometheus_url", "hub_gpu_util_query", "hub_gpu_util_max", "hub_gpu_namespace_label",
     "hub_gpu_pod_label", "hub_gpu_model_label", "hub_ledger_resolution_s", "hub_ledger_bucket_s",
-    "hub_ledger_capture_horizon_s", "hub_gpu_hour_prices", "hub_ledger_metric_window_s",
+    "hub_ledger_capture_horizon_s", "hub_gpu_hour_prices", "hub_gpu_hour_currency",
+    "hub_ledger_metric_window_s",
     "hub_ledger_refresh_s", "hub_prometheus_timeout_s", "hub_gpu_scrape_interval_s",
 ]  # fmt: skip
 
