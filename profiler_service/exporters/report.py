@@ -8,8 +8,8 @@ from functools import cache
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from profiler_service.analysis.compare import Comparison
+from profiler_service.analysis.evidence import evidence_model
 from profiler_service.analysis.models import Finding
-from profiler_service.analysis.rules.registry import EVIDENCE
 from profiler_service.analysis.text_report import (
     describe_cost,
     describe_saving,
@@ -46,7 +46,8 @@ def evidence_items(finding: Finding) -> list[tuple[str, str, str]]:
     """A finding's evidence as a person reads it: (label, value, what it is), its own words for
     what a Python value would print raw (`[]`, `False`, `0.123456`); tables (lists of
     mappings) and nested mappings are left to the JSON."""
-    fields = EVIDENCE[finding.rule].model_fields if finding.rule in EVIDENCE else {}
+    model = evidence_model(finding.rule)
+    fields = model.model_fields if model is not None else {}
     items = []
     for key, value in finding.evidence.items():
         if value is None or isinstance(value, dict):

@@ -940,6 +940,10 @@ def test_every_rule_declares_its_evidence_model_each_field_described():
         assert model.model_config.get("extra") == "ignore", name  # old snapshots, newer keys
         undescribed = [f for f, info in model.model_fields.items() if not info.description]
         assert not undescribed, f"{name}: fields without a description: {undescribed}"
+        # named for its rule, so a reader that loads no rule (the hub's report) finds it
+        from profiler_service.analysis.evidence import evidence_model
+
+        assert evidence_model(name) is model, name
 
 
 def test_a_declared_evidence_model_is_what_the_finding_holds():

@@ -9,6 +9,9 @@ fields of the other reading are absent (None); it dumps the fields it set
 (`model_dump(exclude_unset=True)`), so a finding holds the keys of its reading only.
 """
 
+import re
+
+from profiler_service.analysis.evidence.base import Evidence
 from profiler_service.analysis.evidence.device import (
     CommunicationBoundEvidence,
     DeviceIdleEvidence,
@@ -75,4 +78,23 @@ __all__ = [
     "StragglerEvidence",
     "TensorCoresUnusedEvidence",
     "XlaRecompilationEvidence",
+    "evidence_model",
 ]
+
+
+def evidence_model(rule: str) -> type[Evidence] | None:
+    """The evidence model of `rule`, by the name its class carries (`retracing`:
+    `RetracingEvidence`), for readers that load no rule (the hub's report page); the registry's
+    own mapping agrees (tests/analysis/test_rules.py)."""
+    return _BY_RULE.get(rule)
+
+
+def _subclasses(cls: type) -> list[type]:
+    return [c for sub in cls.__subclasses__() for c in (sub, *_subclasses(sub))]
+
+
+_BY_RULE = {
+    re.sub(r"(?<!^)(?=[A-Z])", "_", c.__name__.removesuffix("Evidence")).lower(): c
+    for c in _subclasses(Evidence)
+    if c.__name__.endswith("Evidence")
+}
