@@ -242,7 +242,8 @@ NAMES = [
     "capture_max_workers", "analysis_timeout_s", "analysis_python", "analysis_max_memory_bytes",
     "analysis_worker_idle_s", "analysis_worker_max_jobs", "analysis_worker_recycle_bytes",
     "shutdown_grace_s", "host_tracer_level", "python_tracer_level", "device_tracer_level",
-    "include_dataset_ops", "python_stacks_hz", "retention_max_count", "retention_max_bytes",
+    "include_dataset_ops", "python_stacks_hz", "py_spy", "py_spy_pid", "retention_max_count",
+    "retention_max_bytes",
     "tensorboard_url",
     "tensorboard_flavour", "public_url", "webhook_token", "webhook_username", "webhook_password",
     "webhook_hmac_secret", "webhook_hmac_header", "webhook_hmac_timestamp_header",
@@ -266,6 +267,8 @@ NAMES = [
     "hub_ledger_capture_horizon_s", "hub_gpu_hour_prices", "hub_gpu_hour_currency",
     "hub_ledger_metric_window_s",
     "hub_ledger_refresh_s", "hub_prometheus_timeout_s", "hub_gpu_scrape_interval_s",
+    # the hub's captures for the ledger's unexplained idle hours
+    "hub_explain_idle", "hub_explain_captures_per_h", "hub_explain_duration_s",
 ]  # fmt: skip
 
 
@@ -281,7 +284,11 @@ def test_a_group_names_its_fields_without_its_prefix_and_its_settings_with_it():
     """A field's outward name is the group's prefix and its own, or the one it names; the
     outward names are the configuration page's, each read from PROFILER_<NAME> alone (not
     from a variable named after the field)."""
-    named = {"memory_watch": "enabled", "tokens_file": "tokens_file"} | {
+    named = {
+        "memory_watch": "enabled",
+        "tokens_file": "tokens_file",
+        "hub_explain_idle": "enabled",
+    } | {
         f"capture_{f}": f for f in ("url", "attempts", "max_workers", "labels")
     }
     page = (Path(__file__).parents[1] / "docs/reference/configuration.md").read_text()

@@ -357,7 +357,6 @@ def _thirty_two_bit_parts(
     return on, off, other, device.busy_pct / 100, ratios, model
 
 
-
 @impact_of(
     "memory_growth",
     "memory_pressure",

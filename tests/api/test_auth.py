@@ -224,6 +224,7 @@ def test_every_route_declares_the_scope_it_needs():
         "GET /sidecars": "read",
         "GET /fleet": "read",
         "GET /fleet/ledger": "read",
+        "GET /fleet/explain": "read",
     }
     ignore = ("/openapi.json", "/docs", "/redoc")
     for app, expected in [(create_app(None), sidecar), (create_hub_app(None), hub)]:
