@@ -267,6 +267,21 @@ def test_py_spy_shares_the_pods_processes_and_grants_ptrace_only_when_asked(monk
     assert "SYS_PTRACE" not in json.dumps(training)
 
 
+def test_the_jobs_metrics_reach_the_sidecar_and_prometheus_when_it_serves_them(monkeypatch):
+    """training.metricsPort: the job serves its step metrics on the pod's address (the
+    PodMonitor scrapes them) and the sidecar reads them over localhost for each snapshot's
+    capture cost; without it, neither is set."""
+    _, spec = pod_spec(install_dry_run({}))
+    assert "PROFILER_JOB_METRICS_URL" not in env_of(sidecar_of(spec))
+    _, spec = pod_spec(install_dry_run({"training": {"metricsPort": 9464}}))
+    training = env_of(next(c for c in spec["containers"] if c["name"] == "training"))
+    assert training["PROFILER_JOB_METRICS_PORT"]["value"] == "9464"
+    assert training["PROFILER_JOB_METRICS_ADDR"]["value"] == "0.0.0.0"
+    url = env_of(sidecar_of(spec))["PROFILER_JOB_METRICS_URL"]["value"]
+    monkeypatch.setenv("PROFILER_JOB_METRICS_URL", url)
+    assert Settings(api_token="t").lookback.job_metrics_url == "http://127.0.0.1:9464/metrics"
+
+
 def test_secure_defaults():
     docs = install_dry_run({})
     metadata, spec = pod_spec(docs)

@@ -124,6 +124,8 @@ one hub.url names (name.NAMESPACE.svc...), else the release's. */}}
 {{- if .Values.training.metricsPort }}
 - name: {{ .Values.training.metricsPortEnv }}
   value: {{ .Values.training.metricsPort | quote }}
+# The PodMonitor scrapes it on the pod's address; the sidecar reads it over localhost.
+- {name: PROFILER_JOB_METRICS_ADDR, value: "0.0.0.0"}
 {{- end }}
 {{- end -}}
 
@@ -184,6 +186,10 @@ one hub.url names (name.NAMESPACE.svc...), else the release's. */}}
     {{- end }}
     {{- if .Values.sidecar.pySpy.enabled }}
     - {name: PROFILER_PY_SPY, value: "true"}
+    {{- end }}
+    {{- if and .Values.training.metricsPort (not (hasKey .Values.sidecar.settings "job_metrics_url")) }}
+    # The job's step timings (what a capture cost it), from its own /metrics.
+    - {name: PROFILER_JOB_METRICS_URL, value: {{ printf "http://127.0.0.1:%d/metrics" (int .Values.training.metricsPort) | quote }}}
     {{- end }}
     {{- if and .Values.xprof.enabled (not (hasKey .Values.sidecar.settings "tensorboard_url")) }}
     - {name: PROFILER_TENSORBOARD_URL, value: {{ include "profiler-service.xprofUrl" . | quote }}}
