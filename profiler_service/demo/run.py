@@ -61,8 +61,11 @@ def run_demo(store: Path, duration: str = "3s", warm_up_s: float = WARM_UP_S) ->
             f"{url}/profile", params={"duration": duration, "wait": "true"}, timeout=600
         )
         body = response.json()
+        if response.status_code >= 400 and "snapshot" in body:
+            _report(body["snapshot"], store)  # the capture failed: the snapshot says why
+            return 1
         if response.status_code >= 400:
-            print(f"capture refused: {response.status_code} {body}")
+            print(f"capture refused: {body.get('error')}: {body.get('detail')}")
             return 1
         _report(body, store)
         return 0 if body["status"] == "ready" else 1
