@@ -18,7 +18,6 @@ from collections.abc import Callable, Iterable
 
 import sqlalchemy as sa
 from pydantic import ValidationError
-from sqlalchemy.dialects import postgresql, sqlite
 
 from profiler_service.hub.index.database import FleetDatabase
 from profiler_service.hub.index.schema import sidecars
@@ -49,7 +48,7 @@ class RegistryTable(LoopOwner):
         self.registry = registry
         self.replica = replica
         self._clock = clock
-        self._insert = postgresql.insert if db.shared else sqlite.insert
+        self._insert = db.insert
         self.interval_s = min(SHARE_INTERVAL_S, registry.ttl_s / 4)
         self.failures_total = 0
         self.merged_total = 0

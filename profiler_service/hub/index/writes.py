@@ -8,7 +8,6 @@ from collections.abc import Iterable
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 
 from profiler_service.analysis.gpu_waste import capture_waste
 from profiler_service.api.schemas import list_item_json
@@ -62,7 +61,7 @@ def snapshot_row(found: RemoteSnapshot) -> tuple[dict[str, Any], list[dict[str, 
 class IndexWrites:
     def __init__(self, db: FleetDatabase):
         self.db = db
-        self._insert = postgresql.insert if db.shared else sqlite.insert
+        self._insert = db.insert
 
     def upsert(self, found: Iterable[RemoteSnapshot]) -> list[str]:
         """Index these (again), `UPSERT_BATCH` a transaction; the ids written."""

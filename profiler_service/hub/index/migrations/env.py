@@ -11,7 +11,8 @@ connection = context.config.attributes["connection"]
 context.configure(
     connection=connection,
     target_metadata=metadata,
-    render_as_batch=connection.dialect.name == "sqlite",  # SQLite alters tables by copying
+    # SQLite alters a table by copying it (dialects.py)
+    render_as_batch=context.config.attributes.get("alters_by_copying", False),
 )
 with context.begin_transaction():
     context.run_migrations()
