@@ -36,12 +36,12 @@ from pathlib import Path
 import psutil
 from bench_common import free_port, record, start_job, xprof_alone_with_cpu
 
-from profiler_service.analysis.analyzer import XprofAnalyzer
-from profiler_service.analysis.host_events import read_host_events
+from profiler_service.analysis.readers.host_events import read_host_events
+from profiler_service.analysis.readers.xplane import CaptureFile
+from profiler_service.analysis.readers.xprof_tools import tool_data, tool_names
+from profiler_service.analysis.runner.analyzer import XprofAnalyzer
+from profiler_service.analysis.runner.warm_workers import WarmWorkers
 from profiler_service.analysis.summary import analyse_run
-from profiler_service.analysis.warm_workers import WarmWorkers
-from profiler_service.analysis.xplane import CaptureFile
-from profiler_service.analysis.xprof_tools import tool_data, tool_names
 from profiler_service.capture.capturer import CaptureJob
 from profiler_service.capture.remote import RemoteCapturer
 from profiler_service.models import CaptureOptions

@@ -61,7 +61,7 @@ def record(
 XPROF_ALONE = """
 import sys, time
 from pathlib import Path
-from profiler_service.analysis.xprof_tools import load_xprof, tool_data
+from profiler_service.analysis.readers.xprof_tools import load_xprof, tool_data
 load_xprof()
 started, cpu = time.perf_counter(), time.process_time()
 tool_data(sorted(Path(sys.argv[1]).glob("*.xplane.pb")), "overview_page")
@@ -128,7 +128,7 @@ def role(child: psutil.Process) -> str:
         cmdline = " ".join(child.cmdline())
     except psutil.Error:
         return "other"
-    if "analysis.worker" in cmdline:
+    if "analysis.runner.worker" in cmdline:
         return "analysis"
     return "capture" if "remote_child" in cmdline else "other"
 

@@ -25,7 +25,7 @@ import psutil
 from bench_common import free_port, record, start_job, xprof_alone
 from bench_footprint import capture_and_watch, seconds_between, start_service
 
-from profiler_service.analysis.fit import fit_line
+from profiler_service.analysis.readers.fit import fit_line
 
 MB = 1024 * 1024
 

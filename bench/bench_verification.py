@@ -1,7 +1,7 @@
 """The regression gate at the user's threshold, on real captures: how often two captures of an
 unchanged job are flagged (A/A), how often a job made 10 % slower by counted extra work is
 caught, with the step change's interval from the captures' own steps alone, widened by the
-noise between captures the job's untraced steps show (analysis/capture_noise.py), or by the
+noise between captures the job's untraced steps show (analysis/across/capture_noise.py), or by the
 assumed default; and by two decision rules.
 
 Every capture is of a fresh job, so A/A and slowed pairs are of the same kind (both restart,
@@ -25,8 +25,8 @@ from pathlib import Path
 from bench_calibration import capture
 from bench_common import record
 
-from profiler_service.analysis.capture_noise import BETWEEN_CAPTURES_SD, between_captures_sd
-from profiler_service.analysis.verification import StepChange, step_change
+from profiler_service.analysis.across.capture_noise import BETWEEN_CAPTURES_SD, between_captures_sd
+from profiler_service.analysis.across.verification import StepChange, step_change
 from profiler_service.models import Snapshot
 
 BASE_BATCH = 40

@@ -6,7 +6,7 @@
 Captures use TensorFlow's profiler in this process; analysis runs in a separate, lower-priority
 process, so the training step never waits for XProf. Started before TensorFlow is imported, it
 also turns on the CPU allocator's memory events (`TF_CPU_ALLOCATOR_USE_BFC=true`), which
-TensorFlow records by default only on some CPUs (analysis/memory_events.py).
+TensorFlow records by default only on some CPUs (analysis/readers/memory_events.py).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 
 import uvicorn
 
-from profiler_service.analysis.memory_events import RECORDING_VARIABLE
+from profiler_service.analysis.readers.memory_events import RECORDING_VARIABLE
 from profiler_service.api.app import create_app
 from profiler_service.capture.in_process import InProcessCapturer
 from profiler_service.config import Settings

@@ -44,11 +44,11 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     import shutil
     import tempfile
 
-    from profiler_service.analysis.analyzer import AnalysisFailed, XprofAnalyzer
+    from profiler_service.analysis.runner.analyzer import AnalysisFailed, XprofAnalyzer
     from profiler_service.analysis.text_report import format_findings, format_summary
 
     if args.run is None and args.path.is_dir() and not any(args.path.glob("*.xplane.pb")):
-        from profiler_service.analysis.corpus import find_runs
+        from profiler_service.analysis.runner.corpus import find_runs
 
         runs = find_runs(args.path)
         if len(runs) > 1:
@@ -88,8 +88,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 def analyze_runs(args: argparse.Namespace, runs: list[Path]) -> int:
     """One row a run; exit 1 when any run failed to analyse. One analyzer serves them all: its
     warm worker imports XProf once, not once a run."""
-    from profiler_service.analysis.analyzer import XprofAnalyzer
-    from profiler_service.analysis.corpus import (
+    from profiler_service.analysis.runner.analyzer import XprofAnalyzer
+    from profiler_service.analysis.runner.corpus import (
         RunRow,
         analyse_runs,
         format_table,
@@ -122,7 +122,7 @@ def analyze_runs(args: argparse.Namespace, runs: list[Path]) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     """Exit 0: within the threshold; 1: regressed; 2: cannot tell (missing, not analysed)."""
-    from profiler_service.analysis.compare import GateMetric, compare, parse_threshold
+    from profiler_service.analysis.across.compare import GateMetric, compare, parse_threshold
     from profiler_service.analysis.text_report import format_comparison
 
     metric = GateMetric(args.metric)
@@ -192,7 +192,7 @@ def find_xplanes(path: Path, run: str | None = None) -> list[Path]:
 def _named_run(root: Path, run: str) -> list[Path]:
     """`--run` outside the plugins/profile layout: a run folder named `run`, or at the short
     path the table of many runs shows."""
-    from profiler_service.analysis.corpus import find_runs, short_name
+    from profiler_service.analysis.runner.corpus import find_runs, short_name
 
     named = [d for d in find_runs(root) if run in (d.name, short_name(d, root))]
     return sorted(named[0].glob("*.xplane.pb")) if len(named) == 1 else []

@@ -9,8 +9,8 @@ from enum import StrEnum
 
 from pydantic import BaseModel, Field, computed_field
 
+from profiler_service.analysis.across.verification import StepChange, Verification
 from profiler_service.analysis.models import Finding, Summary
-from profiler_service.analysis.verification import StepChange, Verification
 from profiler_service.errors import SnapshotErrorCode
 from profiler_service.lookback.models import LeadUp
 
@@ -202,7 +202,7 @@ class Snapshot(SnapshotHead):
     summary: Summary | None = None
     findings: list[Finding] = Field(default_factory=list)
     # The job's previous ready snapshot (the same namespace, workload and target), and what
-    # became of the findings of its last one that raised any (analysis/verification.py).
+    # became of the findings of its last one that raised any (analysis/across/verification.py).
     previous_id: str | None = None
     verified_against: str | None = None
     verification: list[Verification] = Field(default_factory=list)

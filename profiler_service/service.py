@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 import psutil
 from prometheus_client import CollectorRegistry
 
-from profiler_service.analysis.analyzer import XprofAnalyzer
-from profiler_service.analysis.warm_workers import WarmWorkers
+from profiler_service.analysis.runner.analyzer import XprofAnalyzer
+from profiler_service.analysis.runner.warm_workers import WarmWorkers
 from profiler_service.capture.capturer import Capturer
 from profiler_service.capture.controller import CaptureController
 from profiler_service.capture.py_spy_capturer import PySpyCapturer

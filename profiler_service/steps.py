@@ -6,7 +6,7 @@ Keras 3 `fit()` emits none by itself, so without these the overview page has no 
 One marker wraps one call of the training function. With `steps_per_execution=N` (Keras) or a
 custom step function that runs N batches, one call holds N training steps: the marker's
 `step_num` is the index of the first of them, so consecutive markers are N apart and the
-analysis (analysis/step_markers.py) reads N from that gap and reports per-step figures.
+analysis (analysis/readers/step_markers.py) reads N from that gap and reports per-step figures.
 
 Each call's wall time also feeds `profiler_training_steps_total` and
 `profiler_training_step_duration_seconds` (exporters/step_collector.py), per training step, which

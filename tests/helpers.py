@@ -26,7 +26,7 @@ from profiler_service.demo import run as demo_run
 QUIET_TF = {"TF_CPP_MIN_LOG_LEVEL": "1", "PYTHONUNBUFFERED": "1"}
 # What a job sets, as a user would, to record allocator events on any CPU: TF's default CPU
 # allocator records none where oneDNN is off (CPUs without AVX-512; scripts/test-without-onednn)
-# and for some jobs even where it is on (analysis/memory_events.py). The tests of the memory
+# and for some jobs even where it is on (analysis/readers/memory_events.py). The tests of the memory
 # analysis give it to their jobs; the rest of the suite does not depend on it.
 RECORDS_MEMORY = {"TF_CPU_ALLOCATOR_USE_BFC": "true"}
 # What the same job gets with no events at all, whatever this machine's CPU.

@@ -118,9 +118,9 @@ SIDECAR_PIPELINE = (
     "profiler_service.service",
     "profiler_service.api.sidecar",
     "profiler_service.capture.controller",
-    "profiler_service.analysis.analyzer",
+    "profiler_service.analysis.runner.analyzer",
     "profiler_service.analysis.rules",
-    "profiler_service.analysis.xplane",
+    "profiler_service.analysis.readers.xplane",
     "profiler_service.lookback.sampler",
     "profiler_service.trigger.alerts",
     "profiler_service.trigger.schedule",
@@ -140,3 +140,41 @@ def test_the_hub_imports_no_sidecar_pipeline():
     ).stdout))  # fmt: skip
     assert "profiler_service.hub.routes" in loaded  # the probe imported the hub
     assert sorted(loaded.intersection(SIDECAR_PIPELINE)) == []
+
+
+def room_of(name: str, rooms: set[str]) -> str:
+    """`profiler_service.analysis.readers.xplane` -> `analysis.readers`; a module at analysis/'s
+    root (models.py, summary.py) is a room of its own."""
+    parts = name.split(".")
+    if len(parts) > 2 and f"{parts[1]}.{parts[2]}" in rooms:
+        return f"{parts[1]}.{parts[2]}"
+    return ".".join(parts[1:])
+
+
+def test_no_two_analysis_rooms_import_each_other():
+    """analysis/'s rooms stack: the readers under the summary's assembly, the findings (rules/,
+    evidence/) over the summary, the runner over both, the comparisons (across/) over the snapshot
+    model. A subpackage of analysis/ counts as one room, everything it holds together, and each
+    module at analysis/'s root as one more."""
+    known = module_names()
+    rooms = {
+        ".".join(n.split(".")[1:])
+        for n, p in known.items()
+        if n.startswith("profiler_service.analysis.") and p.name == "__init__.py"
+    }
+    assert {"analysis.readers", "analysis.runner", "analysis.across", "analysis.rules"} <= rooms
+    graph: dict[str, set[str]] = {}
+    for name, path in known.items():
+        if not name.startswith("profiler_service.analysis."):
+            continue
+        room = room_of(name, rooms)
+        graph.setdefault(room, set())
+        for imported in imports_of(name, path, known):
+            if imported.startswith("profiler_service.analysis."):
+                other = room_of(imported, rooms)
+                if other != room:
+                    graph[room].add(other)
+                    graph.setdefault(other, set())
+    assert "analysis.readers" in graph["analysis.summary"]
+    assert "analysis.readers" in graph["analysis.runner"]  # the worker reads XProf's tools
+    assert cycles(graph) == []

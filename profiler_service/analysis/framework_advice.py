@@ -11,8 +11,8 @@ evidence and impact stay as the rules made them.
 from __future__ import annotations
 
 from profiler_service.analysis.evidence import DeviceIdleEvidence, InputBoundEvidence
-from profiler_service.analysis.framework import Framework
 from profiler_service.analysis.models import Finding, HostActivity, Summary
+from profiler_service.analysis.readers.framework import Framework
 
 __all__ = ["JAX_ADVICE", "speak"]
 

@@ -1,6 +1,6 @@
 """The summary's memory: each allocator's peak, timeline and growth, what it kept and what each
-op allocates a step (analysis/memory.py, kept_memory.py, step_allocations.py read them), and why
-a capture holds no memory events (memory_events.py). Part of `models.Summary`.
+op allocates a step (analysis/readers/: memory.py, kept_memory.py, step_allocations.py read
+them), and why a capture holds no memory events (memory_events.py). Part of `models.Summary`.
 """
 
 from __future__ import annotations

@@ -102,7 +102,7 @@ class StepSample(BaseModel):
 
 class StepTime(BaseModel):
     # Training steps in the capture: the marked steps XProf timed and the first and last it sets
-    # aside as maybe incomplete, times `steps_per_marker` (analysis/step_markers.py).
+    # aside as maybe incomplete, times `steps_per_marker` (analysis/readers/step_markers.py).
     count: int = 0
     # Training steps one marked step holds (Keras `steps_per_execution`), from the gap between
     # the markers' step numbers; every figure here is per training step.

@@ -13,7 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from profiler_service.analysis.input_pipeline import add_iterator_stats
 from profiler_service.analysis.models import (
     AllocatorMemory,
     EagerDispatch,
@@ -26,8 +25,9 @@ from profiler_service.analysis.models import (
     Summary,
     TfFunctions,
 )
-from profiler_service.analysis.op_stats import OpStats
-from profiler_service.analysis.overview import Overview
+from profiler_service.analysis.readers.input_pipeline import add_iterator_stats
+from profiler_service.analysis.readers.op_stats import OpStats
+from profiler_service.analysis.readers.overview import Overview
 
 
 @dataclass

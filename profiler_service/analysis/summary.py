@@ -16,30 +16,34 @@ from typing import Any, TypeVar
 from google.protobuf.message import DecodeError
 from pydantic import BaseModel, Field
 
-from profiler_service.analysis import memory_events
-from profiler_service.analysis.eager_dispatch import read_eager_dispatch
-from profiler_service.analysis.framework import read_framework
-from profiler_service.analysis.gpu_activity import has_gpu_planes, read_gpu_activity
-from profiler_service.analysis.host_events import HostEvents, read_host_events
-from profiler_service.analysis.host_readers import add_allocations, costliest_tf_functions
-from profiler_service.analysis.input_pipeline import read_input_pipeline
-from profiler_service.analysis.kept_memory import has_memory_events
-from profiler_service.analysis.kernels import read_kernels
-from profiler_service.analysis.memory import read_memory
 from profiler_service.analysis.models import Finding, GpuActivity, HostSummary, StepTime, Summary
-from profiler_service.analysis.op_stats import host_communication_ms, read_op_stats, read_ops
-from profiler_service.analysis.overview import read_overview, read_step_time
 from profiler_service.analysis.parts import Parts, assemble
-from profiler_service.analysis.python_stacks import read_python_stacks
-from profiler_service.analysis.rules import evaluate
-from profiler_service.analysis.step_markers import (
+from profiler_service.analysis.readers import memory_events
+from profiler_service.analysis.readers.eager_dispatch import read_eager_dispatch
+from profiler_service.analysis.readers.framework import read_framework
+from profiler_service.analysis.readers.gpu_activity import has_gpu_planes, read_gpu_activity
+from profiler_service.analysis.readers.host_events import HostEvents, read_host_events
+from profiler_service.analysis.readers.host_readers import add_allocations, costliest_tf_functions
+from profiler_service.analysis.readers.input_pipeline import read_input_pipeline
+from profiler_service.analysis.readers.kept_memory import has_memory_events
+from profiler_service.analysis.readers.kernels import read_kernels
+from profiler_service.analysis.readers.memory import read_memory
+from profiler_service.analysis.readers.op_stats import (
+    host_communication_ms,
+    read_op_stats,
+    read_ops,
+)
+from profiler_service.analysis.readers.overview import read_overview, read_step_time
+from profiler_service.analysis.readers.python_stacks import read_python_stacks
+from profiler_service.analysis.readers.step_markers import (
     add_time_between_markers,
     capture_span_ms,
     per_training_step,
     unhide_markers_in_loops,
 )
-from profiler_service.analysis.xplane import CaptureFile
-from profiler_service.analysis.xprof_tools import ToolFailed, tool_data, tool_names
+from profiler_service.analysis.readers.xplane import CaptureFile
+from profiler_service.analysis.readers.xprof_tools import ToolFailed, tool_data, tool_names
+from profiler_service.analysis.rules import evaluate
 from profiler_service.child_process import return_freed_memory
 from profiler_service.errors import Failed
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import textwrap
 from collections import Counter
 
-from profiler_service.analysis.compare import Comparison, GateMetric
-from profiler_service.analysis.framework import Framework
+from profiler_service.analysis.across.compare import Comparison, GateMetric
+from profiler_service.analysis.across.verification import headline
 from profiler_service.analysis.input_impact import ACTION_LABELS
-from profiler_service.analysis.memory_events import RECORDING_VARIABLE
 from profiler_service.analysis.models import Finding, HostActivity, Summary
-from profiler_service.analysis.verification import headline
+from profiler_service.analysis.readers.framework import Framework
+from profiler_service.analysis.readers.memory_events import RECORDING_VARIABLE
 from profiler_service.models import CaptureCost, Snapshot
 
 _MARK = {"critical": "CRITICAL", "warning": "WARNING ", "info": "INFO    "}

@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 from pydantic import BaseModel, Field
 
 from profiler_service import __version__
+from profiler_service.analysis.across.verification import StepChange, Verification
 from profiler_service.analysis.models import Severity
-from profiler_service.analysis.verification import StepChange, Verification
 from profiler_service.config import ReportSettings
 from profiler_service.exporters.links import SnapshotLinks, snapshot_links
 from profiler_service.models import Snapshot, SnapshotHead, is_snapshot_id

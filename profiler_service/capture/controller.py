@@ -20,7 +20,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from profiler_service import __version__
-from profiler_service.analysis.analyzer import XprofAnalyzer
+from profiler_service.analysis.runner.analyzer import XprofAnalyzer
 from profiler_service.capture.capturer import CaptureJob, Capturer
 from profiler_service.capture.pipeline import run_capture
 from profiler_service.config import BoundsSettings, CaptureSettings

@@ -12,8 +12,8 @@ import statistics
 import threading
 from collections.abc import Callable
 
-from profiler_service.analysis.analyzer import XprofAnalyzer
 from profiler_service.analysis.models import ProcessCpu, ProcessMemory
+from profiler_service.analysis.runner.analyzer import XprofAnalyzer
 from profiler_service.capture.answered_by import capture_sources
 from profiler_service.capture.capturer import Captured, CaptureFailed, CaptureJob, Capturer
 from profiler_service.capture.cost import snapshot_cost

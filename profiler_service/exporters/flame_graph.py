@@ -18,7 +18,7 @@ from pathlib import PurePath
 
 from markupsafe import Markup, escape
 
-from profiler_service.analysis.python_stacks import Frame, UserCode, read_stacks
+from profiler_service.analysis.readers.python_stacks import Frame, UserCode, read_stacks
 
 __all__ = ["USER_COLOUR", "flame_graph_svg"]
 

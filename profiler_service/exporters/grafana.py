@@ -32,8 +32,8 @@ from urllib.parse import parse_qs, quote, urlsplit
 import httpx
 
 from profiler_service.analysis import impact
+from profiler_service.analysis.across.verification import headline
 from profiler_service.analysis.text_report import describe_saving
-from profiler_service.analysis.verification import headline
 from profiler_service.config import GrafanaSettings
 from profiler_service.lifecycle import BackgroundLoop, LoopOwner
 from profiler_service.models import Snapshot, SnapshotStatus, utcnow

@@ -7,7 +7,8 @@ from functools import cache
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from profiler_service.analysis.compare import Comparison
+from profiler_service.analysis.across.compare import Comparison
+from profiler_service.analysis.across.verification import headline
 from profiler_service.analysis.evidence import evidence_model
 from profiler_service.analysis.models import Finding
 from profiler_service.analysis.text_report import (
@@ -16,7 +17,6 @@ from profiler_service.analysis.text_report import (
     format_ms,
     framework_label,
 )
-from profiler_service.analysis.verification import headline
 from profiler_service.config import ReportSettings
 from profiler_service.exporters import charts
 from profiler_service.exporters.flame_graph import USER_COLOUR, flame_graph_svg

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from profiler_service.analysis.fit import fit_line
+from profiler_service.analysis.readers.fit import fit_line
 from profiler_service.capture.controller import CaptureController, CaptureRequest
 from profiler_service.config import MemoryWatchSettings
 from profiler_service.lookback.ring import Sample, SampleRing

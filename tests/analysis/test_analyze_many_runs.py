@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 from helpers import capture_once, run_cli
 
-from profiler_service.analysis.corpus import find_runs, read_tensorflow_verdict, short_name
 from profiler_service.analysis.models import (
     GpuActivity,
     GpuDevice,
@@ -21,6 +20,7 @@ from profiler_service.analysis.models import (
     Summary,
     Utilisation,
 )
+from profiler_service.analysis.runner.corpus import find_runs, read_tensorflow_verdict, short_name
 from profiler_service.analysis.text_report import describe_devices
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "gpu-captures"

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import random
 
-from profiler_service.analysis.comparability import DifferenceKind, differences
+from profiler_service.analysis.across.comparability import DifferenceKind, differences
+from profiler_service.analysis.across.verification import FixStatus, step_change, verify
 from profiler_service.analysis.device_models import GpuActivity, GpuDevice
 from profiler_service.analysis.models import (
     Finding,
@@ -18,7 +19,6 @@ from profiler_service.analysis.models import (
     StepTime,
     Summary,
 )
-from profiler_service.analysis.verification import FixStatus, step_change, verify
 
 
 def summary(step_ms: float, input_ms: float, cores: float = 2.0, gpus: list[str] | None = None,

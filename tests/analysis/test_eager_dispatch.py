@@ -7,9 +7,9 @@ import pytest
 from helpers import assert_typed_evidence
 
 from profiler_service.analysis import impact
-from profiler_service.analysis.eager_dispatch import read_eager_dispatch
-from profiler_service.analysis.host_events import HostEvents, Span
 from profiler_service.analysis.models import EagerDispatch, StepTime, Summary
+from profiler_service.analysis.readers.eager_dispatch import read_eager_dispatch
+from profiler_service.analysis.readers.host_events import HostEvents, Span
 from profiler_service.analysis.rules import RULES
 
 MS = 10**9  # ps

@@ -14,8 +14,8 @@ import pytest
 from helpers import assert_typed_evidence
 from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
-from profiler_service.analysis.gpu_activity import GPU_PLANE_PREFIX
 from profiler_service.analysis.gpu_waste import capture_waste
+from profiler_service.analysis.readers.gpu_activity import GPU_PLANE_PREFIX
 from profiler_service.analysis.summary import analyse_run
 
 RTX_2060_INPUT = (

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
-from profiler_service.analysis.framework import Framework, read_framework
-from profiler_service.analysis.xplane import read_xspace
+from profiler_service.analysis.readers.framework import Framework, read_framework
+from profiler_service.analysis.readers.xplane import read_xspace
 
 CAPTURES = Path(__file__).resolve().parents[1] / "fixtures" / "gpu-captures"
 FAMILIES = {

@@ -19,7 +19,6 @@ from xprof.protobuf import overview_page_pb2
 
 from profiler_service.analysis import rules
 from profiler_service.analysis.evidence import DeviceIdleEvidence
-from profiler_service.analysis.gpu_activity import SLICES, read_gpu_activity
 from profiler_service.analysis.gpu_waste import capture_waste
 from profiler_service.analysis.impact import estimate
 from profiler_service.analysis.models import (
@@ -32,6 +31,7 @@ from profiler_service.analysis.models import (
     Summary,
     Utilisation,
 )
+from profiler_service.analysis.readers.gpu_activity import SLICES, read_gpu_activity
 from profiler_service.analysis.rules import gpu as gpu_rules
 from profiler_service.analysis.rules import input_pipeline
 from profiler_service.analysis.rules.registry import EVIDENCE

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
-from profiler_service.analysis.host_events import enclosing, read_host_events
-from profiler_service.analysis.step_allocations import allocations_by_op
-from profiler_service.analysis.tf_functions import function_name, summarise_tf_functions
+from profiler_service.analysis.readers.host_events import enclosing, read_host_events
+from profiler_service.analysis.readers.step_allocations import allocations_by_op
+from profiler_service.analysis.readers.tf_functions import function_name, summarise_tf_functions
 
 MS = 1_000_000_000  # picoseconds
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
-from profiler_service.analysis import xplane
-from profiler_service.analysis.kept_memory import kept_allocations_in_capture
+from profiler_service.analysis.readers import xplane
+from profiler_service.analysis.readers.kept_memory import kept_allocations_in_capture
 
 
 def test_the_declared_fields_have_tensorflows_numbers_and_types():

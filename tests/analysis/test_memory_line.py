@@ -3,8 +3,8 @@ what to do (the why and its cost stay in the snapshot and the report page)."""
 
 from __future__ import annotations
 
-from profiler_service.analysis import memory_events
 from profiler_service.analysis.models import Summary
+from profiler_service.analysis.readers import memory_events
 from profiler_service.analysis.text_report import format_summary
 
 

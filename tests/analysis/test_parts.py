@@ -6,11 +6,11 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from profiler_service.analysis import host_events, xplane
 from profiler_service.analysis.models import InputBound, InputIterator, InputPipeline, StepTime
-from profiler_service.analysis.op_stats import OpStats
-from profiler_service.analysis.overview import Overview
 from profiler_service.analysis.parts import Parts, assemble
+from profiler_service.analysis.readers import host_events, xplane
+from profiler_service.analysis.readers.op_stats import OpStats
+from profiler_service.analysis.readers.overview import Overview
 from profiler_service.analysis.summary import analyse_run
 
 GPU_CAPTURE = (

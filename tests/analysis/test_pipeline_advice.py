@@ -3,9 +3,9 @@ demo's `pipeline` workloads and others of their kind, TF 2.21), self times in ms
 
 from __future__ import annotations
 
-from profiler_service.analysis.input_pipeline import add_iterator_stats
 from profiler_service.analysis.models import InputIterator, InputPipeline
 from profiler_service.analysis.pipeline_advice import GENERIC_ADVICE, advise, expensive_stage
+from profiler_service.analysis.readers.input_pipeline import add_iterator_stats
 
 
 def pipeline(*iterators: tuple, python: bool = False) -> InputPipeline:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from profiler_service.analysis.models import Finding, Severity, Summary
-from profiler_service.analysis.pipeline_source import find_wiring
-from profiler_service.analysis.python_stacks import read_stacks, summarise
+from profiler_service.analysis.readers.pipeline_source import find_wiring
+from profiler_service.analysis.readers.python_stacks import read_stacks, summarise
 from profiler_service.analysis.where import attribute
 
 TRAIN = '''\

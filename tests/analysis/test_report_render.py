@@ -7,7 +7,6 @@ from datetime import UTC, datetime
 
 import pytest
 
-from profiler_service.analysis import memory_events
 from profiler_service.analysis.models import (
     AllocatorMemory,
     Finding,
@@ -26,6 +25,7 @@ from profiler_service.analysis.models import (
     TopOp,
     Utilisation,
 )
+from profiler_service.analysis.readers import memory_events
 from profiler_service.analysis.text_report import format_findings, format_summary
 from profiler_service.config import ReportSettings
 from profiler_service.exporters import charts
@@ -182,7 +182,7 @@ def test_ready_report_puts_findings_before_the_evidence(settings):
     assert 'class="status ready"' in html
     assert "No findings" not in html
     # Evidence lists plain values, not the nested dicts or the unknowns.
-    assert "input_share_pct <code>89.5</code>" in html
+    assert "input share pct</span> <code>89.5</code>" in html
     assert "stage_time_us" not in html
     assert "step_time_ms_avg" not in html
     assert 'href="http://xprof:8791/?run=20260105-120000-default-abc123' in html
@@ -429,7 +429,8 @@ def test_memory_card_names_what_is_kept_and_the_evidence_line_stays_readable(set
     evidence = re.search(
         r'data-rule="memory_growth".*?<div class="evidence">(.*?)</div>', html, re.S
     )[1]
-    assert "bytes_per_s" in evidence and "kept_allocations" not in evidence
+    assert "bytes per s</span> <code>1</code>" in evidence
+    assert "kept allocations" not in evidence
     assert "100.0 MiB/s, 10.0 MiB per step" in html
 
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
-from profiler_service.analysis.host_events import Span
 from profiler_service.analysis.models import StepBreakdown, StepSample, StepTime
-from profiler_service.analysis.step_markers import (
+from profiler_service.analysis.readers.host_events import Span
+from profiler_service.analysis.readers.step_markers import (
     add_time_between_markers,
     capture_span_ms,
     per_training_step,

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from helpers import assert_typed_evidence
 
-from profiler_service.analysis.memory import fit_growth
 from profiler_service.analysis.models import (
     AllocatorMemory,
     MemoryPoint,
@@ -17,9 +16,10 @@ from profiler_service.analysis.models import (
     TfFunctionCalls,
     TfFunctions,
 )
+from profiler_service.analysis.readers.memory import fit_growth
+from profiler_service.analysis.readers.step_allocations import worth_reading
 from profiler_service.analysis.rules import RULES, evaluate
 from profiler_service.analysis.rules import tensorflow as tf_rules
-from profiler_service.analysis.step_allocations import worth_reading
 
 MIB = 2**20
 

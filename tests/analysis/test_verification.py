@@ -9,6 +9,13 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from profiler_service.analysis import impact
+from profiler_service.analysis.across.verification import (
+    FixStatus,
+    PredictionCheck,
+    headline,
+    step_change,
+    verify,
+)
 from profiler_service.analysis.models import (
     Finding,
     InputIterator,
@@ -21,13 +28,6 @@ from profiler_service.analysis.models import (
     Summary,
 )
 from profiler_service.analysis.text_report import format_snapshot
-from profiler_service.analysis.verification import (
-    FixStatus,
-    PredictionCheck,
-    headline,
-    step_change,
-    verify,
-)
 from profiler_service.capture.snapshot_steps import verify_against_history
 from profiler_service.models import CaptureOptions, Snapshot, SnapshotStatus, Trigger
 from profiler_service.store.snapshot_store import SnapshotStore
@@ -217,7 +217,7 @@ def test_the_first_snapshot_of_a_job_has_nothing_to_verify(make_service):
 
 
 def test_the_step_time_gate_decides_past_the_threshold_and_beyond_the_noise():
-    from profiler_service.analysis.compare import GateMetric, compare
+    from profiler_service.analysis.across.compare import GateMetric, compare
 
     def pair(base_ms: list[float], head_ms: list[float]):
         return compare(snapshot(1, captured(base_ms), []), snapshot(2, captured(head_ms), []))

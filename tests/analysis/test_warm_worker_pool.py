@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from profiler_service.analysis.warm_workers import WarmWorkers
+from profiler_service.analysis.runner.warm_workers import WarmWorkers
 from profiler_service.child_process import Ending
 
 TESTS = Path(__file__).parents[1]
@@ -132,7 +132,7 @@ def test_a_worker_warmed_from_a_thread_that_ended_lives_on_and_dies_with_the_ser
         import threading, time
         from pathlib import Path
         import psutil
-        from profiler_service.analysis.warm_workers import WarmWorkers
+        from profiler_service.analysis.runner.warm_workers import WarmWorkers
 
         def until(done, what):
             deadline = time.monotonic() + 30

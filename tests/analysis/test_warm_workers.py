@@ -14,9 +14,9 @@ import psutil
 import pytest
 from helpers import capture_once
 
-from profiler_service.analysis.analyzer import AnalysisFailed, XprofAnalyzer
+from profiler_service.analysis.runner.analyzer import AnalysisFailed, XprofAnalyzer
+from profiler_service.analysis.runner.warm_workers import WarmWorkers
 from profiler_service.analysis.summary import AnalysisResult
-from profiler_service.analysis.warm_workers import WarmWorkers
 from profiler_service.child_process import Ending
 
 

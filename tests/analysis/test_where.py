@@ -1,11 +1,12 @@
-"""A finding's `where` from the job's Python stacks (analysis/python_stacks.py, analysis/where.py):
-the user's function tf.data runs for input_bound, the user's lines the loop's Python holds for
-the host-Python rules, and nothing for a cause that is not in the user's Python."""
+"""A finding's `where` from the job's Python stacks (analysis/readers/python_stacks.py,
+analysis/where.py): the user's function tf.data runs for input_bound, the user's lines the
+loop's Python holds for the host-Python rules, and nothing for a cause that is not in the user's
+Python."""
 
 from __future__ import annotations
 
 from profiler_service.analysis.models import Finding, Severity, Summary
-from profiler_service.analysis.python_stacks import read_stacks, summarise
+from profiler_service.analysis.readers.python_stacks import read_stacks, summarise
 from profiler_service.analysis.where import attribute, locate
 
 SITE = "/venv/lib/python3.11/site-packages"

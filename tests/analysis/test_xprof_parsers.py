@@ -13,15 +13,15 @@ import random
 
 import pytest
 
-from profiler_service.analysis import input_pipeline, kernels, memory, op_stats, overview
-from profiler_service.analysis.input_pipeline import read_input_pipeline
-from profiler_service.analysis.kernels import read_kernels
-from profiler_service.analysis.memory import read_memory as memory_part
 from profiler_service.analysis.models import InputBound, Kernels, OpCategory, Summary
-from profiler_service.analysis.op_stats import categorise, read_op_stats
-from profiler_service.analysis.overview import read_overview as overview_part
 from profiler_service.analysis.parts import Parts, assemble
-from profiler_service.analysis.xprof_tools import as_float, rows_as_dicts, table_with
+from profiler_service.analysis.readers import input_pipeline, kernels, memory, op_stats, overview
+from profiler_service.analysis.readers.input_pipeline import read_input_pipeline
+from profiler_service.analysis.readers.kernels import read_kernels
+from profiler_service.analysis.readers.memory import read_memory as memory_part
+from profiler_service.analysis.readers.op_stats import categorise, read_op_stats
+from profiler_service.analysis.readers.overview import read_overview as overview_part
+from profiler_service.analysis.readers.xprof_tools import as_float, rows_as_dicts, table_with
 
 
 def datatable(cols: list[tuple[str, str]], rows: list[list], p: dict | None = None) -> dict:

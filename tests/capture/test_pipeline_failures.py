@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from fakes import FailingAnalyzer, OutlivesItsDeadline, RaisingCapturer, WritesBytes
 
-from profiler_service.analysis.analyzer import AnalysisFailed, XprofAnalyzer
+from profiler_service.analysis.runner.analyzer import AnalysisFailed, XprofAnalyzer
 from profiler_service.capture.capturer import CaptureFailed, Capturer
 from profiler_service.capture.controller import CaptureController, CaptureRequest
 from profiler_service.child_process import Ending, WorkerRun, run_worker

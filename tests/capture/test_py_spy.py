@@ -10,7 +10,7 @@ import sys
 
 from helpers import free_port
 
-from profiler_service.analysis.python_stacks import read_python_stacks
+from profiler_service.analysis.readers.python_stacks import read_python_stacks
 from profiler_service.probes.py_spy import (
     ALLOW,
     PySpyRecording,

@@ -8,7 +8,7 @@ import sysconfig
 import threading
 import time
 
-from profiler_service.analysis.python_stacks import read_python_stacks, read_stacks
+from profiler_service.analysis.readers.python_stacks import read_python_stacks, read_stacks
 from profiler_service.probes.python_stacks import SAMPLES_FILE, STACKS_FILE, StackSampler
 
 

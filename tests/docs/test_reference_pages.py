@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from profiler_service.analysis.analyzer import AnalysisFailed
+from profiler_service.analysis.runner.analyzer import AnalysisFailed
 from profiler_service.api.errors import HANDLER_ERRORS
 from profiler_service.capture.capturer import CaptureFailed
 from profiler_service.docs_reference.configuration import all_fields

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from helpers import RECORDS_MEMORY, RECORDS_NO_MEMORY, free_port, run_cli, start_job
 
-from profiler_service.analysis.fit import fit_line
+from profiler_service.analysis.readers.fit import fit_line
 
 LEAK_KB = 512
 

@@ -24,8 +24,8 @@ import pytest
 from helpers import Job, free_port, launch_job, start_job, stop_process, wait_ready
 
 from profiler_service.analysis.models import TopOp
-from profiler_service.analysis.op_stats import PYTHON_OP_TYPES, read_ops
-from profiler_service.analysis.xprof_tools import tool_data
+from profiler_service.analysis.readers.op_stats import PYTHON_OP_TYPES, read_ops
+from profiler_service.analysis.readers.xprof_tools import tool_data
 
 # TF 2.21 itself sometimes aborts a traced MWMS worker ("double free or corruption" in
 # tsl::profiler::TraceMeRecorder::Consume -> SplitEventTracker::FindStartAndMerge, on the

@@ -23,7 +23,7 @@ import httpx
 import pytest
 from helpers import QUIET_TF, free_port, start_job
 
-from profiler_service.analysis.op_stats import PYTHON_OP_TYPES
+from profiler_service.analysis.readers.op_stats import PYTHON_OP_TYPES
 
 FAST_RECORDS = 32  # a step of the session's input-bound job (the demo job's default batch)
 SLOW_RECORDS = 8 * FAST_RECORDS

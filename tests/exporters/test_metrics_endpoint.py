@@ -12,7 +12,7 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
-from profiler_service.analysis.verification import (
+from profiler_service.analysis.across.verification import (
     FixStatus,
     PredictionCheck,
     Verification,

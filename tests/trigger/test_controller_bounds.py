@@ -13,7 +13,7 @@ from fakes import FakeClock, HeldCapturer
 from fastapi.testclient import TestClient
 
 from profiler_service import cli, durations
-from profiler_service.analysis.analyzer import XprofAnalyzer
+from profiler_service.analysis.runner.analyzer import XprofAnalyzer
 from profiler_service.api.app import create_app
 from profiler_service.api.routes import profile_changes
 from profiler_service.capture.controller import (

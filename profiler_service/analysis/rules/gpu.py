@@ -1,4 +1,4 @@
-"""The GPUs, read from their own planes (analysis/gpu_activity.py): how much of the capture
+"""The GPUs, read from their own planes (analysis/readers/gpu_activity.py): how much of the capture
 each one idled and what the host did meanwhile, precision, tiny kernels, copies, and several
 GPUs against each other."""
 
@@ -10,9 +10,9 @@ from profiler_service.analysis.evidence import (
     KernelLaunchBoundEvidence,
     MixedPrecisionEvidence,
 )
-from profiler_service.analysis.gpu_activity import SHORT_KERNEL_US
 from profiler_service.analysis.gpu_models import Vendor, compute_capability
 from profiler_service.analysis.models import Finding, HostActivity, Severity, Summary
+from profiler_service.analysis.readers.gpu_activity import SHORT_KERNEL_US
 from profiler_service.analysis.rules.registry import rule, share
 
 DOCS = "https://www.tensorflow.org/guide/gpu_performance_analysis"

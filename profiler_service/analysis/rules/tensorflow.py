@@ -20,8 +20,8 @@ from profiler_service.analysis.models import (
     Summary,
     TfFunctionCalls,
 )
+from profiler_service.analysis.readers.step_allocations import step_swing_bytes
 from profiler_service.analysis.rules.registry import rule
-from profiler_service.analysis.step_allocations import step_swing_bytes
 
 # retracing: a function traced at least this often in the capture, at least this often per
 # step; warning once tracing takes this share of step time. A job that traced before the

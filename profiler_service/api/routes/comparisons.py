@@ -7,7 +7,12 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 
-from profiler_service.analysis.compare import Comparison, GateMetric, compare, parse_threshold
+from profiler_service.analysis.across.compare import (
+    Comparison,
+    GateMetric,
+    compare,
+    parse_threshold,
+)
 from profiler_service.api.deps import CaptureRequired, ReadRequired, SettingsDep
 from profiler_service.api.routes.profiles import SnapshotId, checked_id
 from profiler_service.api.schemas import ERROR_RESPONSES

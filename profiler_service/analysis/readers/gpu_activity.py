@@ -36,9 +36,9 @@ from profiler_service.analysis.gpu_models import (
     model_name,
     vendor_of,
 )
-from profiler_service.analysis.host_activity import Intervals
-from profiler_service.analysis.host_events import read_host_events
-from profiler_service.analysis.xplane import (
+from profiler_service.analysis.readers.host_activity import Intervals
+from profiler_service.analysis.readers.host_events import read_host_events
+from profiler_service.analysis.readers.xplane import (
     GPU_PLANE_PREFIX,
     CaptureFile,
     PlaneNames,

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from profiler_service.analysis.models import ProcessCpu, ProcessMemory
 from profiler_service.analysis.rules import evaluate
+from profiler_service.analysis.runner.warm_workers import WarmWorkers
 from profiler_service.analysis.summary import AnalysisResult
-from profiler_service.analysis.warm_workers import WarmWorkers
 from profiler_service.child_process import Ending
 from profiler_service.errors import PipelineFailure, SnapshotErrorCode
 

@@ -21,7 +21,7 @@ from profiler_service.analysis.evidence import InputBoundEvidence
 from profiler_service.analysis.text_report import describe_devices
 
 if TYPE_CHECKING:
-    from profiler_service.analysis.analyzer import XprofAnalyzer
+    from profiler_service.analysis.runner.analyzer import XprofAnalyzer
     from profiler_service.analysis.summary import AnalysisResult
 
 TOP_FINDINGS = 3  # findings named per row of the table (the JSON has them all)
@@ -162,7 +162,7 @@ def analyse_runs(
 ) -> list[RunRow]:
     """Each run analysed on a copy (XProf writes cache files beside the capture; the input may
     be read-only) by one analyzer, so its warm worker serves them all; a failure is its row."""
-    from profiler_service.analysis.analyzer import AnalysisFailed
+    from profiler_service.analysis.runner.analyzer import AnalysisFailed
 
     rows = []
     with tempfile.TemporaryDirectory(prefix="profiler-analyze-") as tmp:

@@ -19,10 +19,10 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from profiler_service.analysis.worker import ANALYSIS_JOB, ERROR_MARKER, RESULT_MARKER
+from profiler_service.analysis.runner.worker import ANALYSIS_JOB, ERROR_MARKER, RESULT_MARKER
 from profiler_service.child_process import POLL_S, Ending, WorkerRun, rss_bytes
 
-WORKER = "profiler_service.analysis.worker"
+WORKER = "profiler_service.analysis.runner.worker"
 _EOF = None
 
 

@@ -29,15 +29,15 @@ ERROR_MARKER = "PROFILER_SERVICE_ANALYSIS_ERROR "
 
 # The job a worker runs unless told otherwise: `module:function`, a function that prepares (here:
 # imports XProf) and returns the job, `run directory -> the text reported`.
-ANALYSIS_JOB = "profiler_service.analysis.worker:analysis_job"
+ANALYSIS_JOB = "profiler_service.analysis.runner.worker:analysis_job"
 Job = Callable[[Path], str]
 
 
 def analysis_job() -> Job:
     """XProf imported now; then each run directory's summary as JSON (the rules run in the
     service, once, with what it knows beside the capture)."""
+    from profiler_service.analysis.readers.xprof_tools import load_xprof
     from profiler_service.analysis.summary import AnalysisResult, summarise_run
-    from profiler_service.analysis.xprof_tools import load_xprof
 
     load_xprof()
     return lambda run_dir: AnalysisResult(summary=summarise_run(run_dir)).model_dump_json()

@@ -7,16 +7,16 @@ from __future__ import annotations
 
 import dataclasses
 
-from profiler_service.analysis.host_events import HostEvents
-from profiler_service.analysis.kept_memory import kept_allocations
-from profiler_service.analysis.memory import may_be_growing
 from profiler_service.analysis.models import AllocatorMemory, TfFunctions
-from profiler_service.analysis.step_allocations import (
+from profiler_service.analysis.readers.host_events import HostEvents
+from profiler_service.analysis.readers.kept_memory import kept_allocations
+from profiler_service.analysis.readers.memory import may_be_growing
+from profiler_service.analysis.readers.step_allocations import (
     allocations_by_op,
     step_swing_bytes,
     worth_reading,
 )
-from profiler_service.analysis.tf_functions import summarise_tf_functions
+from profiler_service.analysis.readers.tf_functions import summarise_tf_functions
 
 
 def costliest_tf_functions(events_by_host: dict[str, HostEvents]) -> TfFunctions | None:

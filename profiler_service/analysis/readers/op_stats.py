@@ -6,7 +6,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from profiler_service.analysis.models import OpCategory, TopOp
-from profiler_service.analysis.xprof_tools import rows_as_dicts, table_with_column
+from profiler_service.analysis.readers.xprof_tools import rows_as_dicts, table_with_column
 
 # The one place op types map to categories; first match wins, anything else is compute
 # (on the device) or other (on the host).

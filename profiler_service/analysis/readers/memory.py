@@ -10,13 +10,13 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass
 
-from profiler_service.analysis.fit import fit_line
 from profiler_service.analysis.models import (
     AllocatorMemory,
     MemoryGrowth,
     MemoryPoint,
     PeakAllocation,
 )
+from profiler_service.analysis.readers.fit import fit_line
 
 MAX_TIMELINE_POINTS = 300
 MIN_FLOORS = 4  # low points needed to fit a growth line
@@ -24,7 +24,7 @@ MIN_SAMPLES_PER_FLOOR = 3  # steps are grouped until their low point rests on th
 TIME_WINDOWS = 10  # without step markers: low points of this many equal slices of the capture
 MAX_PEAK_ALLOCATIONS = 5
 # Growth this line-like sends the analysis to the capture's own memory events for what is kept
-# (analysis/kept_memory.py); a flat or noisy low point does not pay for reading them.
+# (analysis/readers/kept_memory.py); a flat or noisy low point does not pay for reading them.
 KEPT_SEARCH_MIN_R2 = 0.5
 # Ops whose outputs are fresh copies of their inputs: kept alive, they are what ran the
 # article's second case study out of memory.

@@ -12,7 +12,7 @@ from profiler_service.analysis.models import (
     StepTime,
     Utilisation,
 )
-from profiler_service.analysis.xprof_tools import as_float, rows_as_dicts, table_with
+from profiler_service.analysis.readers.xprof_tools import as_float, rows_as_dicts, table_with
 
 MAX_STEP_SAMPLES = 500
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from bisect import bisect_right
 
-from profiler_service.analysis.host_events import EAGER_OP_PREFIX, HostEvents, Span
 from profiler_service.analysis.models import EagerDispatch
+from profiler_service.analysis.readers.host_events import EAGER_OP_PREFIX, HostEvents, Span
 
 _FUNCTION_OPS = ("__inference_", "__forward_", "__backward_", "PartitionedCall")
 

@@ -9,9 +9,9 @@ from enum import StrEnum
 
 from pydantic import BaseModel, Field
 
-from profiler_service.analysis.capture_noise import between_captures_sd
+from profiler_service.analysis.across.capture_noise import between_captures_sd
+from profiler_service.analysis.across.verification import StepChange, step_change
 from profiler_service.analysis.models import StepBreakdown
-from profiler_service.analysis.verification import StepChange, step_change
 from profiler_service.models import Snapshot
 
 # A top op counts as "grown" when its self time per step grows by more than this share...

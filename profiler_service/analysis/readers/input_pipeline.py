@@ -7,7 +7,7 @@ from collections import defaultdict
 from typing import Any
 
 from profiler_service.analysis.models import InputIterator, InputOp, InputPipeline
-from profiler_service.analysis.xprof_tools import as_float, rows_as_dicts, table_with
+from profiler_service.analysis.readers.xprof_tools import as_float, rows_as_dicts, table_with
 
 TOP_INPUT_OPS = 5
 _INDEX = re.compile(r"\[\d+\]")  # Interleave[0], ForeverRepeat[12]: one stage, many instances

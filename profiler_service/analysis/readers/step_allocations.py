@@ -15,8 +15,8 @@ import statistics
 from bisect import bisect_right
 from collections import Counter, defaultdict
 
-from profiler_service.analysis.host_events import ALLOCATION, HostEvents
 from profiler_service.analysis.models import AllocatorMemory, OpAllocations
+from profiler_service.analysis.readers.host_events import ALLOCATION, HostEvents
 
 MAX_OPS = 5
 MAX_SHAPES = 3

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from profiler_service.analysis.host_activity import HostActivityCollector, Intervals
 from profiler_service.analysis.models import HostActivity
-from profiler_service.analysis.xplane import HOST_PLANE, CaptureFile, as_capture
+from profiler_service.analysis.readers.host_activity import HostActivityCollector, Intervals
+from profiler_service.analysis.readers.xplane import HOST_PLANE, CaptureFile, as_capture
 
 GRAPH_BUILDING = "tf.function-graph_building"
 KERNEL_EXECUTE = "EagerKernelExecute"

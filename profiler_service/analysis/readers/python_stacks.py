@@ -19,7 +19,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from profiler_service.analysis.pipeline_source import find_wiring
+from profiler_service.analysis.readers.pipeline_source import find_wiring
 from profiler_service.analysis.stack_models import CodeSite, PythonStacks
 from profiler_service.probes.python_stacks import SAMPLES_FILE, STACKS_FILE
 

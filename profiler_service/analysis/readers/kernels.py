@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from profiler_service.analysis.models import Kernel, Kernels
-from profiler_service.analysis.xprof_tools import rows_as_dicts, table_with_column
+from profiler_service.analysis.readers.xprof_tools import rows_as_dicts, table_with_column
 
 TOP_KERNELS = 10
 

@@ -19,8 +19,8 @@ from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Callable
 
-from profiler_service.analysis.host_events import HostEvents, Span, enclosing
 from profiler_service.analysis.models import TfFunctionCalls, TfFunctions
+from profiler_service.analysis.readers.host_events import HostEvents, Span, enclosing
 
 _CONCRETE = re.compile(r"^__inference_(?P<name>.+?)_\d+(?::|$)")
 # XLA's module: `a_inference_one_step_on_data_872__.6`, `a_inference_step_fn_84__XlaMustCompile...`

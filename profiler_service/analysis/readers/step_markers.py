@@ -43,9 +43,14 @@ from typing import Any
 
 from google.protobuf.message import DecodeError
 
-from profiler_service.analysis.host_events import SPAN_TAIL_EVENTS, Span
 from profiler_service.analysis.models import StepBreakdown, StepTime
-from profiler_service.analysis.xplane import HOST_PLANE, CaptureFile, as_capture, file_contains
+from profiler_service.analysis.readers.host_events import SPAN_TAIL_EVENTS, Span
+from profiler_service.analysis.readers.xplane import (
+    HOST_PLANE,
+    CaptureFile,
+    as_capture,
+    file_contains,
+)
 from profiler_service.proto_subset import F, message_classes
 
 # XProf drops the first and last step only when it found more than this many

@@ -16,9 +16,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from profiler_service.analysis.host_events import ALLOCATION, Span, read_host_events
 from profiler_service.analysis.models import KeptAllocation
-from profiler_service.analysis.xplane import CaptureFile, file_contains
+from profiler_service.analysis.readers.host_events import ALLOCATION, Span, read_host_events
+from profiler_service.analysis.readers.xplane import CaptureFile, file_contains
 
 MIN_KEPT = 3  # allocations of one op and shape, kept: fewer is one step's own work
 

@@ -27,7 +27,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, Field
 
-from profiler_service.analysis.comparability import Difference, differences
+from profiler_service.analysis.across.comparability import Difference, differences
 from profiler_service.analysis.input_impact import ACTION_LABELS, modelled_actions
 from profiler_service.analysis.models import ActionSaving, Finding, Impact, Summary
 from profiler_service.analysis.pipeline_advice import advise
