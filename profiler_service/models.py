@@ -38,6 +38,12 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+def as_utc(value: datetime) -> datetime:
+    """`value` in UTC: a time without a zone is read as UTC (SQLite's columns, a query string, a
+    payload that names none), one with a zone converted."""
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
 class SnapshotStatus(StrEnum):
     CAPTURING = "capturing"
     ANALYZING = "analyzing"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import psutil
 from prometheus_client import CollectorRegistry
@@ -46,7 +46,7 @@ from profiler_service.targets import TargetKind
 from profiler_service.trigger import alerts, memory_watch, schedule
 from profiler_service.trigger.alerts import AlertTrigger
 from profiler_service.trigger.memory_watch import MemoryWatch
-from profiler_service.trigger.plugin import BuiltTrigger, TriggerParts, TriggerPlugin
+from profiler_service.trigger.plugin import TriggerParts, TriggerPlugin, Triggers
 from profiler_service.trigger.schedule import CaptureScheduler
 
 if TYPE_CHECKING:
@@ -56,7 +56,7 @@ if TYPE_CHECKING:
 
 
 # Every trigger, built in this order by `build_service` (trigger/plugin.py).
-TRIGGERS: tuple[TriggerPlugin, ...] = (alerts.PLUGIN, schedule.PLUGIN, memory_watch.PLUGIN)
+TRIGGERS: tuple[TriggerPlugin[Any], ...] = (alerts.PLUGIN, schedule.PLUGIN, memory_watch.PLUGIN)
 
 
 @dataclass
@@ -67,10 +67,10 @@ class Service:
     store: SnapshotStore
     controller: CaptureController
     metrics: ServiceMetrics | None = None  # GET /metrics; built by build_service
-    # What asks for captures besides the API, by plugin name (TRIGGERS): alerts (POST
+    # What asks for captures besides the API, by plugin (TRIGGERS): alerts (POST
     # /webhooks/...), scheduler (runs only when schedules are set), memory_watch (listens to
     # the sampler, when on).
-    triggers: dict[str, BuiltTrigger] = field(default_factory=dict)
+    triggers: Triggers = field(default_factory=Triggers)
     annotator: GrafanaAnnotator | None = None  # when a Grafana URL and token are set
     sampler: Sampler | None = None  # the look-back ring's
     continuous: ContinuousCapturer | None = None  # the look-back trace, when configured
@@ -86,22 +86,22 @@ class Service:
         self.controller.analyzer.warm()
         parts: list[Component | None] = [self.mirror, self.annotator]
         if serving:
-            running = [t for t in self.triggers.values() if isinstance(t, Component)]
+            running = [t for t in self.triggers.all() if isinstance(t, Component)]
             parts += [self.sampler, self.continuous, *running, self.registration]
         self.lifecycle.start(parts)
 
     # The triggers the API and the tests name.
     @property
     def alerts(self) -> AlertTrigger | None:
-        return self.triggers.get("alerts")  # type: ignore[return-value]
+        return self.triggers.get(alerts.PLUGIN)
 
     @property
     def scheduler(self) -> CaptureScheduler | None:
-        return self.triggers.get("scheduler")  # type: ignore[return-value]
+        return self.triggers.get(schedule.PLUGIN)
 
     @property
     def memory_watch(self) -> MemoryWatch | None:
-        return self.triggers.get("memory_watch")  # type: ignore[return-value]
+        return self.triggers.get(memory_watch.PLUGIN)
 
     def stop(self) -> None:
         """Stop what was started, in reverse, then close what was opened: the analysis
@@ -202,7 +202,7 @@ def build_service(
     for plugin in TRIGGERS:
         built = plugin.build(parts)
         if built is not None:
-            service.triggers[plugin.name] = built
+            service.triggers.add(plugin, built)
     registration = settings.registration
     if registration.url or (registration.register_in_bucket and bucket is not None):
         from profiler_service.hub.registration import HubRegistration, sidecar_record
@@ -218,7 +218,7 @@ def build_service(
         store,
         registry,
         captures,
-        triggers=list(service.triggers.values()),
+        triggers=service.triggers.all(),
         annotation_counts=annotator.counts if annotator is not None else None,
         sampler=sampler,
         gpu=gpu,

@@ -12,7 +12,7 @@ from profiler_service.analysis.across.verification import StepChange, Verificati
 from profiler_service.analysis.models import Severity
 from profiler_service.config import ReportSettings
 from profiler_service.exporters.links import SnapshotLinks, snapshot_links
-from profiler_service.models import Snapshot, SnapshotHead, is_snapshot_id
+from profiler_service.models import Snapshot, SnapshotHead, as_utc, is_snapshot_id
 
 
 class ErrorPublic(BaseModel):
@@ -122,7 +122,7 @@ def parse_cursor(text: str) -> tuple[datetime, str]:
     if not sep or not is_snapshot_id(snapshot_id):
         raise ValueError(f"before {text!r} is not <created_at>,<id> (a page's `next`)")
     created = datetime.fromisoformat(when.replace(" ", "+"))  # a `+` a query string decoded
-    return (created if created.tzinfo else created.replace(tzinfo=UTC)).astimezone(UTC), snapshot_id
+    return as_utc(created), snapshot_id
 
 
 class HealthPublic(BaseModel):

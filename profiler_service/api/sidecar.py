@@ -17,6 +17,7 @@ from profiler_service.service import Service
 from profiler_service.store import SnapshotStore
 from profiler_service.targets import Target
 from profiler_service.trigger.alert_log import AlertLog
+from profiler_service.trigger.alerts import PLUGIN as ALERTS
 from profiler_service.trigger.alerts import AlertTrigger
 
 __all__ = ["ControllerDep", "ServiceCore", "StoreDep"]
@@ -50,15 +51,11 @@ class ServiceCore:
     @property
     def alerts(self) -> AlertSink:
         service = self.service
-        if service.alerts is None:  # a Service built by hand: decisions kept in memory only
-            service.triggers["alerts"] = AlertTrigger(
-                service.settings.webhook, service.controller, AlertLog(None)
-            )
-        return service.triggers["alerts"]  # type: ignore[return-value]
-
-
-def get_service(request: Request) -> Service:
-    return request.app.state.service
+        trigger = service.alerts
+        if trigger is None:  # a Service built by hand: decisions kept in memory only
+            trigger = AlertTrigger(service.settings.webhook, service.controller, AlertLog(None))
+            service.triggers.add(ALERTS, trigger)
+        return trigger
 
 
 async def get_store(request: Request) -> SnapshotStore:

@@ -224,10 +224,6 @@ class BucketClient(BucketFiles):
         self._remove_prefix(self._dir(snapshot.id, other))
         return sent, entry
 
-    def upload_record(self, snapshot: Snapshot) -> None:
-        """Only the `snapshot.json` (a failed or interrupted snapshot without files)."""
-        self.write_doc(snapshot)
-
     def write_doc(self, snapshot: Snapshot) -> RemoteEntry:
         """Write `snapshot.json`; its version as a listing reports it (the manifest's)."""
         location = self.location_of(snapshot)

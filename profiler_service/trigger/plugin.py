@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar, cast
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from profiler_service.lookback.sampler import Sampler
     from profiler_service.store import SnapshotStore
 
-__all__ = ["BuiltTrigger", "TriggerParts", "TriggerPlugin"]
+__all__ = ["BuiltTrigger", "TriggerParts", "TriggerPlugin", "Triggers"]
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,27 @@ class BuiltTrigger(Protocol):
         ...
 
 
+T = TypeVar("T", bound=BuiltTrigger)
+
+
 @dataclass(frozen=True)
-class TriggerPlugin:
-    name: str  # the service's name for it: `service.triggers[name]`
-    build: Callable[[TriggerParts], BuiltTrigger | None]  # None: off by its settings
+class TriggerPlugin(Generic[T]):
+    name: str  # the service's name for it
+    build: Callable[[TriggerParts], T | None]  # None: off by its settings
+
+
+class Triggers:
+    """A service's built triggers, in the order built, each read by its plugin and typed as its
+    plugin builds it: `service.triggers.get(alerts.PLUGIN)` is an `AlertTrigger | None`."""
+
+    def __init__(self) -> None:
+        self._built: dict[str, BuiltTrigger] = {}
+
+    def add(self, plugin: TriggerPlugin[T], built: T) -> None:
+        self._built[plugin.name] = built
+
+    def get(self, plugin: TriggerPlugin[T]) -> T | None:
+        return cast("T | None", self._built.get(plugin.name))  # only add() wrote it: a T
+
+    def all(self) -> list[BuiltTrigger]:
+        return list(self._built.values())

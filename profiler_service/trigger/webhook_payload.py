@@ -14,12 +14,13 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections import Counter
-from datetime import UTC, datetime
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from profiler_service.models import as_utc
 from profiler_service.trigger.alert_log import AlertLog, AlertOutcome
 
 __all__ = [
@@ -58,7 +59,7 @@ def _lenient_time(value: Any) -> datetime | None:
             return None
     if parsed.year <= 1:  # Go's zero time means "not set"
         return None
-    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+    return as_utc(parsed)
 
 
 class WebhookAlert(BaseModel):

@@ -3,7 +3,7 @@ sidecar's store (`POST /profile`, deletes, pins): profile_changes.py."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Response
@@ -23,7 +23,13 @@ from profiler_service.api.schemas import (
 )
 from profiler_service.errors import FileNotFound, InvalidRequest, SnapshotNotFound
 from profiler_service.exporters.report import render_report
-from profiler_service.models import Snapshot, SnapshotStatus, TriggerKind, is_snapshot_id
+from profiler_service.models import (
+    Snapshot,
+    SnapshotStatus,
+    TriggerKind,
+    as_utc,
+    is_snapshot_id,
+)
 from profiler_service.probes.python_stacks import SAMPLES_FILE, STACKS_FILE
 from profiler_service.store import SnapshotQuery
 
@@ -84,8 +90,8 @@ def list_profiles(
             pod=pod,
             namespace=namespace,
             workload=workload,
-            since=_utc(since),
-            until=_utc(until),
+            since=None if since is None else as_utc(since),
+            until=None if until is None else as_utc(until),
             limit=limit,
             offset=offset,
             before=_cursor(before),
@@ -170,9 +176,3 @@ def _cursor(before: str | None) -> tuple[datetime, str] | None:
         return parse_cursor(before)
     except ValueError as exc:
         raise InvalidRequest(str(exc)) from None
-
-
-def _utc(value: datetime | None) -> datetime | None:
-    if value is None:
-        return None
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
