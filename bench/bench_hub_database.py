@@ -116,11 +116,12 @@ def fill_index(url: str, template: dict, n: int, sidecars: int, rng: random.Rand
                 values["item"] = json.dumps({**item, **{f: values[f] for f in ITEM_FIELDS}})
                 rows.write("\t".join(_copy_value(values[c]) for c in SNAPSHOT_COLUMNS) + "\n")
                 for f in its:
-                    findings.write(f"{values['id']}\t{f['rule']}\t{f['severity']}\t{created}\n")
+                    findings.write(f"{values['id']}\t{f['rule']}\t{f['severity']}\t{created}\t"
+                                   f"{values['namespace']}\n")  # fmt: skip
             with cur.copy(f"COPY snapshots ({', '.join(SNAPSHOT_COLUMNS)}) FROM STDIN") as copy:
                 copy.write(rows.getvalue())
             with cur.copy(
-                "COPY findings (snapshot_id, rule, severity, created_at) FROM STDIN"
+                "COPY findings (snapshot_id, rule, severity, created_at, namespace) FROM STDIN"
             ) as c:
                 c.write(findings.getvalue())
             conn.commit()

@@ -98,6 +98,13 @@ def test_a_bucket_and_an_index_an_older_release_wrote_open_with_nothing_lost(
             with engine.connect() as conn:
                 revision = conn.execute(sa.text("SELECT version_num FROM alembic_version"))
                 assert revision.scalar() == head_revision()  # migrated to this release's
+                # 0002 gave each finding row its snapshot's namespace, the release's rows too
+                unfilled = conn.execute(sa.text(
+                    "SELECT count(*) FROM findings f JOIN snapshots s ON s.id = f.snapshot_id "
+                    "WHERE s.namespace IS NOT NULL "
+                    "AND (f.namespace IS NULL OR f.namespace <> s.namespace)"
+                ))  # fmt: skip
+                assert unfilled.scalar() == 0
             baselines = {
                 snapshot_id
                 for p in (written / "bucket" / "baselines").glob("*.json")
@@ -118,6 +125,12 @@ def check_hub(hub_url: str, docs: dict[str, dict], bucket: Path) -> None:
     with httpx.Client(base_url=hub_url, timeout=30) as client:
         listed = client.get("/profiles", params={"limit": 50}).json()
         assert {s["id"] for s in listed["data"]} == set(docs)
+        for namespace, rule in {(d["namespace"], f["rule"]) for d in docs.values()
+                                 for f in d["findings"]}:  # fmt: skip
+            both = client.get("/profiles", params={"namespace": namespace, "rule": rule}).json()
+            wanted = {i for i, d in docs.items() if d["namespace"] == namespace
+                      and rule in {f["rule"] for f in d["findings"]}}  # fmt: skip
+            assert {s["id"] for s in both["data"]} == wanted and both["count"] == len(wanted)
         for item in listed["data"]:  # the index's rows, as the release wrote them
             doc = docs[item["id"]]
             assert (item["status"], item["pinned"]) == (doc["status"], doc["pinned"])

@@ -29,24 +29,42 @@ class IndexQueries:
         where: list[Any] = [s.c[name] == getattr(q, name) for name in _EQUAL if getattr(q, name)]
         if q.namespaces is not None:
             where.append(s.c.namespace.in_(sorted(q.namespaces)))
-        # `IN (...)`, not a correlated EXISTS: SQLite searched the findings' own index once per
-        # snapshot (0.14 s at 2,000 snapshots); both engines join the subquery once.
-        for column, value in ((findings.c.rule, q.rule), (findings.c.severity, q.severity)):
-            if value is not None:
-                where.append(s.c.id.in_(sa.select(findings.c.snapshot_id).where(column == value)))
         if q.since is not None:
             where.append(s.c.created_at >= utc(q.since))
         if q.until is not None:
             where.append(s.c.created_at < utc(q.until))
-        page = sa.select(s.c.item).where(*where)
+        # The findings filters as `IN (...)`, not a correlated EXISTS: SQLite searched the
+        # findings' own index once per snapshot (0.14 s at 2,000 snapshots). The page walks the
+        # snapshots newest first and probes each one's findings (1 ms at a million); the count
+        # reads the findings' (rule, namespace) index instead, where a namespace is asked: it
+        # would otherwise probe every snapshot of the namespace (55 ms for 10,000 of them).
+        # Each to its own: given both, PostgreSQL misjudged the page (15-26 ms).
+        page_where = where + self._findings_filters(q, by_namespace=False)
+        count_where = where + self._findings_filters(q, by_namespace=True)
+        page = sa.select(s.c.item).where(*page_where)
         if q.before is not None:
             created, snapshot_id = q.before
             page = page.where(sa.tuple_(s.c.created_at, s.c.id) < (utc(created), snapshot_id))
         page = page.order_by(s.c.created_at.desc(), s.c.id.desc()).limit(q.limit).offset(q.offset)
         # Counted up to one past the cap: the page says "more than COUNT_CAP" past it.
-        matched = sa.select(s.c.id).where(*where).limit(COUNT_CAP + 1).subquery()
+        matched = sa.select(s.c.id).where(*count_where).limit(COUNT_CAP + 1).subquery()
         count = sa.select(sa.func.count()).select_from(matched)
         with self.db.connect() as conn:
             items = list(conn.execute(page).scalars())
             total = conn.execute(count).scalar() or 0
         return items, total
+
+    @staticmethod
+    def _findings_filters(q: SnapshotQuery, by_namespace: bool) -> list[Any]:
+        """The rule and severity filters; `by_namespace`: their findings' own namespace too."""
+        filters: list[Any] = []
+        for column, value in ((findings.c.rule, q.rule), (findings.c.severity, q.severity)):
+            if value is None:
+                continue
+            found = sa.select(findings.c.snapshot_id).where(column == value)
+            if by_namespace and q.namespace:
+                found = found.where(findings.c.namespace == q.namespace)
+            if by_namespace and q.namespaces is not None:
+                found = found.where(findings.c.namespace.in_(sorted(q.namespaces)))
+            filters.append(snapshots.c.id.in_(found))
+        return filters

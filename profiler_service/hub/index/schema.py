@@ -64,7 +64,8 @@ snapshots = Table(
 )
 
 # One row per (rule, severity) a snapshot's findings hold: the rule and severity filters walk
-# these newest first (created_at repeated here so one index answers a page).
+# these newest first (created_at and namespace repeated here so one index answers a page, or a
+# namespace's count).
 findings = Table(
     "findings",
     metadata,
@@ -77,8 +78,11 @@ findings = Table(
     Column("rule", String(64), primary_key=True),
     Column("severity", String(16), primary_key=True),
     Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("namespace", String(63)),  # its snapshot's: namespace + rule counts from one index
     Index("findings_rule", "rule", "created_at", "snapshot_id"),
     Index("findings_severity", "severity", "created_at", "snapshot_id"),
+    Index("findings_rule_namespace", "rule", "namespace", "created_at", "snapshot_id"),
+    Index("findings_severity_namespace", "severity", "namespace", "created_at", "snapshot_id"),
 )
 
 # Snapshots by namespace and status (`profiler_fleet_snapshots`): counted again by the sync

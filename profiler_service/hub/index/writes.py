@@ -53,7 +53,14 @@ def snapshot_row(found: RemoteSnapshot) -> tuple[dict[str, Any], list[dict[str, 
     }
     pairs = sorted({(f.rule, f.severity.value) for f in s.findings})
     rows = [
-        {"snapshot_id": s.id, "rule": r, "severity": sev, "created_at": created} for r, sev in pairs
+        {
+            "snapshot_id": s.id,
+            "rule": r,
+            "severity": sev,
+            "created_at": created,
+            "namespace": s.namespace,
+        }
+        for r, sev in pairs
     ]
     return row, rows
 
