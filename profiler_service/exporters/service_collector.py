@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -44,6 +44,9 @@ class LatestAnalysis:
     host_busy_s: Mapping[str, float] = field(default_factory=dict)  # multi-worker: per host
     gpu_busy: Mapping[str, float] = field(default_factory=dict)  # per GPU, 0-1 of the capture
     cost_ratio: float | None = None  # step time while traced / before (capture.cost)
+
+
+Latest = list[tuple[str, LatestAnalysis]]  # (target, its newest snapshot's numbers), sorted
 
 
 def _path(data: Any, *keys: str) -> Any:
@@ -209,101 +212,63 @@ class ServiceCollector:
             return dict(self._latest)
 
     def _latest_analysis(self) -> Iterator[Metric]:
-        latest = self._latest_for_targets()
-        info = InfoMetricFamily(
-            "profiler_latest_analysis",
-            "The target's newest ready snapshot and XProf's bottleneck verdict for it.",
-            labels=["target"],
-        )
-        created = GaugeMetricFamily(
+        latest = sorted(self._latest_for_targets().items())
+        yield _latest_info(latest)
+        yield _per_target(
+            latest,
             "profiler_latest_analysis_timestamp_seconds",
             "When the target's newest ready snapshot was taken (Unix time).",
-            labels=["target"],
-            unit="seconds",
+            "seconds",
+            lambda a: a.created_s,
         )
-        step = GaugeMetricFamily(
+        yield _per_target(
+            latest,
             "profiler_latest_step_time_seconds",
             "Average step time in the target's newest ready snapshot.",
-            labels=["target"],
-            unit="seconds",
+            "seconds",
+            lambda a: a.step_time_s,
         )
-        input_share = GaugeMetricFamily(
+        yield _per_target(
+            latest,
             "profiler_latest_input_bound_ratio",
             "Share (0-1) of step time spent waiting for input in the newest ready snapshot.",
-            labels=["target"],
-            unit="ratio",
+            "ratio",
+            lambda a: a.input_share,
         )
-        idle = GaugeMetricFamily(
+        yield _per_target(
+            latest,
             "profiler_latest_device_idle_ratio",
             "Share (0-1) of time the device was idle in the newest ready snapshot; absent where "
             "it ran on the CPU alone (no device).",
-            labels=["target"],
-            unit="ratio",
+            "ratio",
+            lambda a: a.device_idle_share,
         )
-        findings = GaugeMetricFamily(
-            "profiler_latest_findings",
-            "Findings in the target's newest ready snapshot, by rule and severity.",
-            labels=["target", "rule", "severity"],
-        )
-        host_busy = GaugeMetricFamily(
-            "profiler_latest_host_busy_seconds",
-            "Per worker of a multi-worker snapshot: step time minus waiting on the others; "
-            "the largest is the straggler.",
-            labels=["target", "host"],
-            unit="seconds",
-        )
-        gpu_busy = GaugeMetricFamily(
-            "profiler_latest_gpu_busy_ratio",
-            "Per GPU: share (0-1) of the newest ready snapshot's capture it ran kernels or "
-            "copies (read from its own plane): what DCGM's GPU_UTIL means, over the capture.",
-            labels=["target", "gpu"],
-            unit="ratio",
-        )
-        cost = GaugeMetricFamily(
+        yield _latest_findings(latest)
+        yield _latest_host_busy(latest)
+        yield _latest_gpu_busy(latest)
+        yield _per_target(
+            latest,
             "profiler_capture_cost_ratio",
             "What the newest ready snapshot's capture cost the job: its step time while traced "
             "over its step time just before (1.05 = 5% slower); absent where the job reports no "
             "step timings.",
-            labels=["target"],
-            unit="ratio",
+            "ratio",
+            lambda a: a.cost_ratio,
         )
+        yield self._regression(latest)
+
+    def _regression(self, latest: Latest) -> Metric:
         regression = GaugeMetricFamily(
             "profiler_latest_step_time_regression_ratio",
             "Newest ready snapshot's step time over the target's baseline (1.1 = 10% slower).",
             labels=["target", "baseline"],
             unit="ratio",
         )
-        for target, a in sorted(latest.items()):
+        for target, a in latest:
             base = self._baseline_of(target)
             if base is not None and base.step_time_s and a.step_time_s is not None:
                 regression.add_metric([target, base.snapshot_id], a.step_time_s / base.step_time_s)
-            info.add_metric([target], {"snapshot_id": a.snapshot_id, "bottleneck": a.bottleneck})
-            created.add_metric([target], a.created_s)
-            for family, value in ((step, a.step_time_s), (input_share, a.input_share)):
-                if value is not None:
-                    family.add_metric([target], value)
-            if a.device_idle_share is not None:
-                idle.add_metric([target], a.device_idle_share)
-            if a.cost_ratio is not None:
-                cost.add_metric([target], a.cost_ratio)
-            for (rule, severity), n in sorted(a.findings.items()):
-                findings.add_metric([target, rule, severity], n)
-            for host, busy_s in sorted(a.host_busy_s.items()):
-                host_busy.add_metric([target, host], busy_s)
-            for gpu, share in sorted(a.gpu_busy.items()):
-                gpu_busy.add_metric([target, gpu], share)
-        yield from (
-            info,
-            created,
-            step,
-            input_share,
-            idle,
-            findings,
-            host_busy,
-            gpu_busy,
-            cost,
-            regression,
-        )
+        return regression
 
     def _baseline_of(self, target: str) -> LatestAnalysis | None:
         """The target's baseline, parsed once per baseline id (see store/baselines.py)."""
@@ -321,3 +286,70 @@ class ServiceCollector:
             with self._lock:
                 self._baselines[snapshot_id] = cached
         return cached
+
+
+def _per_target(
+    latest: Latest,
+    name: str,
+    documentation: str,
+    unit: str,
+    value: Callable[[LatestAnalysis], float | None],
+) -> Metric:
+    """One gauge a target, where its snapshot has the value."""
+    family = GaugeMetricFamily(name, documentation, labels=["target"], unit=unit)
+    for target, a in latest:
+        v = value(a)
+        if v is not None:
+            family.add_metric([target], v)
+    return family
+
+
+def _latest_info(latest: Latest) -> Metric:
+    info = InfoMetricFamily(
+        "profiler_latest_analysis",
+        "The target's newest ready snapshot and XProf's bottleneck verdict for it.",
+        labels=["target"],
+    )
+    for target, a in latest:
+        info.add_metric([target], {"snapshot_id": a.snapshot_id, "bottleneck": a.bottleneck})
+    return info
+
+
+def _latest_findings(latest: Latest) -> Metric:
+    findings = GaugeMetricFamily(
+        "profiler_latest_findings",
+        "Findings in the target's newest ready snapshot, by rule and severity.",
+        labels=["target", "rule", "severity"],
+    )
+    for target, a in latest:
+        for (rule, severity), n in sorted(a.findings.items()):
+            findings.add_metric([target, rule, severity], n)
+    return findings
+
+
+def _latest_host_busy(latest: Latest) -> Metric:
+    host_busy = GaugeMetricFamily(
+        "profiler_latest_host_busy_seconds",
+        "Per worker of a multi-worker snapshot: step time minus waiting on the others; "
+        "the largest is the straggler.",
+        labels=["target", "host"],
+        unit="seconds",
+    )
+    for target, a in latest:
+        for host, busy_s in sorted(a.host_busy_s.items()):
+            host_busy.add_metric([target, host], busy_s)
+    return host_busy
+
+
+def _latest_gpu_busy(latest: Latest) -> Metric:
+    gpu_busy = GaugeMetricFamily(
+        "profiler_latest_gpu_busy_ratio",
+        "Per GPU: share (0-1) of the newest ready snapshot's capture it ran kernels or "
+        "copies (read from its own plane): what DCGM's GPU_UTIL means, over the capture.",
+        labels=["target", "gpu"],
+        unit="ratio",
+    )
+    for target, a in latest:
+        for gpu, share in sorted(a.gpu_busy.items()):
+            gpu_busy.add_metric([target, gpu], share)
+    return gpu_busy

@@ -90,6 +90,17 @@ class FleetCollector:
         return self.views.get(self.fleet_sync.version)
 
     def collect(self) -> Iterator[Metric]:
+        yield self._sidecars()
+        yield self._snapshots()
+        view = self.view()
+        yield from self._latest(view)
+        yield self._findings(view)
+        yield from self._ledger()
+        yield self._alerts()
+        yield from self._explain_asks()
+        yield from self._sync()
+
+    def _sidecars(self) -> Metric:
         sidecars = GaugeMetricFamily(
             "profiler_fleet_sidecars", "Live registered sidecars.", labels=["namespace"]
         )
@@ -98,8 +109,9 @@ class FleetCollector:
             per_ns[s.namespace or ""] = per_ns.get(s.namespace or "", 0) + 1
         for ns, n in sorted(per_ns.items()):
             sidecars.add_metric([ns], n)
-        yield sidecars
+        return sidecars
 
+    def _snapshots(self) -> Metric:
         snapshots = GaugeMetricFamily(
             "profiler_fleet_snapshots",
             "Snapshots in the fleet's bucket, by namespace and status.",
@@ -107,9 +119,11 @@ class FleetCollector:
         )
         for ns, status, n in self.index.count_by_status():
             snapshots.add_metric([ns or "", status], n)
-        yield snapshots
+        return snapshots
 
-        view = self.view()
+    def _latest(self, view: FleetView) -> Iterator[Metric]:
+        """Each job's latest ready snapshot: its step time, against the baseline's, its
+        findings."""
         step = GaugeMetricFamily(
             "profiler_fleet_step_time_seconds",
             "Mean step time of each job's latest ready snapshot.",
@@ -132,11 +146,6 @@ class FleetCollector:
             "1 for each finding of each job's latest ready snapshot.",
             labels=["namespace", "workload", "target", "rule", "severity", "snapshot_id"],
         )
-        findings = CounterMetricFamily(
-            "profiler_fleet_findings",
-            "Ready snapshots with a finding of this rule; the exemplar is the newest one.",
-            labels=["namespace", "workload", "target", "rule", "severity"],
-        )
         for job in view.jobs:
             key = [job.namespace or "", job.workload or "", job.target]
             if job.latest.step_time_ms is not None:
@@ -146,15 +155,23 @@ class FleetCollector:
                 regression.add_metric(key, float(job.regressed))
             for rule, severity in _pairs(job.latest.findings):
                 latest.add_metric([*key, rule, severity, job.latest.id], 1)
+        yield from (step, ratio, regression, latest)
+
+    @staticmethod
+    def _findings(view: FleetView) -> Metric:
+        findings = CounterMetricFamily(
+            "profiler_fleet_findings",
+            "Ready snapshots with a finding of this rule; the exemplar is the newest one.",
+            labels=["namespace", "workload", "target", "rule", "severity"],
+        )
         for k, (n, snapshot_id, created_at) in sorted(view.findings.items()):
             when = datetime.fromisoformat(created_at).timestamp()
             findings.add_metric(
                 list(k), n, exemplar=Exemplar({"snapshot_id": snapshot_id}, 1, when)
             )
-        yield from (step, ratio, regression, latest, findings)
+        return findings
 
-        yield from self._ledger()
-
+    def _alerts(self) -> Metric:
         alerts = CounterMetricFamily(
             "profiler_fleet_alerts",
             "Webhook alerts the hub routed, by source and outcome (no_sidecar and "
@@ -163,19 +180,22 @@ class FleetCollector:
         )
         for (source, outcome), n in sorted(self.alert_log.counts().items()):
             alerts.add_metric([source, outcome], n)
-        yield alerts
+        return alerts
 
-        if self.explain is not None:
-            asks = CounterMetricFamily(
-                "profiler_fleet_explain_asks",
-                "Captures this hub asked sidecars for, to explain the ledger's no_capture idle "
-                "hours (hub_explain_idle), by the sidecar's answer (sidecar_unreachable: none).",
-                labels=["outcome"],
-            )
-            for outcome, n in self.explain.counts().items():
-                asks.add_metric([outcome], n)
-            yield asks
+    def _explain_asks(self) -> Iterator[Metric]:
+        if self.explain is None:
+            return
+        asks = CounterMetricFamily(
+            "profiler_fleet_explain_asks",
+            "Captures this hub asked sidecars for, to explain the ledger's no_capture idle "
+            "hours (hub_explain_idle), by the sidecar's answer (sidecar_unreachable: none).",
+            labels=["outcome"],
+        )
+        for outcome, n in self.explain.counts().items():
+            asks.add_metric([outcome], n)
+        yield asks
 
+    def _sync(self) -> Iterator[Metric]:
         sync = self.fleet_sync
         yield CounterMetricFamily(
             "profiler_fleet_syncs",
