@@ -571,6 +571,11 @@ def test_the_hub_renders_and_the_sidecar_points_at_it(monkeypatch, tmp_path):
     assert hub_env["PROFILER_STORE_OPTIONS"]["valueFrom"]["secretKeyRef"]["key"] == "store-options"
     assert hub["securityContext"]["readOnlyRootFilesystem"] is True
     assert {"name": "hub-index", "mountPath": "/index"} in hub["volumeMounts"]
+    # It migrates its index before it answers (85 s at a million snapshots, 0001 -> 0002):
+    # liveness starts only once it has, up to 10 minutes on.
+    startup = hub["startupProbe"]
+    assert startup["httpGet"]["path"] == "/healthz"
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 600
 
     env = env_of(sidecar_of(pod_spec(docs)[1]))
     hub_url = f"http://{RELEASE}-profiler-hub.{NAMESPACE}.svc:8080"

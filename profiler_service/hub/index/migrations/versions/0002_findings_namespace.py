@@ -27,9 +27,10 @@ _INDEXES = {
 def upgrade() -> None:
     with op.batch_alter_table("findings") as batch:
         batch.add_column(sa.Column("namespace", sa.String(63)))
+    # A join (UPDATE ... FROM: PostgreSQL, SQLite 3.33+), not a subquery per row.
     op.execute(
-        "UPDATE findings SET namespace = "
-        "(SELECT namespace FROM snapshots WHERE snapshots.id = findings.snapshot_id)"
+        "UPDATE findings SET namespace = snapshots.namespace FROM snapshots "
+        "WHERE snapshots.id = findings.snapshot_id AND snapshots.namespace IS NOT NULL"
     )
     for name, columns in _INDEXES.items():
         op.create_index(name, "findings", columns)
