@@ -261,3 +261,27 @@ def test_through_a_sidecar_py_spy_names_the_retracing_call_and_blames_no_compute
     assert retracing["summary"]["python_stacks"]["source"] == "py-spy"
     assert computing["summary"]["python_stacks"]["samples"] > 50  # it was sampled
     assert [f["where"] for f in computing["findings"] if f["where"]] == []
+
+
+def test_through_a_sidecar_py_spy_names_the_eager_loops_lines(service_factory):
+    """The demo's eager loop beside a sidecar with py-spy: the lines that dispatch its ops, as
+    the agent names them (test_an_eager_loop_names_the_lines_that_dispatch_its_ops)."""
+    from helpers import free_port
+
+    port = free_port()
+    job = start_job("--workload", "eager", "--profiler-port", str(port))
+    try:
+        service = service_factory([f"grpc://127.0.0.1:{port}"], {"PROFILER_PY_SPY": "true"})
+        with service.client() as client:
+            body = client.post("/profile", params={"duration": "2s", "wait": "true"}).json()
+    finally:
+        job.stop()
+    assert body["status"] == "ready", body.get("error")
+    assert body["summary"]["python_stacks"]["source"] == "py-spy"
+    step = nested_code(demo.eager_loop, "train_step")
+    named = [f for f in body["findings"] if f["rule"] in {"eager_execution", "host_overhead"}]
+    assert named, body["findings"]
+    for finding in named:
+        first = finding["where"][0]
+        assert first["function"] == step.co_qualname and first["file"] == step.co_filename
+        assert first["line"] in range(step.co_firstlineno, step.co_firstlineno + 4)
