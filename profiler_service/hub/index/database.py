@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ from sqlalchemy.engine import Connection, make_url
 
 from profiler_service.hub.index.dialects import dialect_of
 
-__all__ = ["FleetDatabase", "database_url", "utc"]
+__all__ = ["FleetDatabase", "database_url"]
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 
@@ -33,11 +32,6 @@ def database_url(url: str | None, store: Path) -> str:
     if parsed.get_backend_name() == "postgresql" and parsed.drivername == "postgresql":
         parsed = parsed.set(drivername="postgresql+psycopg")
     return parsed.render_as_string(hide_password=False)
-
-
-def utc(value: datetime) -> datetime:
-    """Aware, in UTC: SQLite hands datetimes back naive, PostgreSQL in the session's zone."""
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 class FleetDatabase:
@@ -100,4 +94,3 @@ class FleetDatabase:
 
     def close(self) -> None:
         self.engine.dispose()
-

@@ -15,8 +15,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from profiler_service.hub.index.database import FleetDatabase, utc
+from profiler_service.hub.index.database import FleetDatabase
 from profiler_service.hub.index.schema import findings, snapshot_counts, snapshots
+from profiler_service.models import as_utc
 
 __all__ = ["FindingCount", "FleetQueries", "FleetRow", "JobKey", "JobRows"]
 
@@ -71,7 +72,7 @@ class FindingCount:
 
 def _row(values: Any) -> FleetRow:
     values = list(values)
-    values[4] = utc(values[4]).isoformat()
+    values[4] = as_utc(values[4]).isoformat()
     values[9] = bool(values[9])
     return FleetRow(*values)
 
@@ -81,7 +82,7 @@ def _key(namespace: str, workload: str, target: str) -> JobKey:
 
 
 def _ready_since(since: datetime) -> tuple[Any, ...]:
-    return s.c.status == "ready", s.c.created_at >= utc(since)
+    return s.c.status == "ready", s.c.created_at >= as_utc(since)
 
 
 class FleetQueries:
@@ -135,7 +136,7 @@ class FleetQueries:
         with self.db.connect() as conn:
             for namespace, workload, target, created, step in conn.execute(query):
                 points.setdefault(_key(namespace, workload, target), []).append(
-                    (utc(created), step)
+                    (as_utc(created), step)
                 )
         return points
 
@@ -159,7 +160,7 @@ class FleetQueries:
         query = sa.select(window).where(window.c.rn == 1)
         with self.db.connect() as conn:
             return {
-                tuple(r[:5]): FindingCount(r[7], r[5], utc(r[6]).isoformat())
+                tuple(r[:5]): FindingCount(r[7], r[5], as_utc(r[6]).isoformat())
                 for r in conn.execute(query)
             }
 

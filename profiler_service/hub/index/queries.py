@@ -9,8 +9,9 @@ from typing import Any
 import sqlalchemy as sa
 
 from profiler_service.api.schemas import COUNT_CAP
-from profiler_service.hub.index.database import FleetDatabase, utc
+from profiler_service.hub.index.database import FleetDatabase
 from profiler_service.hub.index.schema import findings, snapshots
+from profiler_service.models import as_utc
 from profiler_service.store.index import SnapshotQuery
 
 __all__ = ["IndexQueries"]
@@ -30,9 +31,9 @@ class IndexQueries:
         if q.namespaces is not None:
             where.append(s.c.namespace.in_(sorted(q.namespaces)))
         if q.since is not None:
-            where.append(s.c.created_at >= utc(q.since))
+            where.append(s.c.created_at >= as_utc(q.since))
         if q.until is not None:
-            where.append(s.c.created_at < utc(q.until))
+            where.append(s.c.created_at < as_utc(q.until))
         # The findings filters as `IN (...)`, not a correlated EXISTS: SQLite searched the
         # findings' own index once per snapshot (0.14 s at 2,000 snapshots). The page walks the
         # snapshots newest first and probes each one's findings (1 ms at a million); the count
@@ -44,7 +45,7 @@ class IndexQueries:
         page = sa.select(s.c.item).where(*page_where)
         if q.before is not None:
             created, snapshot_id = q.before
-            page = page.where(sa.tuple_(s.c.created_at, s.c.id) < (utc(created), snapshot_id))
+            page = page.where(sa.tuple_(s.c.created_at, s.c.id) < (as_utc(created), snapshot_id))
         page = page.order_by(s.c.created_at.desc(), s.c.id.desc()).limit(q.limit).offset(q.offset)
         # Counted up to one past the cap: the page says "more than COUNT_CAP" past it.
         matched = sa.select(s.c.id).where(*count_where).limit(COUNT_CAP + 1).subquery()

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 
 from profiler_service.analysis.gpu_waste import capture_waste
 from profiler_service.api.schemas import list_item_json
-from profiler_service.hub.index.database import FleetDatabase, utc
+from profiler_service.hub.index.database import FleetDatabase
 from profiler_service.hub.index.schema import (
     findings,
     manifests,
@@ -19,6 +19,7 @@ from profiler_service.hub.index.schema import (
     snapshots,
     sync_state,
 )
+from profiler_service.models import as_utc
 from profiler_service.store.events import RemoteSnapshot
 
 __all__ = ["IndexWrites", "snapshot_row"]
@@ -30,7 +31,7 @@ UPSERT_BATCH = 500  # snapshots a statement: 17 values each, within SQLite's 32,
 def snapshot_row(found: RemoteSnapshot) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The `snapshots` row and the `findings` rows of a snapshot read from the bucket."""
     s = found.snapshot
-    created = utc(s.created_at)
+    created = as_utc(s.created_at)
     waste = capture_waste(s.summary, s.findings)
     row = {
         "id": s.id,
