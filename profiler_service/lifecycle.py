@@ -74,6 +74,15 @@ class LoopHealth:
         return None
 
 
+def public_error(exc: BaseException) -> str:
+    """A failed round's error as `/readyz` may say it: a database driver's text names its host,
+    port and user (the log has it whole); others, their first line."""
+    if type(exc).__module__.startswith(("sqlalchemy", "psycopg")):
+        return "the database did not answer (its error is in the log)"
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
+
+
 def _when(epoch_s: float | None) -> str:
     if epoch_s is None:
         return "?"
@@ -147,7 +156,7 @@ class BackgroundLoop:
         except Exception as exc:
             health.failures_total += 1
             health.failing_rounds += 1
-            health.last_error = f"{type(exc).__name__}: {exc}"
+            health.last_error = public_error(exc)
             if health.failing_rounds == 1:
                 health.failing_since = time.time()
                 log.exception(
@@ -175,7 +184,7 @@ class BackgroundLoop:
                     break
                 self._wait(delay)
         except BaseException as exc:
-            self.health.last_error = f"{type(exc).__name__}: {exc}"
+            self.health.last_error = public_error(exc)
             self.health.died = True
             raise
         finally:

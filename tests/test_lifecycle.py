@@ -257,3 +257,20 @@ def test_a_pending_lead_up_asks_prometheus_when_started_not_when_built():
     # Never started: result() asks itself, within the deadline.
     unstarted = PendingLeadUp(LeadUp(start=now, end=now), ask, deadline_s=5)
     assert [s.name for s in unstarted.result().series] == ["steps"]
+
+
+def test_a_database_drivers_error_is_not_repeated_by_the_health_answers():
+    """/readyz names a failing loop's error; a driver's text names the database's host, port
+    and user, so it says only that the database did not answer (the log has the text)."""
+    import sqlalchemy.exc
+
+    from profiler_service.lifecycle import public_error
+
+    driver = sqlalchemy.exc.OperationalError(
+        "SELECT 1", {}, Exception('connection to server at "db.internal", port 5432 failed')
+    )
+    said = public_error(driver)
+    assert "5432" not in said and "db.internal" not in said and "database" in said
+    assert public_error(OSError(28, "No space left on device\nmore")) == (
+        "OSError: [Errno 28] No space left on device"
+    )
