@@ -226,8 +226,9 @@ class AnalysisSettings(Group):
 
     python: Path | None = Field(
         default=None,
-        description="The Python of an environment with `profiler-service[analysis]` (XProf) "
-        "that runs the analysis worker: how an agent in a pinned job analyses. "
+        description="The Python of an environment with this project's `analysis` extra "
+        "(`pip install '.[analysis]'`: XProf) that runs the analysis worker: how an agent in "
+        "a pinned job analyses. "
         "Unset: this process's own Python.",
     )
     max_memory_bytes: int | None = Field(

@@ -69,7 +69,8 @@ class BucketFiles:
             self.fs, root = fsspec.core.url_to_fs(self.url, skip_instance_cache=True, **options)
         except ImportError as exc:  # s3fs / gcsfs missing
             raise ValueError(
-                f"PROFILER_STORE_URL {self.url}: {exc} (install profiler-service[s3] or [gs])"
+                f"PROFILER_STORE_URL {self.url}: {exc} (install this project's s3 or gs extra: "
+                "pip install '.[sidecar,s3]')"
             ) from None
         self.root = root.rstrip("/")
         self.protocol = protocol

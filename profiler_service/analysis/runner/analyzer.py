@@ -46,8 +46,9 @@ class XprofAnalyzer:
             return (
                 "XProf is not installed in this environment (the agent's install leaves it out "
                 "so the job keeps its own pins); the capture is kept. Set PROFILER_ANALYSIS_PYTHON "
-                "to the Python of an environment with `profiler-service[analysis]`, or analyse it "
-                "elsewhere: `profiler-service analyze PATH` from a sidecar's environment"
+                "to the Python of an environment with this project's `analysis` extra "
+                "(`pip install '.[analysis]'`), or analyse it elsewhere: "
+                "`profiler-service analyze PATH` from a sidecar's environment"
             )
         if self.python is not None and not self.python.exists():
             return (
