@@ -38,8 +38,6 @@ def _add_common(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from profiler_service.api.app import create_app
     from profiler_service.service import build_service
 
@@ -47,29 +45,23 @@ def cmd_serve(args: argparse.Namespace) -> int:
     settings.server.check_bind_is_safe()
     if not settings.capture.targets:
         logging.warning("no --target configured: POST /profile will answer 422 until one is")
-    app = create_app(build_service(settings))
-    server = settings.server
-    uvicorn.run(
-        app,
-        host=server.host,
-        port=server.port,
-        log_level=args.log_level.lower(),
-        log_config=log_config(),
-    )
-    return 0
+    return _serve(create_app(build_service(settings)), settings.server, args)
 
 
 def cmd_hub(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from profiler_service.config import HubSettings
     from profiler_service.hub.app import create_hub_app
     from profiler_service.hub.fleet import build_hub
 
     settings = _settings(args, HubSettings)
     settings.server.check_bind_is_safe()
-    app = create_hub_app(build_hub(settings))
-    server = settings.server
+    return _serve(create_hub_app(build_hub(settings)), settings.server, args)
+
+
+def _serve(app, server, args: argparse.Namespace) -> int:
+    """Run `app` with uvicorn where `server` (its settings group) says, logging as asked."""
+    import uvicorn
+
     uvicorn.run(
         app,
         host=server.host,
