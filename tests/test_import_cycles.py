@@ -178,3 +178,18 @@ def test_no_two_analysis_rooms_import_each_other():
     assert "analysis.readers" in graph["analysis.summary"]
     assert "analysis.readers" in graph["analysis.runner"]  # the worker reads XProf's tools
     assert cycles(graph) == []
+
+
+def test_the_data_layer_imports_nothing_of_the_api():
+    """The stores and the hub's index keep what a listing holds (store/list_items.py); the API
+    reads them and adds its links, never the reverse."""
+    known = module_names()
+    data = [
+        n for n in known if n.startswith(("profiler_service.store", "profiler_service.hub.index"))
+    ]
+    assert "profiler_service.hub.index.writes" in data
+    reaching = {
+        n: sorted(m for m in imports_of(n, known[n], known) if m.startswith("profiler_service.api"))
+        for n in data
+    }
+    assert {n: api for n, api in reaching.items() if api} == {}

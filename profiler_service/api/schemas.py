@@ -8,11 +8,10 @@ from datetime import UTC, datetime
 from pydantic import BaseModel, Field
 
 from profiler_service import __version__
-from profiler_service.analysis.across.verification import StepChange, Verification
-from profiler_service.analysis.models import Severity
 from profiler_service.config import ReportSettings
 from profiler_service.exporters.links import SnapshotLinks, snapshot_links
 from profiler_service.models import Snapshot, SnapshotHead, as_utc, is_snapshot_id
+from profiler_service.store.list_items import COUNT_CAP, ListedSnapshot
 
 
 class ErrorPublic(BaseModel):
@@ -39,33 +38,7 @@ class FailedSnapshotPublic(ErrorPublic):
     snapshot: SnapshotPublic
 
 
-class FindingBrief(BaseModel):
-    """A finding as a list shows it: what fired and how badly. Its evidence and advice are in
-    the snapshot."""
-
-    rule: str = ""
-    severity: Severity
-    title: str
-
-
-class _Listed(SnapshotHead):
-    """What a list item reads from a stored snapshot.json: the head, the findings' titles and
-    what became of the job's earlier findings (a few hundred bytes)."""
-
-    findings: list[FindingBrief] = Field(default_factory=list)
-    previous_id: str | None = None
-    verified_against: str | None = None
-    verification: list[Verification] = Field(default_factory=list)
-    step_change: StepChange | None = None
-
-
-def list_item_json(snapshot: Snapshot) -> str:
-    """What `GET /profiles` lists of a snapshot, as the JSON `snapshots_page_json` splices (the
-    hub's database index keeps this, not the whole document)."""
-    return _Listed.model_validate(snapshot, from_attributes=True).model_dump_json()
-
-
-class SnapshotListItem(_Listed):
+class SnapshotListItem(ListedSnapshot):
     """A snapshot in `GET /profiles`: everything but its summary, lead-up and findings'
     evidence (20-40 KB of a snapshot.json, a few hundred bytes here); the whole at
     `links.self`."""
@@ -75,7 +48,6 @@ class SnapshotListItem(_Listed):
 
 # A listing counts what matched up to this many: past it, `count` says this and `count_capped`
 # is true (counting a million rows costs a second; the page itself stays fast at any depth).
-COUNT_CAP = 1000
 
 
 class SnapshotsPublic(BaseModel):
@@ -100,7 +72,7 @@ def snapshots_page_json(
     (the summary and the lead-up are skipped, not validated) with its links spliced in."""
     items, last = [], None
     for doc in docs:
-        item = last = _Listed.model_validate_json(doc)
+        item = last = ListedSnapshot.model_validate_json(doc)
         links = snapshot_links(item, settings)
         items.append(f'{item.model_dump_json()[:-1]},"links":{links.model_dump_json()}}}')
     cursor = json.dumps(page_cursor(last)) if last is not None and len(docs) >= limit else "null"

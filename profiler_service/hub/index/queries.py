@@ -8,11 +8,11 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from profiler_service.api.schemas import COUNT_CAP
 from profiler_service.hub.index.database import FleetDatabase
 from profiler_service.hub.index.schema import findings, snapshots
 from profiler_service.models import as_utc
 from profiler_service.store.index import SnapshotQuery
+from profiler_service.store.list_items import COUNT_CAP
 
 __all__ = ["IndexQueries"]
 

@@ -10,7 +10,6 @@ from typing import Any
 import sqlalchemy as sa
 
 from profiler_service.analysis.gpu_waste import capture_waste
-from profiler_service.api.schemas import list_item_json
 from profiler_service.hub.index.database import FleetDatabase
 from profiler_service.hub.index.schema import (
     findings,
@@ -21,6 +20,7 @@ from profiler_service.hub.index.schema import (
 )
 from profiler_service.models import as_utc
 from profiler_service.store.events import RemoteSnapshot
+from profiler_service.store.list_items import list_item_json
 
 __all__ = ["IndexWrites", "snapshot_row"]
 
