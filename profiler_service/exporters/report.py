@@ -27,7 +27,9 @@ SEVERITY_COLOURS = {"critical": "#b71c1c", "warning": "#e65100", "info": "#1565c
 
 
 @cache
-def _environment() -> Environment:
+def templates() -> Environment:
+    """The pages' templates (the report's and the hub's fleet page), with the filters and the
+    helpers they share."""
     env = Environment(
         loader=PackageLoader("profiler_service.exporters", "templates"),
         autoescape=select_autoescape(["html"]),
@@ -78,7 +80,7 @@ def render_report(
     """`comparison` is (baseline, compare(baseline, snapshot)) for the side-by-side section;
     `python_stacks` the snapshot's collapsed stacks and its Python's library roots, for the
     flame graph."""
-    template = _environment().get_template("report.html")
+    template = templates().get_template("report.html")
     return template.render(
         s=snapshot,
         summary=snapshot.summary,

@@ -24,7 +24,7 @@ from urllib.parse import urlencode
 from profiler_service.analysis.across.compare import regressed
 from profiler_service.config import ReportSettings
 from profiler_service.exporters import fleet_charts
-from profiler_service.exporters.report import SEVERITY_COLOURS, _environment
+from profiler_service.exporters.report import SEVERITY_COLOURS, templates
 from profiler_service.hub.explain import ExplainState
 from profiler_service.hub.index.fleet_queries import FleetQueries, FleetRow
 from profiler_service.hub.ledger import Ledger
@@ -180,7 +180,7 @@ def render_fleet(
     previous = page(max(offset - limit, 0)) if offset > 0 else None
     following = page(offset + limit) if offset + limit < len(ordered) else None
     return (
-        _environment()
+        templates()
         .get_template("fleet.html")
         .render(
             v=view,

@@ -30,7 +30,7 @@ from profiler_service.analysis.text_report import format_findings, format_summar
 from profiler_service.config import ReportSettings
 from profiler_service.exporters import charts
 from profiler_service.exporters.charts import format_bytes
-from profiler_service.exporters.report import _environment, render_report
+from profiler_service.exporters.report import render_report, templates
 from profiler_service.lookback.models import LeadUp, Series
 from profiler_service.models import (
     CaptureOptions,
@@ -308,7 +308,7 @@ def test_step_chart_of_no_steps_is_empty():
 )
 def test_bytes_filter(value, text):
     assert format_bytes(value) == text
-    assert _environment().filters["bytes"](value) == text
+    assert templates().filters["bytes"](value) == text
 
 
 # --- memory chart and lead-up ---------------------------------------------------------------
