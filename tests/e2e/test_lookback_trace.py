@@ -17,8 +17,15 @@ def job():
 
 
 def capture(service, duration: str = "1s") -> dict:
+    """The snapshot `POST /profile?wait=true` answered: itself when ready, inside the API's
+    error shape when it failed."""
     with service.client() as client:
-        return client.post("/profile", params={"duration": duration, "wait": "true"}).json()
+        answer = client.post("/profile", params={"duration": duration, "wait": "true"})
+    body = answer.json()
+    if answer.status_code >= 400:
+        assert body["error"] == body["snapshot"]["error"]["code"], body
+        return body["snapshot"]
+    return body
 
 
 def test_a_capture_begins_before_its_trigger_and_holds_the_job_meanwhile(job, service_factory):

@@ -171,9 +171,9 @@ def test_cache_is_advised_between_the_expensive_decode_and_the_later_augmentatio
     )
     finding = findings(body)["input_bound"]
     assert finding["evidence"]["expensive_stage"].endswith("ParallelMapV2")
-    assert (
-        "`.cache()` it: right after it, before the later `MapAndBatch`" in finding["recommendation"]
-    )
+    advice = finding["recommendation"]
+    assert "`.cache()` it: right after it, before the later `.map()` + `.batch()` (" in advice
+    assert "XProf: `MapAndBatch`)" in advice
 
 
 # --- step temporaries -----------------------------------------------------------------------
