@@ -328,28 +328,36 @@ def _latest_findings(latest: Latest) -> Metric:
 
 
 def _latest_host_busy(latest: Latest) -> Metric:
-    host_busy = GaugeMetricFamily(
-        "profiler_latest_host_busy_seconds",
-        "Per worker of a multi-worker snapshot: step time minus waiting on the others; "
-        "the largest is the straggler.",
-        labels=["target", "host"],
-        unit="seconds",
+    return _per_part(
+        latest,
+        GaugeMetricFamily(
+            "profiler_latest_host_busy_seconds",
+            "Per worker of a multi-worker snapshot: step time minus waiting on the others; "
+            "the largest is the straggler.",
+            labels=["target", "host"],
+            unit="seconds",
+        ),
+        lambda a: a.host_busy_s,
     )
-    for target, a in latest:
-        for host, busy_s in sorted(a.host_busy_s.items()):
-            host_busy.add_metric([target, host], busy_s)
-    return host_busy
 
 
 def _latest_gpu_busy(latest: Latest) -> Metric:
-    gpu_busy = GaugeMetricFamily(
-        "profiler_latest_gpu_busy_ratio",
-        "Per GPU: share (0-1) of the newest ready snapshot's capture it ran kernels or "
-        "copies (read from its own plane): what DCGM's GPU_UTIL means, over the capture.",
-        labels=["target", "gpu"],
-        unit="ratio",
+    return _per_part(
+        latest,
+        GaugeMetricFamily(
+            "profiler_latest_gpu_busy_ratio",
+            "Per GPU: share (0-1) of the newest ready snapshot's capture it ran kernels or "
+            "copies (read from its own plane): what DCGM's GPU_UTIL means, over the capture.",
+            labels=["target", "gpu"],
+            unit="ratio",
+        ),
+        lambda a: a.gpu_busy,
     )
+
+
+def _per_part(latest: Latest, family: GaugeMetricFamily, values: Callable) -> Metric:
+    """`family` with one sample per target and part (a worker, a GPU), parts in order."""
     for target, a in latest:
-        for gpu, share in sorted(a.gpu_busy.items()):
-            gpu_busy.add_metric([target, gpu], share)
-    return gpu_busy
+        for part, value in sorted(values(a).items()):
+            family.add_metric([target, part], value)
+    return family
