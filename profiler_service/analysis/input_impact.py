@@ -15,7 +15,9 @@ The changes the finding can advise, as the pipeline's own reading names them
   before the capture) holds the GIL and stays serial; Python that waits or calls native code
   releases it and is spread like TF ops.
 - `prefetch` (or `prefetch_last`): the pipeline runs ahead of the step: the step is
-  max(C, T, all the CPU work / P) instead of C + T, T the pipeline's time a batch. Not where
+  max(C, T, all the CPU work / P) instead of C + T, T the pipeline's time a batch; and no
+  shorter than the work the job's threads did a step (the cores used times the step: TF ops in
+  a map also run on intra-op threads) over the cores the job may use. Not where
   computing Python also runs on parallel calls: its threads take the GIL from the training
   loop's own Python, which then waits as long as the overlap gained.
 
@@ -143,6 +145,11 @@ class _Job:
         self.cores_known = False
         self.prefetched = False
         self.python = False
+        # The job's threads' own work a step beyond the model's one core for the step's compute
+        # and p_now for the pipeline (TF ops on intra-op threads, TensorFlow's spinning pools),
+        # in core-ms: the cores used times the step, less those. 0 where they were not read.
+        self.extra_work = 0.0
+        self.cores_available = cores
         # The share of the Python's time it computes, holding the GIL; None: unknown (`analyze`).
         self.gil: float | None = None
 
@@ -161,6 +168,9 @@ class _Job:
         # The job's own cores used (a host's, read by a sidecar elsewhere, say nothing of it).
         used = cpu.cores_used if cpu is not None and cpu.source in ("agent", "proc") else None
         if used is not None:  # the cores the job keeps busy beyond its step's compute
+            if not job.python:  # TF ops' own threads; Python's work is its one thread's
+                job.extra_work = max(0.0, now * used - job.compute - job.wait * job.p_now)
+            job.cores_available = max(1.0, min(cpu.cores_available, INPUT_MAX_PARALLELISM))
             job.gil = min(1.0, max(0.0, (used - (1 - wait_share)) / max(wait_share, 1e-9)))
         return job
 
@@ -204,7 +214,14 @@ class _Job:
         ahead = self.prefetched or "prefetch" in chosen
         if not ahead or (parallel and held):
             return compute + batch
-        return max(compute, batch, (compute + tf_work + python_work) / cores)
+        # Running ahead overlaps the pipeline with the step, but no step is shorter than the
+        # job's work (its threads' work the cores used showed too) over the cores it may use.
+        return max(
+            compute,
+            batch,
+            (compute + tf_work + python_work) / cores,
+            (compute + tf_work + python_work + self.extra_work) / self.cores_available,
+        )
 
 
 def _slowest_parallelism(summary: Summary) -> float:
