@@ -1,22 +1,23 @@
-"""The input pipeline's per-change predictions held against fixes measured on jobs they were
-not fitted on.
+"""The input pipeline's per-change predictions held against fixes measured on jobs they were not
+fitted on.
 
 A parametric family of jobs (bench/calibration/job.py: Python that computes, Python that waits,
-TF ops; batch, model width, 1 or 2 cores, oneDNN on and off) is captured broken, then once for
-each fix (the Python moved into TF ops, the map made parallel, a prefetch, and combinations),
-each a fresh job through its embedded agent. A pair is the broken capture's prediction for the
-changes made against the step both captures measured. The pairs are split once (seeded) into a
-calibration half, on which the model's remaining constants are fitted, and a held-out half, on
-which they are reported: per change, the pairs, the median |predicted - measured| in points,
-the share of measured savings inside the stated range, and the median range width.
+Python calling numpy, TF ops; batch, model width, 1 or 2 cores, oneDNN on and off) runs broken,
+then once for each fix (the Python moved into TF ops, the map made parallel, a prefetch, and
+combinations), each arm as fresh jobs timed by their own clock with no profiler running; the
+broken job is also captured through its embedded agent. A pair is that capture's prediction for
+the changes made against the steps the two arms' clocks measured. The pairs are split once
+(seeded) into a calibration half, on which the model's remaining constants are fitted, and a
+held-out half, on which they are reported: per change, the pairs, the median |predicted -
+measured| in points, the share of measured savings inside the stated range, and the median
+range width.
 
     .venv/bin/python bench/bench_calibration.py                 # capture the corpus, then report
     .venv/bin/python bench/bench_calibration.py --from-corpus   # report on the committed corpus
 
 The corpus (bench/calibration/corpus.json) keeps what the model reads of each broken capture,
 so the report is recomputed without capturing again; tests/analysis/test_calibration.py holds
-the model to the held-out figures.
-"""
+the model to the held-out figures."""
 
 from __future__ import annotations
 

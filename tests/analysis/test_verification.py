@@ -131,13 +131,13 @@ def test_the_headline_names_each_status_the_step_change_and_the_prediction():
 def test_a_prediction_is_checked_where_something_changed_and_a_miss_is_named():
     # 100 ms, 90 % of it input wait, over 8 cores: 87.5 % predicted, within the spread.
     before = [finding("input_bound", 0.9, input_share_pct=90.0)]
-    fixed_by_half = step_change(captured(noisy(100, 60, 1)), captured(noisy(50, 60, 2)))
-    [persists] = verify(before, [finding("input_bound", 0.8, input_share_pct=80.0)], fixed_by_half)
+    fixed_by_third = step_change(captured(noisy(100, 60, 1)), captured(noisy(70, 60, 2)))
+    [persists] = verify(before, [finding("input_bound", 0.8, input_share_pct=80.0)], fixed_by_third)
     assert persists.status is FixStatus.PERSISTS and persists.prediction is PredictionCheck.BELOW
     lo, hi = persists.predicted_saving_range
-    assert 0.5 < lo < 0.875 < hi  # the point, 87.5 %, with the calibrated spread about it
+    assert 0.3 < lo < 0.875 < hi  # the point, 87.5 %, with the calibrated spread about it
     text = headline("20261205-120000-trainer-aaa", [persists])
-    assert f"input_bound persists (saved 50%, below the predicted {lo:.0%}-{hi:.0%}: one" in text
+    assert f"input_bound persists (saved 29%, below the predicted {lo:.0%}-{hi:.0%}: one" in text
     assert "capture again to confirm" in text
 
     # Nothing changed: a finding that persists is not held against its prediction.
@@ -147,6 +147,7 @@ def test_a_prediction_is_checked_where_something_changed_and_a_miss_is_named():
     assert "below" not in headline("x", [untouched])
 
     # Saved more than the whole wait: some other change too.
+    fixed_by_half = step_change(captured(noisy(100, 60, 1)), captured(noisy(50, 60, 2)))
     small = [finding("input_bound", 0.2, input_share_pct=20.0)]
     [beyond] = verify(small, [], fixed_by_half)
     assert beyond.prediction is PredictionCheck.ABOVE and "above the predicted" in headline(
