@@ -13,7 +13,12 @@ The changes the finding can advise, as the pipeline's own reading names them
 - `parallel_calls`: the slowest stage runs on P cores (the job's cores less those its other
   threads keep busy), not p. Python that computes (it keeps a core busy: the job's cores used
   before the capture) holds the GIL and stays serial; Python that waits or calls native code
-  releases it and is spread like TF ops.
+  releases it and is spread like TF ops. Numpy keeps a core busy too, so where the agent's
+  stacks were sampled they decide: its sampler needs the GIL to read a thread's frames, so it
+  sees the pipeline's Python at the user's own lines only where that Python let the GIL go
+  there (numpy's loops, a sleep, a read); Python that computes lets it go only on leaving, in
+  TensorFlow's wrapper (`pipeline_library_share` near 1). A function that computes for longer
+  than the switch interval (5 ms) at a time is made to let go inside it, and reads as native.
 - `prefetch` (or `prefetch_last`): the pipeline runs ahead of the step: the step is
   max(C, T, all the CPU work / P) instead of C + T, T the pipeline's time a batch; and no
   shorter than the work the job's threads did a step (the cores used times the step: TF ops in
@@ -60,6 +65,10 @@ INPUT_CORES_ASSUMED = 2.0
 # Python that waits (storage, sleep) releases the GIL; native code (numpy, PIL) does too but
 # keeps a core busy, so it reads as computing Python (the cores used cannot tell them apart).
 PYTHON_COMPUTES_SHARE = 0.8
+# The agent's samples of the pipeline's Python that decide whether it holds the GIL (fewer: the
+# cores used alone decide), and the share of them in library frames above which it does.
+GIL_JUDGED_SAMPLES = 10
+GIL_HELD_LIBRARY_SHARE = 0.5
 # The share of the step's own compute that waited for the GIL held by the pipeline's computing
 # Python, given back once the Python is TF ops. Fitted on the calibration half of
 # bench/calibration/corpus.json (by grid: the least median error on its pairs that moved
@@ -153,6 +162,9 @@ class _Job:
         self.cores_available = cores
         # The share of the Python's time it computes, holding the GIL; None: unknown (`analyze`).
         self.gil: float | None = None
+        # The agent's stacks saw the pipeline's Python let the GIL go at the user's own lines
+        # (numpy, a sleep): it keeps a core busy, perhaps, but a parallel map spreads it.
+        self.lets_gil_go = False
 
     @classmethod
     def read(
@@ -164,6 +176,14 @@ class _Job:
             code in evidence.pipeline_lacks for code in _PREFETCH
         )
         job.python = evidence.python_in_pipeline
+        stacks = summary.python_stacks
+        if (
+            job.python
+            and stacks is not None
+            and stacks.source == "agent"  # py-spy reads frames without the GIL: unbiased
+            and stacks.pipeline_samples >= GIL_JUDGED_SAMPLES
+        ):
+            job.lets_gil_go = stacks.pipeline_library_share < GIL_HELD_LIBRARY_SHARE
         cpu = summary.process_cpu
         job.cores_known = cpu is not None and cpu.source in ("agent", "proc")
         # The job's own cores used (a host's, read by a sidecar elsewhere, say nothing of it).
@@ -210,7 +230,8 @@ class _Job:
                 compute *= 1 - GIL_WAIT_SHARE
         parallel = "parallel_calls" in chosen
         width = cores if parallel else self.p_now
-        held = python_work if self.computes else 0.0  # stays serial, holding the GIL
+        # Stays serial, holding the GIL (Python that computes and never lets it go).
+        held = python_work if self.computes and not self.lets_gil_go else 0.0
         batch = (tf_work + python_work - held) / width + held
         ahead = self.prefetched or "prefetch" in chosen
         if not ahead or (parallel and held):

@@ -33,6 +33,7 @@ from profiler_service.analysis.models import (
     OpCategory,
     ProcessCpu,
     ProcessMemory,
+    PythonStacks,
     Severity,
     StepBreakdown,
     StepTime,
@@ -832,6 +833,20 @@ def test_each_change_to_the_pipeline_has_its_own_saving():
     # Its parallel calls stay serial and take the GIL from the training loop: no overlap.
     assert held.action("parallel_calls+prefetch").saving_share == pytest.approx(0.0)
     assert held.action("prefetch").saving_share == pytest.approx(0.1)  # one thread: overlap
+    # The agent's sampler (it needs the GIL) saw that Python at the user's own lines: it let
+    # the GIL go there (numpy's loops), so parallel calls spread it, as they do Python that
+    # waits. Seen only in TensorFlow's wrapper as it left, it held the GIL all along.
+    summary.python_stacks = PythonStacks(
+        file="python.stacks.folded", samples=100, pipeline_samples=60,
+        pipeline_library_share=0.02,
+    )  # fmt: skip
+    native = impact.estimate(wait, summary)
+    assert native.action("parallel_calls").step_ms_after == pytest.approx(44.0)
+    summary.python_stacks.pipeline_library_share = 0.97
+    assert impact.estimate(wait, summary).action("parallel_calls").saving_share == 0.0
+    summary.python_stacks.source = "py-spy"  # reads frames without the GIL: it tells nothing
+    summary.python_stacks.pipeline_library_share = 0.02
+    assert impact.estimate(wait, summary).action("parallel_calls").saving_share == 0.0
 
 
 def test_the_tracing_model_keeps_one_trace():
