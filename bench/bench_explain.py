@@ -37,10 +37,8 @@ from bench_common import record
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "hub"))
 
-from gpu_fleet import GpuFleet, make_fleet  # noqa: E402
+from gpu_fleet import GPU_CAPTURES, GpuFleet, capture_wastes, make_fleet  # noqa: E402
 
-from profiler_service.analysis.gpu_waste import capture_waste  # noqa: E402
-from profiler_service.analysis.summary import analyse_run  # noqa: E402
 from profiler_service.config import LedgerSettings  # noqa: E402
 from profiler_service.hub.explain import JobAsk, plan  # noqa: E402
 from profiler_service.hub.gpu_hours import GpuHours, PodGpuHours, bucket_ends  # noqa: E402
@@ -49,7 +47,7 @@ from profiler_service.hub.ledger import Ledger, build_ledger  # noqa: E402
 from profiler_service.hub.registry import SidecarRecord  # noqa: E402
 from profiler_service.trigger.outcomes import Outcome  # noqa: E402
 
-CORPUS = ROOT / "tests" / "fixtures" / "gpu-captures"
+CORPUS = GPU_CAPTURES
 RUNS = [
     CORPUS / "mholmeslinder-semi-supervised-cv" / "2020_12_21_16_42_56",
     CORPUS / "jax-h200" / "input_starved",
@@ -59,21 +57,6 @@ RUNS = [
 ]
 END = 1_900_000_000.0  # the week's end (a fixed time: the figures do not move with the clock)
 HORIZON_S = 86400.0
-
-
-def wastes(tmp: Path) -> list[str]:
-    """The GPU idle causes of real captures, as the index keeps them."""
-    out = []
-    for run in RUNS:
-        copy = tmp / run.name
-        copy.mkdir(parents=True)
-        for path in run.glob("*.xplane.pb"):
-            shutil.copy(path, copy / path.name)
-        result = analyse_run(copy)
-        waste = capture_waste(result.summary, result.findings)
-        if waste is not None:
-            out.append(waste.model_dump_json(exclude_defaults=True))
-    return out
 
 
 class SeriesCount:
@@ -194,7 +177,7 @@ def main() -> int:
     with_sidecar = {j for j in jobs if rng.random() < args.sidecars}
     tmp = Path(tempfile.mkdtemp(prefix="bench-explain-"))
     try:
-        kinds = wastes(tmp)
+        kinds = capture_wastes(RUNS, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     settings = LedgerSettings()  # 1 h buckets, a 24 h horizon

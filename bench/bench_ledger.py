@@ -34,16 +34,14 @@ from bench_common import free_port, record
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "hub"))
 
-from gpu_fleet import create_blocks, make_fleet  # noqa: E402
+from gpu_fleet import GPU_CAPTURES, capture_wastes, create_blocks, make_fleet  # noqa: E402
 
-from profiler_service.analysis.gpu_waste import capture_waste  # noqa: E402
-from profiler_service.analysis.summary import analyse_run  # noqa: E402
 from profiler_service.config import LedgerSettings  # noqa: E402
 from profiler_service.hub.gpu_hours import query_gpu_hours  # noqa: E402
 from profiler_service.hub.index.fleet_queries import FleetRow  # noqa: E402
 from profiler_service.hub.ledger import build_ledger  # noqa: E402
 
-CORPUS = ROOT / "tests" / "fixtures" / "gpu-captures"
+CORPUS = GPU_CAPTURES
 RUNS = [
     CORPUS / "mholmeslinder-semi-supervised-cv" / "2020_12_21_16_42_56",
     CORPUS / "aoberai-chess-engine" / "logs__fit__20210616-112155__train__2021_06_16_11_22_03",
@@ -52,20 +50,6 @@ RUNS = [
     CORPUS / "jax-h200" / "transfers",
     CORPUS / "jax-h200" / "fp32_matmul",
 ]
-
-
-def wastes(tmp: Path) -> list[str]:
-    out = []
-    for run in RUNS:
-        copy = tmp / run.name
-        copy.mkdir(parents=True)
-        for path in run.glob("*.xplane.pb"):
-            shutil.copy(path, copy / path.name)
-        result = analyse_run(copy)
-        waste = capture_waste(result.summary, result.findings)
-        if waste is not None:
-            out.append(waste.model_dump_json(exclude_defaults=True))
-    return out
 
 
 def main() -> int:
@@ -106,7 +90,7 @@ def main() -> int:
                 pass
             time.sleep(0.2)
         rng = random.Random(5)
-        kinds = wastes(tmp / "captures")
+        kinds = capture_wastes(RUNS, tmp / "captures")
         rows = []
         for n, ((namespace, job), series) in enumerate(sorted(fleet.jobs().items())):
             first, last = int(series[0].times[0]), int(max(s.times[-1] for s in series))

@@ -12,11 +12,14 @@ utilisation / 100 x interval.
 from __future__ import annotations
 
 import random
+import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+GPU_CAPTURES = Path(__file__).resolve().parents[1] / "fixtures" / "gpu-captures"
 
 MODELS = ["NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3", "Tesla T4", "NVIDIA L4"]
 GPU_COUNTS = [1, 1, 1, 2, 2, 4, 8]
@@ -128,3 +131,22 @@ def create_blocks(fleet: GpuFleet, folder: Path) -> Path:
     )  # fmt: skip
     source.unlink()
     return data
+
+
+def capture_wastes(runs: list[Path], tmp: Path) -> list[str]:
+    """The GPU idle causes of real captures (each run copied into `tmp` and analysed by XProf
+    here), as the hub's index keeps them: what the ledger and the explain policy read."""
+    from profiler_service.analysis.gpu_waste import capture_waste
+    from profiler_service.analysis.summary import analyse_run
+
+    out = []
+    for run in runs:
+        copy = tmp / run.name
+        copy.mkdir(parents=True)
+        for path in run.glob("*.xplane.pb"):
+            shutil.copy(path, copy / path.name)
+        result = analyse_run(copy)
+        waste = capture_waste(result.summary, result.findings)
+        if waste is not None:
+            out.append(waste.model_dump_json(exclude_defaults=True))
+    return out
