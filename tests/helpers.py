@@ -453,7 +453,7 @@ def assert_typed_evidence(finding) -> None:
     same keys, values and number types)."""
     import json
 
-    from profiler_service.analysis.rules.registry import EVIDENCE
+    from profiler_service.analysis.findings import EVIDENCE
 
     model = EVIDENCE.get(finding.rule)
     assert model is not None, f"rule {finding.rule!r} declares no evidence model"

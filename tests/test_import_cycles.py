@@ -119,7 +119,7 @@ SIDECAR_PIPELINE = (
     "profiler_service.api.sidecar",
     "profiler_service.capture.controller",
     "profiler_service.analysis.runner.analyzer",
-    "profiler_service.analysis.rules",
+    "profiler_service.analysis.findings",
     "profiler_service.analysis.readers.xplane",
     "profiler_service.lookback.sampler",
     "profiler_service.trigger.alerts",
@@ -152,8 +152,8 @@ def room_of(name: str, rooms: set[str]) -> str:
 
 
 def test_no_two_analysis_rooms_import_each_other():
-    """analysis/'s rooms stack: the readers under the summary's assembly, the findings (rules/,
-    evidence/) over the summary, the runner over both, the comparisons (across/) over the snapshot
+    """analysis/'s rooms stack: the readers under the summary's assembly, the findings
+    (findings/) over the summary, the runner over both, the comparisons (across/) over the snapshot
     model. A subpackage of analysis/ counts as one room, everything it holds together, and each
     module at analysis/'s root as one more."""
     known = module_names()
@@ -162,7 +162,7 @@ def test_no_two_analysis_rooms_import_each_other():
         for n, p in known.items()
         if n.startswith("profiler_service.analysis.") and p.name == "__init__.py"
     }
-    assert {"analysis.readers", "analysis.runner", "analysis.across", "analysis.rules"} <= rooms
+    assert {"analysis.readers", "analysis.runner", "analysis.across", "analysis.findings"} <= rooms
     graph: dict[str, set[str]] = {}
     for name, path in known.items():
         if not name.startswith("profiler_service.analysis."):

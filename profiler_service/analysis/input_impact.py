@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from itertools import combinations
 
-from profiler_service.analysis.evidence import InputBoundEvidence
+from profiler_service.analysis.input_evidence import InputBoundEvidence
 from profiler_service.analysis.models import ActionSaving, Finding, Impact, Summary
 
 __all__ = [

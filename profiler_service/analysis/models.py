@@ -205,7 +205,7 @@ class ProcessMemory(BaseModel):
 class ProcessCpu(BaseModel):
     """The cores the job used before the capture and the cores it may use (its cgroup quota or
     affinity), from the look-back sampler, else this service's own host: what a fix that
-    parallelises the job's work can win (analysis/impact.py)."""
+    parallelises the job's work can win (analysis/input_impact.py)."""
 
     cores_available: float
     cores_used: float | None = None
@@ -354,7 +354,7 @@ class Impact(BaseModel):
 
 
 class Finding(BaseModel):
-    rule: str = ""  # stamped by the registry (rules/registry.py), under the name it registered
+    rule: str = ""  # stamped by the registry (findings/registry.py): a `Rule`'s value
     severity: Severity
     title: str
     evidence: dict[str, Any] = Field(default_factory=dict)

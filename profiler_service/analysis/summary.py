@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from google.protobuf.message import DecodeError
 from pydantic import BaseModel, Field
 
+from profiler_service.analysis.findings import evaluate
 from profiler_service.analysis.models import Finding, GpuActivity, HostSummary, StepTime, Summary
 from profiler_service.analysis.parts import Parts, assemble
 from profiler_service.analysis.readers import memory_events
@@ -43,7 +44,6 @@ from profiler_service.analysis.readers.step_markers import (
 )
 from profiler_service.analysis.readers.xplane import CaptureFile
 from profiler_service.analysis.readers.xprof_tools import ToolFailed, tool_data, tool_names
-from profiler_service.analysis.rules import evaluate
 from profiler_service.child_process import return_freed_memory
 from profiler_service.errors import Failed
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 from pathlib import PurePath
 
 from profiler_service.analysis.models import CodeSite, Finding, Summary
+from profiler_service.analysis.rule import Rule
 
 __all__ = [
     "LOOP_RULES",
@@ -34,9 +35,9 @@ __all__ = [
 
 SITES = 3  # sites named at most, most samples first
 MIN_SHARE = 0.05  # a site holding less of its samples is not named
-PIPELINE_RULES = frozenset({"input_bound"})
-LOOP_RULES = frozenset({"eager_execution", "host_overhead", "between_steps"})
-TRACING_RULES = frozenset({"retracing", "xla_recompilation"})
+PIPELINE_RULES = frozenset({Rule.INPUT_BOUND})
+LOOP_RULES = frozenset({Rule.EAGER_EXECUTION, Rule.HOST_OVERHEAD, Rule.BETWEEN_STEPS})
+TRACING_RULES = frozenset({Rule.RETRACING, Rule.XLA_RECOMPILATION})
 
 
 def locate(finding: Finding, summary: Summary) -> list[CodeSite]:

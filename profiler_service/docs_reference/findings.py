@@ -16,20 +16,18 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from profiler_service.analysis import impact
+from profiler_service.analysis.findings import EVIDENCE, IMPACT, RULES, SILENCED_BY
 from profiler_service.analysis.models import Severity
-from profiler_service.analysis.rules import RULES
-from profiler_service.analysis.rules.registry import EVIDENCE, SILENCED_BY
 from profiler_service.docs_reference.markdown import code, table
 
 INTRO = """# Findings
 
 Every snapshot's summary goes through every rule below; each rule is one function in
-`profiler_service/analysis/rules/` ("defined in") that returns a finding or nothing. A finding is
+`profiler_service/analysis/findings/` ("defined in") that returns a finding or nothing. A finding is
 `{rule, severity, title, evidence{numbers}, recommendation, docs, impact_share, impact, where}`:
 `impact_share` is the share of step time at stake, `impact` what the fix would save
 (`{step_ms_now, step_ms_after, saving_share, saving_range, basis}`) by the rule's model in
-`profiler_service/analysis/impact.py` ("what its fix saves", with its factors' values). `where`
+`profiler_service/analysis/findings/` ("what its fix saves", with its factors' values). `where`
 names the user's code the cause is in (`[{file, line, function, share}]`, most samples first),
 read from the job's Python stacks where the capture holds them (the in-process agent samples
 them, `python_stacks_hz`): for `input_bound` the user's functions tf.data runs in Python, for
@@ -69,14 +67,15 @@ def render() -> str:
 
 
 def evidence_section() -> str:
-    """The typed evidence of each rule (`@rule(..., evidence=Model)`, analysis/evidence/):
-    each field, its type, what it holds; a list of objects, each item's fields too."""
+    """The typed evidence of each rule (`@rule(..., evidence=Model)`, beside the rule in
+    analysis/findings/): each field, its type, what it holds; a list of objects, each item's
+    fields too."""
     if not EVIDENCE:
         return ""
     parts = [
         "\n## Evidence\n\n"
         "What a finding read, field by field: its rule's model "
-        "(`profiler_service/analysis/evidence/`), whose fields are the keys of the finding's "
+        "(`profiler_service/analysis/findings/`), whose fields are the keys of the finding's "
         "`evidence` in `snapshot.json`. A rule with two readings (XProf's figure, or the GPU's "
         "own plane or the capture's events) writes the fields of the reading it made only.\n"
     ]
@@ -111,9 +110,9 @@ _MODULE_PATH = re.compile(r"\b(?:[a-z_][a-z0-9_]*\.)+(?=[A-Za-z_])")
 
 def saves_when(name: str) -> str:
     """The rule's impact model's docstring, its factors' values in place."""
-    model = impact.MODELS.get(name)
+    model = IMPACT.get(name)
     if model is None:
-        raise ValueError(f"rule {name!r} has no impact model: add one in analysis/impact.py")
+        raise ValueError(f"rule {name} has no impact model: declare one on its @rule (impact=...)")
     return fires_when(name, model, thresholds(model))
 
 

@@ -31,8 +31,8 @@ from urllib.parse import parse_qs, quote, urlsplit
 
 import httpx
 
-from profiler_service.analysis import impact
 from profiler_service.analysis.across.verification import headline
+from profiler_service.analysis.rule import rank
 from profiler_service.analysis.text_report import describe_saving
 from profiler_service.config import GrafanaSettings
 from profiler_service.lifecycle import BackgroundLoop, LoopOwner
@@ -80,7 +80,7 @@ def annotation_for(snapshot: Snapshot, public_url: str | None) -> dict[str, Any]
     """The body of `POST /api/annotations` for one finished snapshot."""
     base = (public_url or "").rstrip("/")
     report = f"{base}/profiles/{quote(snapshot.id)}/report"
-    top = min(snapshot.findings, key=impact.rank, default=None)  # "fix this first"
+    top = min(snapshot.findings, key=rank, default=None)  # "fix this first"
     tags = ["profiler-service", f"target:{snapshot.target}", f"status:{snapshot.status}"]
     if snapshot.trigger.labels.get("alertname"):
         tags.append(f"alert:{snapshot.trigger.labels['alertname']}")

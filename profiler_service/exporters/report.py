@@ -9,7 +9,6 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from profiler_service.analysis.across.compare import Comparison
 from profiler_service.analysis.across.verification import headline
-from profiler_service.analysis.evidence import evidence_model
 from profiler_service.analysis.models import Finding
 from profiler_service.analysis.text_report import (
     describe_cost,
@@ -48,6 +47,10 @@ def evidence_items(finding: Finding) -> list[tuple[str, str, str]]:
     """A finding's evidence as a person reads it: (label, value, what it is), its own words for
     what a Python value would print raw (`[]`, `False`, `0.123456`); tables (lists of
     mappings) and nested mappings are left to the JSON."""
+    # The evidence's models live beside their rules: the hub, which runs no rule, loads them
+    # when it first renders a finding, not when it starts (tests/test_import_cycles.py).
+    from profiler_service.analysis.findings import evidence_model
+
     model = evidence_model(finding.rule)
     fields = model.model_fields if model is not None else {}
     items = []

@@ -300,7 +300,7 @@ def cpu_cores_available(pid: int | str = "self") -> float:
 class ProcessCpuSource:
     """The cores a process used since the last reading (its CPU time over the wall time) and
     the cores it may use: this one (agent) or the job (sidecar). What a fix that parallelises
-    its work can win depends on both (analysis/impact.py)."""
+    its work can win depends on both (analysis/input_impact.py)."""
 
     def __init__(self, pid: Callable[[], int | None] = os.getpid, name: str = "agent"):
         self._pid = pid

@@ -6,11 +6,10 @@ from __future__ import annotations
 import pytest
 from helpers import assert_typed_evidence
 
-from profiler_service.analysis import impact
+from profiler_service.analysis.findings import RULES, estimate
 from profiler_service.analysis.models import EagerDispatch, StepTime, Summary
 from profiler_service.analysis.readers.eager_dispatch import read_eager_dispatch
 from profiler_service.analysis.readers.host_events import HostEvents, Span
-from profiler_service.analysis.rules import RULES
 
 MS = 10**9  # ps
 
@@ -63,7 +62,7 @@ def test_an_eager_loop_on_a_cpu_is_named_and_its_fix_keeps_only_the_kernels():
     finding = RULES["eager_execution"](summary)
     assert finding is not None and finding.evidence["eager_ops_per_step"] == 12
     assert_typed_evidence(finding)  # the events' reading: its fields only
-    got = impact.estimate(finding, summary)
+    got = estimate(finding, summary)
     assert got.step_ms_after == pytest.approx(1.2)  # a graph keeps the kernels
     assert got.saving_range == (pytest.approx(0.24), pytest.approx(0.976))  # 20 % of kernels
     assert "traced away" in got.basis
@@ -75,7 +74,7 @@ def test_eager_ops_around_a_tf_function_save_their_dispatch_only():
         kernel_ms_per_step=1.0, in_tf_function=True,
     )  # fmt: skip
     summary = summary_of(eager)
-    got = impact.estimate(RULES["eager_execution"](summary), summary)
+    got = estimate(RULES["eager_execution"](summary), summary)
     assert got.step_ms_after == pytest.approx(8.0) and got.saving_share == pytest.approx(0.2)
 
 

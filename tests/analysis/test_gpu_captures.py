@@ -17,10 +17,11 @@ from helpers import assert_typed_evidence
 from tensorflow.tsl.profiler.protobuf import xplane_pb2
 from xprof.protobuf import overview_page_pb2
 
-from profiler_service.analysis import rules
-from profiler_service.analysis.evidence import DeviceIdleEvidence
+from profiler_service.analysis import findings
+from profiler_service.analysis.findings import EVIDENCE, estimate, input_pipeline, precision
+from profiler_service.analysis.findings import gpu as gpu_rules
+from profiler_service.analysis.findings.device import DeviceIdleEvidence
 from profiler_service.analysis.gpu_waste import capture_waste
-from profiler_service.analysis.impact import estimate
 from profiler_service.analysis.models import (
     GpuActivity,
     GpuDevice,
@@ -32,9 +33,6 @@ from profiler_service.analysis.models import (
     Utilisation,
 )
 from profiler_service.analysis.readers.gpu_activity import SLICES, read_gpu_activity
-from profiler_service.analysis.rules import gpu as gpu_rules
-from profiler_service.analysis.rules import input_pipeline
-from profiler_service.analysis.rules.registry import EVIDENCE
 from profiler_service.analysis.summary import AnalysisResult, analyse_run
 from profiler_service.analysis.text_report import describe_saving
 
@@ -306,14 +304,14 @@ def on_gpu(*devices: GpuDevice, steps: int = 1, **utilisation) -> Summary:
 
 
 def run(name: str, summary: Summary):
-    finding = rules.RULES[name](summary)
+    finding = findings.RULES[name](summary)
     if finding is not None:
         assert_typed_evidence(finding)
     return finding
 
 
 def test_mixed_precision_needs_tensor_cores_and_low_16bit_compute():
-    low = gpu_rules.LOW_16BIT_PCT
+    low = precision.LOW_16BIT_PCT
     volta = device(compute_capability="7.0", kernel_pct=60.0)
     fp32 = {"device_compute_16bit_pct": low - 0.1, "device_compute_32bit_pct": 100 - low}
     assert run("mixed_precision", on_gpu(volta, **fp32)).severity is Severity.WARNING
@@ -322,7 +320,7 @@ def test_mixed_precision_needs_tensor_cores_and_low_16bit_compute():
     pascal = device(compute_capability="6.1", kernel_pct=60.0)
     assert run("mixed_precision", on_gpu(pascal, **fp32)) is None
     waiting = device(
-        compute_capability="7.5", kernel_pct=gpu_rules.PRECISION_WARNING_KERNEL_PCT - 1
+        compute_capability="7.5", kernel_pct=precision.PRECISION_WARNING_KERNEL_PCT - 1
     )
     assert run("mixed_precision", on_gpu(waiting, **fp32)).severity is Severity.INFO
 
@@ -440,10 +438,10 @@ def test_one_piece_of_precision_advice_where_both_rules_would_give_it():
     fp32 = {"device_compute_16bit_pct": 0.0, "device_compute_32bit_pct": 100.0}
     summary = on_gpu(device(compute_capability="7.0", kernel_pct=80.0), **fp32)
     summary.kernels = xprof_kernels
-    fired = {f.rule for f in rules.evaluate(summary)}
+    fired = {f.rule for f in findings.evaluate(summary)}
     assert "mixed_precision" in fired and "tensor_cores_unused" not in fired
     summary.gpu.devices[0].compute_capability = "6.0"  # no mixed_precision: XProf's rule speaks
-    assert "tensor_cores_unused" in {f.rule for f in rules.evaluate(summary)}
+    assert "tensor_cores_unused" in {f.rule for f in findings.evaluate(summary)}
 
 
 def test_one_gpu_used_of_several_is_said_at_info_level_with_the_fix_that_fits():

@@ -456,7 +456,7 @@ def test_report_shows_tf_functions_and_what_each_op_allocates_per_step(settings)
 
 def evaluate_impacts(findings, of: Summary) -> list:
     """The findings with their rule's impact, ranked as the registry ranks them."""
-    from profiler_service.analysis import impact
+    from profiler_service.analysis.findings import estimate, rank
 
-    ranked = [f.model_copy(update={"impact": impact.estimate(f, of)}) for f in findings]
-    return sorted(ranked, key=impact.rank)
+    ranked = [f.model_copy(update={"impact": estimate(f, of)}) for f in findings]
+    return sorted(ranked, key=rank)

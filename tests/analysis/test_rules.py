@@ -14,7 +14,28 @@ import math
 import pytest
 from helpers import assert_typed_evidence
 
-from profiler_service.analysis import impact, input_impact, rules
+from profiler_service.analysis import input_impact
+from profiler_service.analysis.findings import (
+    EVIDENCE,
+    IMPACT,
+    RULES,
+    Rule,
+    device,
+    distributed,
+    eager,
+    estimate,
+    evaluate,
+    evidence_model,
+    host,
+    input_pipeline,
+    memory,
+    precision,
+    rank,
+    registry,
+)
+from profiler_service.analysis.findings import (
+    gpu as gpu_rules,
+)
 from profiler_service.analysis.models import (
     AllocatorMemory,
     Finding,
@@ -41,46 +62,9 @@ from profiler_service.analysis.models import (
     TopOp,
     Utilisation,
 )
-from profiler_service.analysis.rules import (
-    RULES,
-    device,
-    distributed,
-    evaluate,
-    host,
-    input_pipeline,
-    memory,
-)
-from profiler_service.analysis.rules import (
-    gpu as gpu_rules,
-)
-from profiler_service.analysis.rules.registry import EVIDENCE
 
-EXPECTED_RULES = {
-    "input_bound",
-    "host_overhead",
-    "eager_execution",
-    "kernel_launch_bound",
-    "compile_time",
-    "no_step_markers",
-    "short_capture",
-    "device_idle",
-    "op_dominates",
-    "communication_bound",
-    "host_device_transfer",
-    "tensor_cores_unused",
-    "memory_pressure",
-    "memory_fragmentation",
-    "memory_temporaries",
-    "memory_growth",
-    "straggler",
-    "mixed_precision",
-    "gpu_imbalance",
-    "device_trace_missing",
-    "retracing",
-    "xla_recompilation",
-    "step_temporaries",
-    "between_steps",
-}
+# The registry and the names agree: every `Rule` has its rule, and no rule is unnamed.
+EXPECTED_RULES = set(Rule)
 GPU_RULES = (
     "device_idle",
     "mixed_precision",
@@ -215,7 +199,7 @@ def test_every_rule_is_registered_once_under_its_own_name():
 def test_registering_a_name_twice_is_refused():
     before = dict(RULES)
     with pytest.raises(ValueError, match="registered twice"):
-        rules.rule("input_bound")(lambda summary: None)
+        registry.rule("input_bound")(lambda summary: None)
     assert before == RULES
 
 
@@ -341,9 +325,9 @@ def test_eager_execution_warns_at_its_threshold_when_steps_were_captured():
             utilisation=Utilisation(hardware_type="CPU_ONLY", host_eager_pct=pct),
         )
 
-    finding = assert_fires("eager_execution", summary(host.EAGER_WARNING_PCT), Severity.WARNING)
-    assert finding.impact_share == pytest.approx(host.EAGER_WARNING_PCT / 100 / 2)
-    assert run("eager_execution", summary(host.EAGER_WARNING_PCT - 0.01)) is None
+    finding = assert_fires("eager_execution", summary(eager.EAGER_WARNING_PCT), Severity.WARNING)
+    assert finding.impact_share == pytest.approx(eager.EAGER_WARNING_PCT / 100 / 2)
+    assert run("eager_execution", summary(eager.EAGER_WARNING_PCT - 0.01)) is None
     assert run("eager_execution", summary(90.0, count=0)) is None
     assert run("eager_execution", cpu(step_time=steps())) is None  # host_eager_pct unknown
 
@@ -464,7 +448,7 @@ def test_host_device_transfer_sums_device_memcpy_ops_on_a_gpu():
 
 
 def test_tensor_cores_unused_warns_at_its_share_of_kernel_time():
-    at = part_at(device.TENSOR_CORE_UNUSED_SHARE)
+    at = part_at(precision.TENSOR_CORE_UNUSED_SHARE)
     finding = assert_fires("tensor_cores_unused", gpu(kernels=kernels(at)), Severity.WARNING)
     assert finding.evidence["ops"] == ["model/dense/MatMul"]
     assert finding.impact_share == 0.0  # no steps: no share of step time to speak of
@@ -697,7 +681,7 @@ def test_findings_are_ordered_by_saving_then_severity():
         "op_dominates",
         "short_capture",
     }
-    assert [impact.rank(f) for f in findings] == sorted(impact.rank(f) for f in findings)
+    assert [rank(f) for f in findings] == sorted(rank(f) for f in findings)
     assert findings[0].rule == "device_idle"  # 70 % of a 60 % idle device
     # Nothing measurable saved: last, the more severe first.
     assert [f.rule for f in findings[-3:]] == ["memory_pressure", "op_dominates", "short_capture"]
@@ -710,7 +694,7 @@ def test_findings_are_ordered_by_what_their_fix_saves_and_nothing_saved_ranks_la
         )
 
     monkeypatch.setattr(
-        rules.registry,
+        registry,
         "RULES",
         {
             name: _stamped(name, func)
@@ -724,7 +708,7 @@ def test_findings_are_ordered_by_what_their_fix_saves_and_nothing_saved_ranks_la
         },
     )
     four_cores = ProcessCpu(cores_available=4, source="agent")
-    found = rules.evaluate(
+    found = registry.evaluate(
         Summary(step_time=StepTime(count=10, avg_ms=100.0), process_cpu=four_cores)
     )
     assert [f.rule for f in found] == [
@@ -747,7 +731,7 @@ def _stamped(name: str, func):
 
 
 def test_every_rule_has_an_impact_model():
-    assert set(rules.registry.RULES) == set(impact.MODELS)
+    assert set(registry.RULES) == set(IMPACT)
 
 
 def test_the_input_wait_model_spreads_the_wait_over_the_jobs_free_cores():
@@ -766,7 +750,7 @@ def test_the_input_wait_model_spreads_the_wait_over_the_jobs_free_cores():
     )
     # 72 ms of input a step, 8 of compute: on 2 free cores, a batch every 36 ms, and the
     # step's 80 ms of work spread over them: 40 ms.
-    got = impact.estimate(wait, on(2, used=0.2))
+    got = estimate(wait, on(2, used=0.2))
     assert got.step_ms_after == pytest.approx(40.0)
     assert got.saving_share == pytest.approx(0.5)
     # The range: the point plus the spread of measured savings about the model's points on
@@ -775,19 +759,19 @@ def test_the_input_wait_model_spreads_the_wait_over_the_jobs_free_cores():
     assert got.saving_range == (pytest.approx(low), pytest.approx(high))
     assert "2 core(s) (the job's cores)" in got.basis
     # On 8 cores the input hides behind the step but for 10 ms of work a core.
-    assert impact.estimate(wait, on(8)).step_ms_after == pytest.approx(10.0)
+    assert estimate(wait, on(8)).step_ms_after == pytest.approx(10.0)
     # A job already using its cores leaves the pipeline one: nothing to win.
-    assert impact.estimate(wait, on(2, used=2.0)).step_ms_after == pytest.approx(80.0)
+    assert estimate(wait, on(2, used=2.0)).step_ms_after == pytest.approx(80.0)
     # Its slowest map parallel on both cores already: its 72 ms wait is 144 ms of work on 2
     # cores; prefetched, the step's 152 ms of work over 2 cores bounds it.
     parallel = [InputIterator(path="Iterator::Root::ParallelMapV2", self_time_ms=5, parallelism=2)]
-    assert impact.estimate(wait, on(2, iterators=parallel)).step_ms_after == pytest.approx(76.0)
+    assert estimate(wait, on(2, iterators=parallel)).step_ms_after == pytest.approx(76.0)
     # Python whose cores used are unknown is not taken to hold the GIL; the basis says it would.
     wait.evidence["python_in_pipeline"] = True
-    python = impact.estimate(wait, on(2))
+    python = estimate(wait, on(2))
     assert python.saving_share == pytest.approx(0.5) and "GIL" in python.basis
     # Python that keeps a core busy computes under the GIL: a parallel map gains nothing.
-    assert impact.estimate(wait, on(2, used=1.0)).saving_share == pytest.approx(0.0)
+    assert estimate(wait, on(2, used=1.0)).saving_share == pytest.approx(0.0)
 
 
 def test_each_change_to_the_pipeline_has_its_own_saving():
@@ -807,7 +791,7 @@ def test_each_change_to_the_pipeline_has_its_own_saving():
         step_time=StepTime(count=20, avg_ms=80.0),
         process_cpu=ProcessCpu(cores_available=2, cores_used=0.3, source="agent"),
     )
-    got = impact.estimate(wait, summary)
+    got = estimate(wait, summary)
     assert [a.action for a in got.actions] == [
         "python", "parallel_calls", "prefetch", "python+parallel_calls", "python+prefetch",
         "parallel_calls+prefetch", "python+parallel_calls+prefetch",
@@ -829,7 +813,7 @@ def test_each_change_to_the_pipeline_has_its_own_saving():
     kept = got.action("parallel_calls+prefetch")
     assert kept.saving_share == pytest.approx(0.5)
     summary.process_cpu.cores_used = 1.0  # computing all the time: it holds the GIL
-    held = impact.estimate(wait, summary)
+    held = estimate(wait, summary)
     # Its parallel calls stay serial and take the GIL from the training loop: no overlap.
     assert held.action("parallel_calls+prefetch").saving_share == pytest.approx(0.0)
     assert held.action("prefetch").saving_share == pytest.approx(0.1)  # one thread: overlap
@@ -840,19 +824,19 @@ def test_each_change_to_the_pipeline_has_its_own_saving():
         file="python.stacks.folded", samples=100, pipeline_samples=60,
         pipeline_library_share=0.02,
     )  # fmt: skip
-    native = impact.estimate(wait, summary)
+    native = estimate(wait, summary)
     assert native.action("parallel_calls").step_ms_after == pytest.approx(44.0)
     summary.python_stacks.pipeline_library_share = 0.97
-    assert impact.estimate(wait, summary).action("parallel_calls").saving_share == 0.0
+    assert estimate(wait, summary).action("parallel_calls").saving_share == 0.0
     summary.python_stacks.source = "py-spy"  # reads frames without the GIL: it tells nothing
     summary.python_stacks.pipeline_library_share = 0.02
-    assert impact.estimate(wait, summary).action("parallel_calls").saving_share == 0.0
+    assert estimate(wait, summary).action("parallel_calls").saving_share == 0.0
 
 
 def test_the_tracing_model_keeps_one_trace():
     summary = Summary(step_time=StepTime(count=20, avg_ms=40.0))
     found = Finding(rule="retracing", severity=Severity.WARNING, title="", impact_share=0.5)
-    got = impact.estimate(found, summary)
+    got = estimate(found, summary)
     assert got.saving_share == pytest.approx(0.475) and got.step_ms_after == pytest.approx(21.0)
     assert got.saving_range == (pytest.approx(0.4), pytest.approx(0.95))  # + 90 % of the rest
 
@@ -866,7 +850,7 @@ def test_the_device_wait_model_gives_the_gpus_busy_share_after_the_fix():
     )
     summary = gpu(step_time=steps(count=10), gpu=GpuActivity(devices=[busy]))
     found = Finding(rule="device_idle", severity=Severity.CRITICAL, title="", impact_share=0.5)
-    got = impact.estimate(found, summary)
+    got = estimate(found, summary)
     assert got.saving_share == pytest.approx(0.35)  # 70 % of the idle half
     assert "busy 50% now, would be busy 77%" in got.basis  # 0.5 / 0.65
 
@@ -874,7 +858,7 @@ def test_the_device_wait_model_gives_the_gpus_busy_share_after_the_fix():
 def test_a_memory_finding_saves_no_step_time_and_says_so():
     summary = Summary(step_time=StepTime(count=20, avg_ms=40.0))
     found = Finding(rule="memory_growth", severity=Severity.CRITICAL, title="", impact_share=1.0)
-    got = impact.estimate(found, summary)
+    got = estimate(found, summary)
     assert got.saving_share == 0.0 and got.step_ms_after == 40.0
     assert got.basis.startswith("Saves nothing measurable in step time")
 
@@ -885,7 +869,7 @@ def test_a_rule_that_raises_is_logged_and_skipped(monkeypatch, caplog):
 
     expected = [f.rule for f in evaluate(cpu_only_capture())]
     monkeypatch.setitem(RULES, "broken", broken)
-    with caplog.at_level(logging.ERROR, logger=rules.__name__):
+    with caplog.at_level(logging.ERROR, logger=registry.__name__):
         findings = evaluate(cpu_only_capture())
     assert [f.rule for f in findings] == expected
     assert any("broken" in r.getMessage() and r.exc_info for r in caplog.records)
@@ -898,11 +882,11 @@ def test_rules_after_a_broken_one_still_run(monkeypatch):
     expected = [f.rule for f in evaluate(cpu_only_capture())]
     calls = []
     monkeypatch.setattr(
-        rules.registry,
+        registry,
         "RULES",
         {"broken": lambda s: calls.append(1) or broken(s), **RULES},  # first, not last
     )
-    assert [f.rule for f in rules.evaluate(cpu_only_capture())] == expected
+    assert [f.rule for f in registry.evaluate(cpu_only_capture())] == expected
     assert calls == [1], "the broken rule ran, and the others after it"
 
 
@@ -955,10 +939,7 @@ def test_every_rule_declares_its_evidence_model_each_field_described():
         assert model.model_config.get("extra") == "ignore", name  # old snapshots, newer keys
         undescribed = [f for f, info in model.model_fields.items() if not info.description]
         assert not undescribed, f"{name}: fields without a description: {undescribed}"
-        # named for its rule, so a reader that loads no rule (the hub's report) finds it
-        from profiler_service.analysis.evidence import evidence_model
-
-        assert evidence_model(name) is model, name
+        assert evidence_model(name) is model, name  # what the report page reads
 
 
 def test_a_declared_evidence_model_is_what_the_finding_holds():

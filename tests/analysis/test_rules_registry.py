@@ -1,5 +1,5 @@
-"""The rules' registry (analysis/rules/registry.py): a rule's name is written once, in
-`@rule("name")`, and the registry stamps it on every finding the rule returns."""
+"""The findings' registry (analysis/findings/registry.py): a rule's name is written once, in
+`@rule(Rule.NAME)`, and the registry stamps it on every finding the rule returns."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from profiler_service.analysis.findings import RULES, evaluate, registry
+from profiler_service.analysis.findings.registry import rule
 from profiler_service.analysis.models import Finding, Severity, Summary
-from profiler_service.analysis.rules import RULES, evaluate, registry
-from profiler_service.analysis.rules.registry import rule
 
 
 @pytest.fixture

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from helpers import assert_typed_evidence
 
+from profiler_service.analysis.findings import RULES, evaluate
+from profiler_service.analysis.findings import tensorflow as tf_rules
 from profiler_service.analysis.models import (
     AllocatorMemory,
     MemoryPoint,
@@ -18,8 +20,6 @@ from profiler_service.analysis.models import (
 )
 from profiler_service.analysis.readers.memory import fit_growth
 from profiler_service.analysis.readers.step_allocations import worth_reading
-from profiler_service.analysis.rules import RULES, evaluate
-from profiler_service.analysis.rules import tensorflow as tf_rules
 
 MIB = 2**20
 

@@ -8,7 +8,6 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from profiler_service.analysis import impact
 from profiler_service.analysis.across.verification import (
     FixStatus,
     PredictionCheck,
@@ -16,6 +15,7 @@ from profiler_service.analysis.across.verification import (
     step_change,
     verify,
 )
+from profiler_service.analysis.findings import estimate
 from profiler_service.analysis.models import (
     Finding,
     InputIterator,
@@ -78,7 +78,7 @@ def finding(rule: str, share: float, **evidence) -> Finding:
     eight_cores = captured([100.0] * 10).model_copy(
         update={"process_cpu": ProcessCpu(cores_available=8, source="agent")}
     )
-    found.impact = impact.estimate(found, eight_cores)
+    found.impact = estimate(found, eight_cores)
     return found
 
 
@@ -161,7 +161,7 @@ def test_a_prediction_is_checked_where_something_changed_and_a_miss_is_named():
 
     # A memory finding promised no step time: resolved, nothing to check.
     memory = Finding(rule="step_temporaries", severity=Severity.WARNING, title="t", impact_share=0)
-    memory.impact = impact.estimate(memory, captured([100.0] * 10))
+    memory.impact = estimate(memory, captured([100.0] * 10))
     assert memory.impact.saving_range == (0.0, 0.0)
     [freed] = verify([memory], [], fixed_by_half)
     assert freed.status is FixStatus.RESOLVED and freed.prediction is None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from profiler_service.analysis import impact
+from profiler_service.analysis.findings import estimate
 from profiler_service.analysis.models import Finding, ProcessCpu, Severity, StepTime, Summary
 from profiler_service.exporters.grafana import annotation_for
 from profiler_service.models import CaptureOptions, Snapshot, SnapshotStatus
@@ -23,7 +23,7 @@ def test_the_annotation_names_the_fix_that_saves_most_first():
         ),
     ]
     for f in findings:
-        f.impact = impact.estimate(f, summary)
+        f.impact = estimate(f, summary)
     snapshot = Snapshot(
         id="20261205-120000-trainer-abc123",
         status=SnapshotStatus.READY,

@@ -6,8 +6,8 @@ import importlib.util
 from collections.abc import Callable
 from pathlib import Path
 
+from profiler_service.analysis.findings import evaluate
 from profiler_service.analysis.models import ProcessCpu, ProcessMemory
-from profiler_service.analysis.rules import evaluate
 from profiler_service.analysis.runner.warm_workers import WarmWorkers
 from profiler_service.analysis.summary import AnalysisResult
 from profiler_service.child_process import Ending

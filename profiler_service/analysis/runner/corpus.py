@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
-from profiler_service.analysis.evidence import InputBoundEvidence
+from profiler_service.analysis.input_evidence import InputBoundEvidence
+from profiler_service.analysis.rule import Rule
 from profiler_service.analysis.text_report import describe_devices
 
 if TYPE_CHECKING:
@@ -131,7 +132,7 @@ def row_of(result: AnalysisResult) -> dict:
     pipeline = summary.input_pipeline
     verdict = {"classification": pipeline.classification.value}
     verdict["input_share_pct"] = pipeline.input_share_pct
-    found = next((f for f in result.findings if f.rule == "input_bound"), None)
+    found = next((f for f in result.findings if f.rule == Rule.INPUT_BOUND), None)
     if found is not None:
         evidence = InputBoundEvidence.model_validate(found.evidence)
         verdict = {

@@ -1,31 +1,142 @@
-"""The GPUs, read from their own planes (analysis/readers/gpu_activity.py): how much of the capture
-each one idled and what the host did meanwhile, precision, tiny kernels, copies, and several
-GPUs against each other."""
+"""The GPUs, read from their own planes (analysis/readers/gpu_activity.py): an empty trace,
+tiny kernels, and several GPUs against each other; each rule with its evidence, what
+its fix saves and its advice for JAX and ROCm."""
 
 from __future__ import annotations
 
-from profiler_service.analysis.evidence import (
-    DeviceTraceMissingEvidence,
-    GpuImbalanceEvidence,
-    KernelLaunchBoundEvidence,
-    MixedPrecisionEvidence,
+from pydantic import Field
+
+from profiler_service.analysis.findings.advice import JAX_STEP, Advice
+from profiler_service.analysis.findings.impact import device_wait, nothing, removed, unmeasured
+from profiler_service.analysis.findings.registry import rule, share
+from profiler_service.analysis.models import (
+    Finding,
+    HostActivity,
+    Impact,
+    Severity,
+    Summary,
 )
-from profiler_service.analysis.gpu_models import Vendor, compute_capability
-from profiler_service.analysis.models import Finding, HostActivity, Severity, Summary
 from profiler_service.analysis.readers.gpu_activity import SHORT_KERNEL_US
-from profiler_service.analysis.rules.registry import rule, share
+from profiler_service.analysis.rule import Evidence, Rule
+
+
+class DeviceTraceMissingEvidence(Evidence):
+    """device_trace_missing: the GPUs the capture names, none with a kernel or a copy."""
+
+    gpus: list[str] = Field(description="the GPUs the capture names (/device:GPU:0, ...)")
+    models: list[str] = Field(description="their models, where the capture identifies them")
+    step_count: int = Field(description="the steps the capture marked")
+
+
+class KernelLaunchBoundEvidence(Evidence):
+    """kernel_launch_bound: launching kernels takes the step, by XProf's figure (the first two
+    fields) or by the GPU's own plane (the others)."""
+
+    kernel_launch_share: float | None = Field(
+        None, description="from XProf: the share (0-1) of step time spent launching kernels"
+    )
+    kernel_launch_ms_avg: float | None = Field(
+        None, description="from XProf: the mean time a step spends launching kernels"
+    )
+    gpu: str | None = Field(None, description="from the GPU's plane: the busiest GPU")
+    kernels_per_step: float | None = Field(
+        None, description="from the GPU's plane: its kernels per step"
+    )
+    kernel_median_us: float | None = Field(
+        None, description="from the GPU's plane: its median kernel's length, in microseconds"
+    )
+    short_kernel_share: float | None = Field(
+        None, description="from the GPU's plane: the share (0-1) of its kernels that are tiny"
+    )
+    gpu_busy_pct: float | None = Field(
+        None, description="from the GPU's plane: the share of the capture it was busy, in %"
+    )
+    idle_while_host_ops_pct: float | None = Field(
+        None,
+        description="from the GPU's plane: the share of the capture it idled while the host ran "
+        "TF ops and launched kernels, in %",
+    )
+
+
+class GpuImbalanceEvidence(Evidence):
+    """gpu_imbalance: each GPU's busy share, the ones that ran nothing, the slowest."""
+
+    busy_pct: dict[str, float] = Field(
+        description="each GPU's share of the capture busy with kernels or copies, in %"
+    )
+    unused: list[str] = Field(description="the GPUs that ran no kernel")
+    spread_points: float = Field(
+        description="the busiest active GPU's busy share less the least busy one's, in points"
+    )
+    slowest: str = Field(description="the busiest GPU, which every replica waits for")
+
+
+def gpu_imbalance_saving(finding: Finding, summary: Summary) -> Impact:
+    """GPUs that ran no kernel lengthen nobody's step: what they cost is the GPU-hours the job
+    holds them for, all of which a job that gives them back returns (`returned_gpu_share`, of
+    the GPUs it holds: a count, so no range). Unevenly busy GPUs in a synchronous job wait for
+    the busiest at each step: shared evenly, each does the mean work, so the step saves
+    1 - mean busy / most busy where the GPUs bound it (`impact_share`), at least half that
+    (what else runs on the busiest may stay)."""
+    gpu, now = summary.gpu, summary.step_time.avg_ms
+    unused = [d for d in gpu.devices if not d.kernels.count] if gpu else []
+    if gpu is not None and unused:
+        returned = len(unused) / len(gpu.devices)
+        impact = nothing(summary, "GPUs that run nothing lengthen no step")
+        impact.returned_gpu_share = round(returned, 4)
+        impact.basis = (
+            f"The fix gives back the {len(unused)} of {len(gpu.devices)} GPUs that ran no "
+            f"kernel: {returned:.0%} of the GPU-hours the job holds, with its step as long."
+        )
+        return impact
+    at_stake = finding.impact_share
+    return removed(
+        summary,
+        at_stake,
+        1.0,
+        0.5,
+        f"Every replica waits for the busiest GPU each step: shared evenly, the step is "
+        f"{at_stake:.0%} shorter{f' ({now * at_stake:.3g} ms)' if now else ''}.",
+    )
+
+
+DEVICE_TRACE_MISSING_ADVICE = Advice(
+    jax=(
+        "Nothing here says whether the GPUs worked; fix the trace and capture again. The job's log "
+        "names the cause at the capture's start: CUPTI not found (install the CUDA wheels JAX "
+        'brings, `pip install -U "jax[cuda12]"`, or put CUDA\'s `extras/CUPTI/lib64` on '
+        "`LD_LIBRARY_PATH`); `CUPTI_ERROR_INSUFFICIENT_PRIVILEGES` (set "
+        '`options nvidia "NVreg_RestrictProfilingToAdminUsers=0"` on the node, or give the '
+        "container `SYS_ADMIN`); or a trace started before the GPU backend was initialised."
+    ),
+    # On AMD GPUs the tracer is ROCm's, not CUPTI.
+    rocm=(
+        "Nothing here says whether the GPUs worked; fix the trace and capture again. ROCm's tracer "
+        "(roctracer / rocprofiler-sdk, which XLA's ROCm profiler loads) recorded nothing: check "
+        "that the ROCm profiler libraries are in the image (`/opt/rocm/lib/libroctracer64.so` or "
+        "`librocprofiler-sdk.so`), that the container reaches `/dev/kfd` and `/dev/dri` (the "
+        "`video` and `render` groups), and that the capture asked for a device trace "
+        "(`device_tracer_level=1`)."
+    ),
+)
+
+KERNEL_LAUNCH_BOUND_ADVICE = Advice(
+    jax=f"Each kernel costs a launch on the host: {JAX_STEP}, run several "
+    "steps per call with `jax.lax.scan` over a stack of batches, and give each step more work "
+    "(a larger batch).",
+    keras3_jax="Each kernel costs a launch on the host: keep `jit_compile=True` "
+    "(the JAX backend's default), run several steps per call (`model.compile(..., "
+    "steps_per_execution=N)`), and give each step more work (a larger batch).",
+)
+
+GPU_IMBALANCE_ADVICE = Advice(
+    jax="Place work on every device the job holds: shard the batch over a "
+    "`jax.sharding.Mesh` of all `jax.devices()` (`NamedSharding`), or limit the job to the "
+    "devices it uses (`CUDA_VISIBLE_DEVICES` and the `nvidia.com/gpu` request).",
+)
+
 
 DOCS = "https://www.tensorflow.org/guide/gpu_performance_analysis"
-# Tensor Cores arrive with compute capability 7.0 (Volta); older GPUs gain little from 16-bit.
-TENSOR_CORE_MIN_CC = (7, 0)
-# XProf's own line (kLowPrecisionPercentThreshold): under this share of device compute in
-# 16-bit, it says "Only x% of device computation is 16 bit".
-LOW_16BIT_PCT = 10.0
-# Without XProf's figure: under this share of Tensor-Core-eligible kernel time on Tensor Cores.
-LOW_TENSOR_CORE_SHARE = 0.10
-# Mixed precision is worth a warning once the GPU computes for at least this share of the
-# capture; below it the GPU mostly waits, and the advice is info.
-PRECISION_WARNING_KERNEL_PCT = 50.0
 # XProf's threshold for kernel launch time (share of step time).
 KERNEL_LAUNCH_HIGH_SHARE = 0.15
 # Launch-bound: most kernels shorter than gpu_activity.SHORT_KERNEL_US, at least this many per
@@ -44,7 +155,12 @@ def trace_missing(summary: Summary) -> bool:
     return gpu is not None and bool(gpu.devices) and not any(d.busy_pct > 0 for d in gpu.devices)
 
 
-@rule("device_trace_missing", evidence=DeviceTraceMissingEvidence)
+@rule(
+    Rule.DEVICE_TRACE_MISSING,
+    evidence=DeviceTraceMissingEvidence,
+    impact=unmeasured,
+    advice=DEVICE_TRACE_MISSING_ADVICE,
+)
 def device_trace_missing(summary: Summary) -> Finding | None:
     """The capture names GPUs but holds no kernel and no copy on any of them. The GPU tracer
     (CUPTI) recorded nothing: it found no CUPTI library, was refused (profiling restricted to
@@ -81,84 +197,12 @@ def device_trace_missing(summary: Summary) -> Finding | None:
     )
 
 
-@rule("mixed_precision", evidence=MixedPrecisionEvidence)
-def mixed_precision(summary: Summary) -> Finding | None:
-    """A GPU with Tensor Cores (compute capability 7.0 and up) computes in 32-bit: under
-    `LOW_16BIT_PCT` % of device compute in 16-bit (XProf's figure), or, where XProf gives
-    none, under `LOW_TENSOR_CORE_SHARE` of matmul/convolution kernel time on Tensor Cores.
-    Warning once kernels run `PRECISION_WARNING_KERNEL_PCT` % of the capture, else info.
-    Silent on older GPUs, where no matmul or convolution kernel ran (nothing for Tensor
-    Cores to speed up), and when 16-bit compute is already there: also when XProf says
-    otherwise but matmul and convolution kernels whose names say 16-bit run `LOW_16BIT_PCT` %
-    of their time (XProf cannot map kernels launched from XLA's command buffers to their ops,
-    and counts them as 32-bit: a bf16 JAX job on an H200 read 0 %).
-    """
-    gpu = summary.gpu
-    if gpu is None or not gpu.active:
-        return None
-    device = gpu.active[0]
-    cc = compute_capability(device.compute_capability)
-    if cc is None or cc < TENSOR_CORE_MIN_CC:
-        return None
-    u = summary.utilisation
-    units = Vendor(device.vendor).matrix_units
-    eligible = sum(d.kernels.tensor_core_eligible_ms for d in gpu.active)
-    on_tensor_cores = sum(d.kernels.tensor_core_ms for d in gpu.active)
-    sixteen_bit_ms = sum(d.kernels.sixteen_bit_ms for d in gpu.active)
-    if eligible <= 0 or sixteen_bit_ms / eligible * 100 >= LOW_16BIT_PCT:
-        return None
-    if u.device_compute_16bit_pct is not None and (u.device_compute_32bit_pct or 0) > 0:
-        if u.device_compute_16bit_pct >= LOW_16BIT_PCT:
-            return None
-        basis = f"{u.device_compute_16bit_pct:g}% of device compute is 16-bit (XProf)"
-    elif eligible > 0:
-        if on_tensor_cores / eligible >= LOW_TENSOR_CORE_SHARE:
-            return None
-        basis = (
-            f"{on_tensor_cores / eligible:.0%} of matmul and convolution kernel time "
-            f"runs on {units}"
-        )
-    else:
-        return None
-    kernel_pct = max(d.kernel_pct for d in gpu.active)
-    severity = Severity.WARNING if kernel_pct >= PRECISION_WARNING_KERNEL_PCT else Severity.INFO
-    name = device.model or f"GPU (compute capability {device.compute_capability})"
-    # What is at stake: the 32-bit matmul time of the GPU with the most, over its window.
-    at_stake = max(
-        (d.kernels.tensor_core_eligible_ms - d.kernels.sixteen_bit_ms) / d.window_ms
-        for d in gpu.active
-        if d.window_ms
-    )
-    return Finding(
-        severity=severity,
-        title=f"The {name} has {units} but computes in 32-bit: {basis}; 32-bit matmuls and "
-        f"convolutions fill {at_stake:.0%} of its time",
-        evidence=MixedPrecisionEvidence(
-            gpu=device.model,
-            compute_capability=device.compute_capability,
-            device_compute_16bit_pct=u.device_compute_16bit_pct,
-            device_compute_32bit_pct=u.device_compute_32bit_pct,
-            xprof_statement=u.precision_statement,
-            tensor_core_eligible_ms=round(eligible, 3),
-            tensor_core_ms=round(on_tensor_cores, 3),
-            sixteen_bit_kernel_ms=round(sixteen_bit_ms, 3),
-            kernel_pct=kernel_pct,
-        ).model_dump(),
-        recommendation="Compute in 16-bit where it is safe: "
-        '`tf.keras.mixed_precision.set_global_policy("mixed_float16")` before building the '
-        "model (Keras scales the loss for you; keep the last layer's output in float32), and "
-        "keep matmul and convolution dimensions multiples of 8."
-        + (
-            " The GPU computes only part of the time: the other findings come first."
-            if severity is Severity.INFO
-            else ""
-        ),
-        docs="https://www.tensorflow.org/guide/mixed_precision",
-        impact_share=round(min(at_stake, 1.0), 4),
-    )
-
-
-@rule("kernel_launch_bound", evidence=KernelLaunchBoundEvidence)
+@rule(
+    Rule.KERNEL_LAUNCH_BOUND,
+    evidence=KernelLaunchBoundEvidence,
+    impact=device_wait,
+    advice=KERNEL_LAUNCH_BOUND_ADVICE,
+)
 def kernel_launch_bound(summary: Summary) -> Finding | None:
     """Kernel launch takes at least `KERNEL_LAUNCH_HIGH_SHARE` of the step (XProf's figure),
     or, on the GPU's own plane, at least `TINY_KERNEL_SHARE` of kernels are tiny, at least
@@ -213,7 +257,13 @@ def kernel_launch_bound(summary: Summary) -> Finding | None:
     )
 
 
-@rule("gpu_imbalance", silenced_by=("device_trace_missing",), evidence=GpuImbalanceEvidence)
+@rule(
+    Rule.GPU_IMBALANCE,
+    silenced_by=(Rule.DEVICE_TRACE_MISSING,),
+    evidence=GpuImbalanceEvidence,
+    impact=gpu_imbalance_saving,
+    advice=GPU_IMBALANCE_ADVICE,
+)
 def gpu_imbalance(summary: Summary) -> Finding | None:
     """Several GPUs: one or more ran no kernel, or their busy shares are at least
     `IMBALANCE_WARNING_POINTS` points apart (the busiest is the slowest: in a synchronous job

@@ -1,23 +1,144 @@
-"""Memory: growth toward an out-of-memory kill, peak near capacity, fragmentation, temporaries."""
+"""Memory: growth toward an out-of-memory kill, peak near capacity, fragmentation, temporaries;
+each rule with its evidence, what its fix saves (no step time) and its advice for JAX."""
 
 from __future__ import annotations
 
-from profiler_service.analysis.evidence import (
-    AliveAtPeak,
-    KeptAcrossSteps,
-    MemoryFragmentationEvidence,
-    MemoryGrowthEvidence,
-    MemoryPressureEvidence,
-    MemoryTemporariesEvidence,
-)
+from typing import Literal
+
+from pydantic import Field
+
+from profiler_service.analysis.findings.advice import Advice
+from profiler_service.analysis.findings.impact import nothing
+from profiler_service.analysis.findings.registry import rule
 from profiler_service.analysis.models import (
     AllocatorMemory,
     Finding,
+    Impact,
     ProcessMemory,
     Severity,
     Summary,
 )
-from profiler_service.analysis.rules.registry import rule
+from profiler_service.analysis.rule import Evidence, Rule
+
+
+class MemoryPressureEvidence(Evidence):
+    """memory_pressure: the allocator whose peak comes nearest its capacity."""
+
+    allocator: str = Field(description="the allocator (GPU_0_bfc, cpu, ...)")
+    peak_bytes_in_use: int = Field(description="its peak memory in use, in bytes")
+    capacity_bytes: int | None = Field(description="its capacity, in bytes")
+    peak_share_of_capacity: float = Field(description="the peak's share (0-1) of the capacity")
+
+
+class MemoryFragmentationEvidence(Evidence):
+    """memory_fragmentation: the allocator most fragmented at its peak."""
+
+    allocator: str = Field(description="the allocator")
+    fragmentation_share: float = Field(
+        description="the share (0-1) of its memory fragmented at the peak"
+    )
+    peak_share_of_capacity: float = Field(description="the peak's share (0-1) of its capacity")
+
+
+class MemoryTemporariesEvidence(Evidence):
+    """memory_temporaries: the peak held by concat/stack-style temporaries."""
+
+    allocator: str = Field(description="the allocator")
+    temporaries_bytes: int = Field(description="the temporaries' bytes at the peak")
+    peak_bytes_in_use: int = Field(description="its peak memory in use, in bytes")
+    ops: list[str] = Field(description="the ops that allocated the temporaries")
+
+
+class KeptAcrossSteps(Evidence):
+    """Allocations of one op and shape made in the capture's first half and alive at its end
+    (memory_growth's `kept_allocations`)."""
+
+    op: str = Field(description="the op that allocated them")
+    shape: str = Field(description="their shape")
+    count: int = Field(description="how many stayed allocated")
+    bytes: int = Field(description="their bytes, all together")
+    first_ms: float = Field(
+        description="when the first was allocated, from the capture's first memory event"
+    )
+
+
+class AliveAtPeak(Evidence):
+    """XProf's active allocations at the peak of one op and shape (memory_growth's
+    `alive_at_peak`)."""
+
+    op: str = Field(description="the op that allocated them")
+    shape: str = Field(description="their shape")
+    bytes: int = Field(description="their bytes, all together")
+    step: int | None = Field(description="the step they were made in, where marked")
+
+
+class MemoryGrowthEvidence(Evidence):
+    """memory_growth: each step's low point rising along a line, when it reaches capacity,
+    and what stays allocated."""
+
+    allocator: str = Field(description="the allocator that grows (the one nearest capacity)")
+    bytes_per_s: float = Field(description="the low point's growth, in bytes a second")
+    bytes_per_step: float | None = Field(
+        description="the same, in bytes a step, where the steps are marked"
+    )
+    growth_bytes: int = Field(description="its growth over the capture, by the fitted line")
+    r2: float = Field(description="how steady the growth is: 1.0 is a straight line")
+    rising_share: float = Field(
+        description="the share (0-1) of low points above the one (or two) before"
+    )
+    basis: Literal["steps", "time"] = Field(
+        description="what the low points are: `steps` (each marked step's) or `time` (no markers)"
+    )
+    points: int = Field(description="the low points compared")
+    peak_bytes_in_use: int = Field(description="the allocator's peak memory in use, in bytes")
+    capacity_bytes: int | None = Field(description="its capacity, in bytes")
+    seconds_to_capacity: float | None = Field(
+        description="at this rate, the seconds until it is full (a host allocator: until the "
+        "process reaches its memory limit)"
+    )
+    process_rss_bytes: int | None = Field(
+        description="a host allocator: the process's resident memory, where the sampler read it"
+    )
+    process_limit_bytes: int | None = Field(
+        description="a host allocator: the process's memory limit (cgroup), where read"
+    )
+    kept_allocations: list[KeptAcrossSteps] = Field(
+        description="what stayed allocated across steps, by op and shape, the most bytes first"
+    )
+    alive_at_peak: list[AliveAtPeak] = Field(
+        description="XProf's active allocations at the peak, the largest first"
+    )
+    alive_before_capture_bytes: int = Field(
+        description="bytes alive at the peak but allocated before the capture began (XProf's "
+        "preallocated)"
+    )
+
+
+def memory_saving(finding: Finding, summary: Summary) -> Impact:
+    """Memory findings keep a job alive or let it grow its batch; they save no step time."""
+    return nothing(summary, "this fix is about memory (an OOM avoided, a larger batch possible)")
+
+
+MEMORY_PRESSURE_ADVICE = Advice(
+    jax="One larger batch or model from out-of-memory: reduce the batch, compute "
+    "in bfloat16, recompute activations (`jax.checkpoint` around the blocks), donate the state "
+    "the step replaces (`donate_argnums`), and mind JAX's preallocation "
+    "(`XLA_PYTHON_CLIENT_MEM_FRACTION`) when something else shares the device.",
+)
+
+MEMORY_TEMPORARIES_ADVICE = Advice(
+    jax="Growing arrays step by step keeps every intermediate alive: "
+    "preallocate and write with `.at[i].set(...)` inside the jitted step, or loop with "
+    "`jax.lax.scan`, which XLA lays out once.",
+)
+
+MEMORY_GROWTH_ADVICE = Advice(
+    jax="Something keeps each step's arrays alive: device arrays appended to a "
+    "Python list (losses, outputs, metrics kept as arrays instead of `float()` every N steps), "
+    "new shapes compiling new executables that `jax.jit` caches (pad to fixed shapes), and "
+    "state not donated to the step that replaces it (`donate_argnums`).",
+)
+
 
 PEAK_CRITICAL_SHARE = 0.90
 PEAK_WARNING_SHARE = 0.80
@@ -39,7 +160,12 @@ def _worst(summary: Summary, key) -> AllocatorMemory | None:
     return max(candidates, key=key, default=None)
 
 
-@rule("memory_pressure", evidence=MemoryPressureEvidence)
+@rule(
+    Rule.MEMORY_PRESSURE,
+    evidence=MemoryPressureEvidence,
+    impact=memory_saving,
+    advice=MEMORY_PRESSURE_ADVICE,
+)
 def memory_pressure(summary: Summary) -> Finding | None:
     """An allocator's peak reaches `PEAK_WARNING_SHARE` (warning) or `PEAK_CRITICAL_SHARE`
     (critical) of its capacity.
@@ -66,7 +192,11 @@ def memory_pressure(summary: Summary) -> Finding | None:
     )
 
 
-@rule("memory_fragmentation", evidence=MemoryFragmentationEvidence)
+@rule(
+    Rule.MEMORY_FRAGMENTATION,
+    evidence=MemoryFragmentationEvidence,
+    impact=memory_saving,
+)
 def memory_fragmentation(summary: Summary) -> Finding | None:
     """At least `FRAGMENTATION_WARNING_SHARE` of memory is fragmented at the peak while at
     least `FRAGMENTATION_MIN_PEAK_SHARE` of capacity is used.
@@ -91,7 +221,12 @@ def memory_fragmentation(summary: Summary) -> Finding | None:
     )
 
 
-@rule("memory_temporaries", evidence=MemoryTemporariesEvidence)
+@rule(
+    Rule.MEMORY_TEMPORARIES,
+    evidence=MemoryTemporariesEvidence,
+    impact=memory_saving,
+    advice=MEMORY_TEMPORARIES_ADVICE,
+)
 def memory_temporaries(summary: Summary) -> Finding | None:
     """At least `TEMPORARIES_WARNING_SHARE` of the peak is held by concat/stack-style
     temporaries.
@@ -169,7 +304,12 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-@rule("memory_growth", evidence=MemoryGrowthEvidence)
+@rule(
+    Rule.MEMORY_GROWTH,
+    evidence=MemoryGrowthEvidence,
+    impact=memory_saving,
+    advice=MEMORY_GROWTH_ADVICE,
+)
 def memory_growth(summary: Summary) -> Finding | None:
     """Memory in use at each step's low point rises along a line (R² and share of rising
     steps at least `MEMORY_GROWTH_MIN_R2` and `MEMORY_GROWTH_MIN_RISING_SHARE`, rising in

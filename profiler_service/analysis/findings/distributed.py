@@ -2,9 +2,39 @@
 
 from __future__ import annotations
 
-from profiler_service.analysis.evidence import StragglerEvidence
-from profiler_service.analysis.models import Finding, Severity, Summary
-from profiler_service.analysis.rules.registry import rule
+from typing import Literal
+
+from pydantic import Field
+
+from profiler_service.analysis.findings.impact import device_wait
+from profiler_service.analysis.findings.registry import rule
+from profiler_service.analysis.models import (
+    Finding,
+    Severity,
+    Summary,
+)
+from profiler_service.analysis.rule import Evidence, Rule
+
+
+class StragglerEvidence(Evidence):
+    """straggler: each worker's busy time a step, and what slows the busiest one."""
+
+    straggler: str = Field(description="the busiest worker (host), which the others wait for")
+    busy_ms_by_host: dict[str, float] = Field(
+        description="each worker's mean busy time a step, in milliseconds"
+    )
+    input_ms_by_host: dict[str, float] = Field(
+        description="each worker's mean input time a step, in milliseconds"
+    )
+    host_collectives_ms_by_host: dict[str, float] = Field(
+        description="each worker's mean time a step in collectives run on the host"
+    )
+    step_time_ms_avg: float = Field(description="the straggler's mean step time")
+    slowed_by: Literal["its input pipeline", "its own compute"] = Field(
+        description="what slows it: its input pipeline (input is at least half its busy "
+        "time), else its own compute"
+    )
+
 
 # The slowest worker's busy time over the fastest's, and its excess as a share of step time.
 STRAGGLER_RATIO = 1.25
@@ -22,7 +52,11 @@ _COMPUTE_ADVICE = (
 )
 
 
-@rule("straggler", evidence=StragglerEvidence)
+@rule(
+    Rule.STRAGGLER,
+    evidence=StragglerEvidence,
+    impact=device_wait,
+)
 def straggler(summary: Summary) -> Finding | None:
     """In a multi-worker capture, the busiest worker's busy time is at least
     `STRAGGLER_RATIO` times the least busy one's and the excess is at least

@@ -1,4 +1,5 @@
-"""The input pipeline's evidence (rules/input_pipeline.py)."""
+"""input_bound's evidence (findings/input_pipeline.py), below the findings: input_impact.py,
+which predicts what its fix saves, reads it too."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from profiler_service.analysis.evidence.base import Evidence
+from profiler_service.analysis.rule import Evidence
 
 __all__ = ["InputBoundEvidence"]
 

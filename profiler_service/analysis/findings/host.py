@@ -1,18 +1,120 @@
-"""Host-side overheads: Python and "All Others" time, eager execution, compiles."""
+"""The host: "All Others" time, the loop between steps, compiles, the steps marked and the
+capture's length (eager execution: eager.py); each rule with its evidence, what its fix saves
+and its advice for JAX."""
 
 from __future__ import annotations
 
-from profiler_service.analysis.evidence import (
-    BetweenStepsEvidence,
-    CompileTimeEvidence,
-    EagerExecutionEvidence,
-    HostOverheadEvidence,
-    NoStepMarkersEvidence,
-    ShortCaptureEvidence,
+from pydantic import Field
+
+from profiler_service.analysis.findings.advice import JAX_INPUT, JAX_STEP, JAX_SYNC, Advice
+from profiler_service.analysis.findings.impact import removed, unmeasured
+from profiler_service.analysis.findings.input_pipeline import gpu_input_verdict
+from profiler_service.analysis.findings.registry import rule, share
+from profiler_service.analysis.findings.tensorflow import tracing
+from profiler_service.analysis.models import (
+    Finding,
+    Impact,
+    InputBound,
+    Severity,
+    Summary,
 )
-from profiler_service.analysis.models import Finding, InputBound, Severity, Summary
-from profiler_service.analysis.rules.input_pipeline import gpu_input_verdict
-from profiler_service.analysis.rules.registry import rule, share
+from profiler_service.analysis.rule import Evidence, Rule
+
+
+class HostOverheadEvidence(Evidence):
+    """host_overhead: XProf's "All Others" time (Python, I/O between TF ops) in the step."""
+
+    all_others_share: float = Field(description="its share (0-1) of step time")
+    all_others_ms_avg: float = Field(description="its mean time a step, in milliseconds")
+    step_time_ms_avg: float = Field(description="the mean step time")
+
+
+class BetweenStepsEvidence(Evidence):
+    """between_steps: the training loop's own Python, from one marked step's end to the next
+    one's start."""
+
+    between_steps_share: float = Field(description="its share (0-1) of each step")
+    between_steps_ms_avg: float = Field(description="its mean time a step, in milliseconds")
+    step_time_ms_avg: float = Field(description="the mean step time")
+    steps_per_marker: int = Field(description="the training steps each marked step runs")
+
+
+class CompileTimeEvidence(Evidence):
+    """compile_time: compilation in the step (XProf's figure)."""
+
+    compile_share: float = Field(description="its share (0-1) of step time")
+    compile_ms_avg: float = Field(description="its mean time a step, in milliseconds")
+
+
+class NoStepMarkersEvidence(Evidence):
+    """no_step_markers: the capture marked no training step."""
+
+    steps: int = Field(description="the steps marked: 0")
+
+
+class ShortCaptureEvidence(Evidence):
+    """short_capture: too few steps for steady figures."""
+
+    steps: int = Field(description="the steps the capture marked")
+    step_time_ms_avg: float | None = Field(description="their mean time")
+
+
+# Python and eager dispatch in and between steps: a graph (tf.function, steps_per_execution)
+# keeps some of it (the step's call, callbacks), how much depends on the loop.
+HOST_PYTHON_REMOVED = 0.7
+HOST_PYTHON_REMOVED_MIN = 0.4
+
+
+def host_python(finding: Finding, summary: Summary) -> Impact:
+    """The share of step time in Python and eager dispatch on the host (`impact_share`: 'All
+    Others' time, the loop between markers, eager ops): a graph keeps the step's call and the
+    callbacks, so `HOST_PYTHON_REMOVED` of it is saved, at least `HOST_PYTHON_REMOVED_MIN`."""
+    return removed(
+        summary,
+        finding.impact_share,
+        HOST_PYTHON_REMOVED,
+        HOST_PYTHON_REMOVED_MIN,
+        f"The fix moves the {finding.impact_share:.0%} of step time the host spends in Python "
+        "and eager dispatch into a graph; the step's call and callbacks remain: "
+        f"{HOST_PYTHON_REMOVED:.0%} of it saved.",
+    )
+
+
+def _jax_all_others_title(finding: Finding, summary: Summary) -> str:
+    return (
+        f"{finding.impact_share:.0%} of step time is 'All Others' time: Python or I/O between "
+        "the jitted computations"
+    )
+
+
+HOST_OVERHEAD_ADVICE = Advice(
+    jax=f"The host runs Python between the device's work: {JAX_STEP}, and {JAX_SYNC}.",
+    jax_title=_jax_all_others_title,
+)
+
+BETWEEN_STEPS_ADVICE = Advice(
+    jax="Look at what the loop does between the jitted steps: Python data loading "
+    f"or conversion ({JAX_INPUT}), logging, metrics or checkpoints every step; {JAX_SYNC}. "
+    "Short steps: run several per call with `jax.lax.scan`.",
+    keras3_jax="Run several steps per call, `model.compile(..., steps_per_execution=N)` "
+    "with N of 8 to 100, and look for per-step Python in callbacks (logging, metrics, "
+    "checkpoints every step).",
+)
+
+
+COMPILE_TIME_ADVICE = Advice(
+    jax="Steps keep compiling: `jax.jit` compiles for every new input shape or "
+    "static argument: pad to fixed shapes, keep static arguments few, and cache compilations "
+    "across runs (`jax.config.update('jax_compilation_cache_dir', ...)`).",
+)
+
+NO_STEP_MARKERS_ADVICE = Advice(
+    jax="Mark each step: `with jax.profiler.StepTraceAnnotation('train', "
+    "step_num=i): state = train_step(state, batch)`; capture while the job is training.",
+    keras3_jax="Pass `profiler_service.steps.ProfilerStepCallback()` to `model.fit`; "
+    "capture while the job is training.",
+)
+
 
 # XProf's thresholds for "All Others" and kernel launch time (share of step time).
 ALL_OTHER_HIGH_SHARE = 0.15
@@ -24,14 +126,16 @@ BETWEEN_STEPS_INFO_SHARE = 0.10
 BETWEEN_STEPS_WARNING_SHARE = 0.20
 # Steps this short pay a call's fixed Python per step: steps_per_execution amortises it.
 SHORT_STEP_MS = 50.0
-EAGER_WARNING_PCT = 10.0
-# Ops a step runs eagerly, read from the capture's own events, before their dispatch counts.
-EAGER_MIN_OPS_PER_STEP = 10
 COMPILE_WARNING_SHARE = 0.10
 MIN_STEPS = 3
 
 
-@rule("host_overhead", evidence=HostOverheadEvidence)
+@rule(
+    Rule.HOST_OVERHEAD,
+    evidence=HostOverheadEvidence,
+    impact=host_python,
+    advice=HOST_OVERHEAD_ADVICE,
+)
 def host_overhead(summary: Summary) -> Finding | None:
     """XProf's "All Others" time (Python, I/O between TF ops) is at least
     `ALL_OTHER_HIGH_SHARE` of the step (warning), or at least `ALL_OTHER_MODERATE_SHARE`
@@ -66,7 +170,12 @@ def host_overhead(summary: Summary) -> Finding | None:
     )
 
 
-@rule("between_steps", evidence=BetweenStepsEvidence)
+@rule(
+    Rule.BETWEEN_STEPS,
+    evidence=BetweenStepsEvidence,
+    impact=host_python,
+    advice=BETWEEN_STEPS_ADVICE,
+)
 def between_steps(summary: Summary) -> Finding | None:
     """At least `BETWEEN_STEPS_INFO_SHARE` of each step (info; `BETWEEN_STEPS_WARNING_SHARE`:
     warning) runs between the step markers: the training loop's own Python from one marked
@@ -106,61 +215,12 @@ def between_steps(summary: Summary) -> Finding | None:
     )
 
 
-@rule("eager_execution", evidence=EagerExecutionEvidence)
-def eager_execution(summary: Summary) -> Finding | None:
-    """At least `EAGER_WARNING_PCT` % of host op time runs eagerly (XProf reports it on GPU
-    captures), or, read from the capture's own events, at least `EAGER_MIN_OPS_PER_STEP` ops a
-    step run eagerly and their dispatch takes at least `EAGER_WARNING_PCT` % of the step.
-    """
-    pct = summary.utilisation.host_eager_pct or 0.0
-    eager = summary.eager
-    from_events = (
-        eager is not None
-        and eager.ops_per_step >= EAGER_MIN_OPS_PER_STEP
-        and 100 * eager.dispatch_share >= EAGER_WARNING_PCT
-    )
-    if (pct < EAGER_WARNING_PCT and not from_events) or summary.step_time.count == 0:
-        return None
-    evidence = EagerExecutionEvidence(
-        host_eager_pct=pct, device_eager_pct=summary.utilisation.device_eager_pct
-    )
-    title = f"{pct:g}% of host op time runs eagerly, one Python call per op"
-    if from_events and pct < EAGER_WARNING_PCT:
-        pct = round(100 * eager.dispatch_share, 1)
-        title = (
-            f"{eager.ops_per_step:g} ops a step run eagerly, one Python call each: {pct:g}% of "
-            "the step is their dispatch"
-        )
-        evidence = EagerExecutionEvidence(
-            eager_ops_per_step=eager.ops_per_step,
-            dispatch_ms_per_step=eager.dispatch_ms_per_step,
-            kernel_ms_per_step=eager.kernel_ms_per_step,
-            dispatch_share=round(eager.dispatch_share, 4),
-            steps_call_tf_functions=eager.in_tf_function,
-        )
-    return Finding(
-        severity=Severity.WARNING,
-        title=title,
-        evidence=evidence.model_dump(exclude_unset=True),  # the fields of its reading only
-        recommendation="Wrap the training step in `@tf.function` (Keras does this unless "
-        "`run_eagerly=True`), so TensorFlow runs it as one graph instead of "
-        "dispatching every small op from Python.",
-        docs="https://www.tensorflow.org/guide/function",
-        impact_share=round(_eager_step_share(summary, pct), 4),
-    )
-
-
-def _eager_step_share(summary: Summary, host_op_pct: float) -> float:
-    """The step's share in eager dispatch: from the capture's events where they were read,
-    else XProf's share of host op time times the host ops' share of the step."""
-    if summary.eager is not None and summary.eager.step_ms:
-        return min(1.0, summary.eager.dispatch_share)
-    st = summary.step_time
-    host_ops = share(st.breakdown_avg.host_compute_ms, st.avg_ms)
-    return min(1.0, host_op_pct / 100 * host_ops)
-
-
-@rule("compile_time", evidence=CompileTimeEvidence)
+@rule(
+    Rule.COMPILE_TIME,
+    evidence=CompileTimeEvidence,
+    impact=tracing,
+    advice=COMPILE_TIME_ADVICE,
+)
 def compile_time(summary: Summary) -> Finding | None:
     """Compilation takes at least `COMPILE_WARNING_SHARE` of the step (a retraced tf.function)."""
     st = summary.step_time
@@ -182,7 +242,12 @@ def compile_time(summary: Summary) -> Finding | None:
     )
 
 
-@rule("no_step_markers", evidence=NoStepMarkersEvidence)
+@rule(
+    Rule.NO_STEP_MARKERS,
+    evidence=NoStepMarkersEvidence,
+    impact=unmeasured,
+    advice=NO_STEP_MARKERS_ADVICE,
+)
 def no_step_markers(summary: Summary) -> Finding | None:
     """The capture has XProf data but no marked step (add `ProfilerStepCallback`)."""
     if summary.step_time.count > 0 or not summary.tools:
@@ -198,7 +263,11 @@ def no_step_markers(summary: Summary) -> Finding | None:
     )
 
 
-@rule("short_capture", evidence=ShortCaptureEvidence)
+@rule(
+    Rule.SHORT_CAPTURE,
+    evidence=ShortCaptureEvidence,
+    impact=unmeasured,
+)
 def short_capture(summary: Summary) -> Finding | None:
     """Fewer than `MIN_STEPS` steps were captured."""
     if not 0 < summary.step_time.count < MIN_STEPS:

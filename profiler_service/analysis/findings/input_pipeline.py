@@ -1,8 +1,12 @@
-"""Input-bound: the step waits on tf.data."""
+"""Input-bound: the step waits on tf.data. Its evidence's model is in input_evidence.py, below
+the findings, and what its fix saves in input_impact.py (`input_wait`): both read it."""
 
 from __future__ import annotations
 
-from profiler_service.analysis.evidence import InputBoundEvidence
+from profiler_service.analysis.findings.advice import JAX_INPUT, Advice
+from profiler_service.analysis.findings.registry import rule
+from profiler_service.analysis.input_evidence import InputBoundEvidence
+from profiler_service.analysis.input_impact import input_wait
 from profiler_service.analysis.models import (
     Finding,
     HostActivity,
@@ -12,7 +16,7 @@ from profiler_service.analysis.models import (
     Summary,
 )
 from profiler_service.analysis.pipeline_advice import advise
-from profiler_service.analysis.rules.registry import rule
+from profiler_service.analysis.rule import Rule
 
 DOCS = "https://www.tensorflow.org/guide/data_performance"
 # XProf's own verdict is reused (HIGHLY > 20 %, MODERATELY > 5 % of step time on input).
@@ -42,7 +46,28 @@ def gpu_input_verdict(summary: Summary) -> tuple[InputBound, float] | None:
     return level, waited
 
 
-@rule("input_bound", evidence=InputBoundEvidence)
+# Where the capture shows no tf.data pipeline to advise on, a JAX job's input advice.
+JAX_GENERIC_INPUT = (
+    f"The device waits for input: {JAX_INPUT}; decode and augment in parallel workers, not in "
+    "the training loop's Python."
+)
+
+
+def _jax_input_advice(finding: Finding) -> str | None:
+    """The generic advice only: a tf.data pipeline's own advice holds in a JAX job too."""
+    generic = InputBoundEvidence.model_validate(finding.evidence).generic_advice
+    return JAX_GENERIC_INPUT if generic else None
+
+
+INPUT_BOUND_ADVICE = Advice(jax=_jax_input_advice)
+
+
+@rule(
+    Rule.INPUT_BOUND,
+    evidence=InputBoundEvidence,
+    impact=input_wait,
+    advice=INPUT_BOUND_ADVICE,
+)
 def input_bound(summary: Summary) -> Finding | None:
     """XProf classifies the job HIGHLY (input > 20 % of step time: critical) or MODERATELY
     (> 5 %: warning) input-bound; names the slowest tf.data stage and whether Python runs in
