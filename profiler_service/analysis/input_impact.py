@@ -63,7 +63,8 @@ INPUT_CORES_ASSUMED = 2.0
 # of a core busy beyond its step's compute for each second of input wait (the look-back's
 # cores used): a sequential pipeline's Python that computes all the time keeps one core busy.
 # Python that waits (storage, sleep) releases the GIL; native code (numpy, PIL) does too but
-# keeps a core busy, so it reads as computing Python (the cores used cannot tell them apart).
+# keeps a core busy, so it reads as computing Python by the cores used alone (the agent's stacks
+# tell them apart: GIL_HELD_LIBRARY_SHARE).
 PYTHON_COMPUTES_SHARE = 0.8
 # The agent's samples of the pipeline's Python that decide whether it holds the GIL (fewer: the
 # cores used alone decide), and the share of them in library frames above which it does.
@@ -192,7 +193,7 @@ class _Job:
         if used is not None:  # the cores the job keeps busy beyond its step's compute
             if not job.python:  # TF ops' own threads; Python's work is its one thread's
                 job.extra_work = max(0.0, now * used - job.compute - job.wait * job.p_now)
-            job.cores_available = max(1.0, min(cpu.cores_available, INPUT_MAX_PARALLELISM))
+            job.cores_available = _usable(cpu.cores_available)
             job.gil = min(1.0, max(0.0, (used - (1 - wait_share)) / max(wait_share, 1e-9)))
         return job
 
@@ -269,4 +270,9 @@ def _cores_for_input(summary: Summary) -> tuple[float, str]:
     where = {"agent": "the job's cores", "proc": "the job's cores"}.get(
         cpu.source, "this host's cores"
     )
-    return max(1.0, min(free, INPUT_MAX_PARALLELISM)), where
+    return _usable(free), where
+
+
+def _usable(cores: float) -> float:
+    """The parallel calls `cores` allow a pipeline: at least 1, at most the most AUTOTUNE runs."""
+    return max(1.0, min(cores, INPUT_MAX_PARALLELISM))
