@@ -38,10 +38,11 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 CORPUS = HERE / "calibration" / "corpus.json"
-# The corpus captured before the reported one: the code's constants are fitted on it whole.
-CALIBRATION_CORPUS = HERE / "calibration" / "corpus-3.json"
+# The corpora captured before the reported one by the job's clock: the code's constants are
+# fitted on them whole.
+CALIBRATION_CORPORA = [HERE / "calibration" / f"corpus-{name}.json" for name in ("3", "4")]
 DEVELOPMENT_CORPORA = [HERE / "calibration" / f"corpus-{name}.json"
-                       for name in ("development", "2", "3")]  # fmt: skip
+                       for name in ("development", "2", "3", "4")]  # fmt: skip
 SEED = 48  # issue 48: the split is made once
 ACTION_ARGS = {"python": None, "parallel_calls": "--parallel", "prefetch": "--prefetch"}
 PYTHON_FIXES = ["python", "parallel_calls", "prefetch", "parallel_calls+prefetch",
@@ -52,21 +53,24 @@ OTHER_FIXES = ["parallel_calls", "prefetch", "parallel_calls+prefetch"]
 # developed on other members of the family, whose pairs (and cases) the development corpora
 # keep (DEVELOPMENT_CORPORA: each reported on once, then seen), never reported on again.
 CASES: list[tuple[dict, list[str]]] = [
-    ({"decode": "python-cpu", "rounds": 25, "batch": 40, "width": 160, "cores": 2}, PYTHON_FIXES),
-    ({"decode": "python-numpy", "rounds": 16, "batch": 24, "width": 96, "cores": 2},
+    ({"decode": "python-cpu", "rounds": 30, "batch": 32, "width": 128, "cores": 2, "onednn": 1},
      PYTHON_FIXES),
-    ({"decode": "python-numpy", "rounds": 8, "batch": 64, "width": 256, "cores": 2, "onednn": 1},
+    ({"decode": "python-cpu", "rounds": 50, "batch": 16, "width": 64, "cores": 2}, OTHER_FIXES),
+    ({"decode": "python-numpy", "rounds": 10, "batch": 32, "width": 192, "cores": 2},
+     PYTHON_FIXES),
+    ({"decode": "python-numpy", "rounds": 20, "batch": 24, "width": 64, "cores": 1, "onednn": 0},
      OTHER_FIXES),
-    ({"decode": "python-sleep", "sleep-ms": 0.8, "batch": 32, "width": 192, "cores": 2},
+    ({"decode": "python-sleep", "sleep-ms": 0.6, "batch": 48, "width": 128, "cores": 2},
      OTHER_FIXES),
-    ({"decode": "python-sleep", "sleep-ms": 1.8, "batch": 20, "width": 64, "cores": 2,
-      "onednn": 1}, OTHER_FIXES),
-    ({"decode": "python-cpu", "rounds": 35, "batch": 32, "width": 64, "cores": 1}, OTHER_FIXES),
-    ({"decode": "tf-element", "rounds": 120, "batch": 64, "width": 96, "cores": 2,
-      "sequential": True, "onednn": 0}, OTHER_FIXES),
-    ({"decode": "tf-element", "rounds": 250, "batch": 24, "width": 192, "cores": 2,
+    ({"decode": "python-sleep", "sleep-ms": 1.5, "batch": 16, "width": 256, "cores": 2,
+      "onednn": 0}, OTHER_FIXES),
+    ({"decode": "tf-element", "rounds": 200, "batch": 32, "width": 128, "cores": 2,
       "sequential": True}, OTHER_FIXES),
-    ({"decode": "tf", "rounds": 400, "batch": 160, "width": 96, "cores": 1}, OTHER_FIXES),
+    ({"decode": "tf-element", "rounds": 100, "batch": 64, "width": 64, "cores": 2,
+      "sequential": True, "onednn": 1}, OTHER_FIXES),
+    ({"decode": "tf-element", "rounds": 200, "batch": 24, "width": 96, "cores": 1,
+      "sequential": True}, OTHER_FIXES),
+    ({"decode": "tf", "rounds": 350, "batch": 128, "width": 192, "cores": 2}, OTHER_FIXES),
 ]  # fmt: skip
 
 
@@ -238,26 +242,41 @@ def constants(**values):
 
 
 def fit(pairs: list[dict]) -> dict:
-    """The constants this family can fit, on the calibration half: the share of the step's
-    compute that waited for the GIL (by grid: least median error on the pairs that moved
-    computing Python into TF ops), then the spread of measured savings about the points (the
-    range that holds 80 % of them)."""
-    python = [p for p in pairs if "python" in p["fix"].split("+")]
+    """The constants this family can fit, on the pairs given: the share of the step's compute
+    that waited for the GIL (by grid: least median error on the pairs that moved computing
+    Python into TF ops), the GIL convoy's share (the same, on the pairs whose point it moves:
+    computing Python run beside the loop), then the spread of measured savings about the
+    points (the range that holds 80 % of them)."""
     grid = [i / 20 for i in range(0, 21)]
 
-    def error(share: float) -> float:
-        with constants(GIL_WAIT_SHARE=share):
-            return statistics.median(abs(predict(p).point - predict(p).measured) for p in python)
+    def best(name: str, chosen: list[dict], default: float, **fixed) -> float:
+        def error(value: float) -> float:
+            with constants(**fixed, **{name: value}):
+                held = [predict(p) for p in chosen]
+            return statistics.median(abs(h.point - h.measured) for h in held)
 
-    gil = min(grid, key=error) if python else 0.5
-    with constants(GIL_WAIT_SHARE=gil, SAVING_SPREAD=(0.0, 0.0)):
+        return min(grid, key=error) if chosen else default
+
+    python = [p for p in pairs if "python" in p["fix"].split("+")]
+    gil = best("GIL_WAIT_SHARE", python, 0.5)
+
+    def moved_by_convoy(pair: dict) -> bool:
+        with constants(GIL_CONVOY_SHARE=0.0):
+            without = predict(pair).point
+        with constants(GIL_CONVOY_SHARE=1.0):
+            return predict(pair).point != without
+
+    convoy = best("GIL_CONVOY_SHARE", [p for p in pairs if moved_by_convoy(p)], 0.0,
+                  GIL_WAIT_SHARE=gil)  # fmt: skip
+    with constants(GIL_WAIT_SHARE=gil, GIL_CONVOY_SHARE=convoy, SAVING_SPREAD=(0.0, 0.0)):
         residuals = [predict(p).measured - predict(p).point for p in pairs]
     # Split conformal: of n residuals, the floor((n + 1) 0.1)-th and ceil((n + 1) 0.9)-th
     # smallest bound a new pair's with 80 % probability (the pairs exchangeable).
     ordered, n = sorted(residuals), len(residuals)
     low = ordered[max(0, math.floor((n + 1) * 0.1) - 1)]
     high = ordered[min(n - 1, math.ceil((n + 1) * 0.9) - 1)]
-    return {"GIL_WAIT_SHARE": gil, "SAVING_SPREAD": (round(low, 3), round(high, 3))}
+    return {"GIL_WAIT_SHARE": gil, "GIL_CONVOY_SHARE": convoy,
+            "SAVING_SPREAD": (round(low, 3), round(high, 3))}  # fmt: skip
 
 
 def report(pairs: list[dict], title: str) -> dict[str, dict]:
@@ -294,11 +313,12 @@ def main() -> int:
         corpus = build_corpus(args.warm_s, args.clock_s, args.repeats)
         args.corpus.write_text(json.dumps(corpus, indent=1) + "\n")
     print(f"{len(corpus['pairs'])} pairs measured on {corpus['machine']}")
-    # The code's constants: fitted on the whole corpus before (its 41 pairs put the spread's
-    # bounds at its 4th and 38th residuals, not at the extremes), reported on all of this one.
-    previous = json.loads(CALIBRATION_CORPUS.read_text())["pairs"]
+    # The code's constants: fitted on the whole corpora before (their 72 pairs put the spread's
+    # bounds at the 7th and 66th residuals, not at the extremes), reported on all of this one.
+    previous = [p for path in CALIBRATION_CORPORA for p in json.loads(path.read_text())["pairs"]]
     fitted = fit(previous)
-    print(f"fitted on {CALIBRATION_CORPUS.name} ({len(previous)} pairs): {fitted}")
+    names = " and ".join(path.name for path in CALIBRATION_CORPORA)
+    print(f"fitted on {names} ({len(previous)} pairs): {fitted}")
     with constants(**fitted):
         rows = report(corpus["pairs"], f"all of {args.corpus.name} (reported)")
     # The same corpus split once (seeded), fitted on one half, reported on the other.
