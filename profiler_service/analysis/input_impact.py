@@ -12,19 +12,24 @@ The changes the finding can advise, as the pipeline's own reading names them
   compute stops waiting for the GIL the Python held (`GIL_WAIT_SHARE` of it).
 - `parallel_calls`: the slowest stage runs on P cores (the job's cores less those its other
   threads keep busy), not p. Python that computes (it keeps a core busy: the job's cores used
-  before the capture) holds the GIL and stays serial; Python that waits or calls native code
+  before the capture) holds the GIL and stays serial, and its threads now run beside the
+  training loop, whose thread must win the GIL back from them each time it returns from
+  TensorFlow (a GIL convoy): with a second core to contend from, the step grows by
+  `GIL_CONVOY_SHARE` of the Python's time. Python that waits or calls native code
   releases it and is spread like TF ops. Numpy keeps a core busy too, so where the agent's
   stacks were sampled they decide: its sampler needs the GIL to read a thread's frames, so it
   sees the pipeline's Python at the user's own lines only where that Python let the GIL go
   there (numpy's loops, a sleep, a read); Python that computes lets it go only on leaving, in
   TensorFlow's wrapper (`pipeline_library_share` near 1). A function that computes for longer
   than the switch interval (5 ms) at a time is made to let go inside it, and reads as native.
-- `prefetch` (or `prefetch_last`): the pipeline runs ahead of the step: the step is
-  max(C, T, all the CPU work / P) instead of C + T, T the pipeline's time a batch; and no
-  shorter than the work the job's threads did a step (the cores used times the step: TF ops in
-  a map also run on intra-op threads) over the cores the job may use. Not where
-  computing Python also runs on parallel calls: its threads take the GIL from the training
-  loop's own Python, which then waits as long as the overlap gained.
+- `prefetch` (or `prefetch_last`): the pipeline runs ahead of the step, making the next batch
+  (T, its time a batch) while the step computes C, as fast as the cores the compute leaves free
+  let it: the cores used before, less the pipeline's, over C say how many the compute keeps
+  busy (TF ops on intra-op threads: on a small CPU host, all of them; on a GPU job, few). The
+  pipeline's waiting (a sleep, a read) needs no core and overlaps whole. The step is C + T less
+  that overlap, and no shorter than the work the job's threads did a step (the cores used
+  times the step) over the cores the job may use. Computing Python behind a prefetch runs
+  beside the loop: a GIL convoy, as above.
 
 The model gives a point; the range is that point plus the spread of measured savings about it
 (`SAVING_SPREAD`: measured - predicted on the calibration half of bench/calibration's pairs,
@@ -78,8 +83,10 @@ GIL_HELD_LIBRARY_SHARE = 0.5
 GIL_WAIT_SHARE = 0.85
 # The share of the pipeline's GIL-holding Python time by which the step grows where that Python
 # runs beside the training loop (parallel calls, a prefetch) with a second core to contend
-# from. Fitted (bench_calibration.fit, by grid) on the pairs of bench/calibration/corpus-3.json
-# and corpus-4.json that did so.
+# from. Fitted (bench_calibration.fit, by grid: the least median error) on the 6 pairs of
+# bench/calibration/corpus-3.json and corpus-4.json that did so, which measured 4 % to 56 %
+# slower: parallel calls cost more than a prefetch (two Python threads beside the loop, not
+# one), which one share does not tell apart.
 GIL_CONVOY_SHARE = 0.35
 # The time TF ops take for the work Python did in the pipeline: a tenth (vectorised on a batch,
 # no interpreter); a change that moved it saves almost all of it either way, so it is not fitted.

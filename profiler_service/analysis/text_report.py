@@ -128,17 +128,21 @@ def describe_saving(finding: Finding) -> str:
     singles = [a for a in impact.actions if "+" not in a.action]
     if len(singles) > 1:
         text += " with every change; alone, " + ", ".join(
-            f"{ACTION_LABELS.get(a.action, a.action)} {a.saving_share:.0%}{_span(*a.saving_range)}"
+            f"{ACTION_LABELS.get(a.action, a.action)} "
+            + (f"{a.saving_share:.0%}" if a.saving_share >= 0 else f"{-a.saving_share:.0%} slower")
+            + _span(*a.saving_range)
             for a in sorted(singles, key=lambda a: -a.saving_share)
         )
     return text
 
 
 def _span(low: float, high: float) -> str:
-    """` (30%-60%)`; ` (25% slower to 22% saved)` where the step may get slower; '' for a
-    range of no width."""
+    """` (30%-60%)`; ` (25% slower to 22% saved)` where the step may get slower, ` (10%-40%
+    slower)` where it will; '' for a range of no width."""
     if f"{low:.0%}" == f"{high:.0%}":
         return ""
+    if high < 0:
+        return f" ({-high:.0%}-{-low:.0%} slower)"
     if low < 0:
         return f" ({-low:.0%} slower to {high:.0%} saved)"
     return f" ({low:.0%}-{high:.0%})"

@@ -62,6 +62,7 @@ from profiler_service.analysis.models import (
     TopOp,
     Utilisation,
 )
+from profiler_service.analysis.text_report import describe_saving
 
 # The registry and the names agree: every `Rule` has its rule, and no rule is unnamed.
 EXPECTED_RULES = set(Rule)
@@ -770,8 +771,35 @@ def test_the_input_wait_model_spreads_the_wait_over_the_jobs_free_cores():
     wait.evidence["python_in_pipeline"] = True
     python = estimate(wait, on(2))
     assert python.saving_share == pytest.approx(0.5) and "GIL" in python.basis
-    # Python that keeps a core busy computes under the GIL: a parallel map gains nothing.
-    assert estimate(wait, on(2, used=1.0)).saving_share == pytest.approx(0.0)
+    # Python that keeps a core busy computes under the GIL: a parallel map and a prefetch run it
+    # beside the training loop, which waits to win the GIL back (a convoy): the step grows by
+    # GIL_CONVOY_SHARE of the Python's 72 ms.
+    convoy = -input_impact.GIL_CONVOY_SHARE * 72 / 80
+    assert estimate(wait, on(2, used=1.0)).saving_share == pytest.approx(convoy)
+
+
+def test_a_prefetch_overlaps_only_on_the_cores_the_compute_leaves_free():
+    """72 ms of TF ops in a sequential map a step, 8 of compute, on 2 cores: the cores used
+    say how many cores the step's compute keeps busy, and so what is left to the map."""
+    wait = Finding(
+        rule="input_bound",
+        severity=Severity.CRITICAL,
+        title="",
+        evidence={"input_share_pct": 90.0, "pipeline_lacks": ["parallel_calls", "prefetch"]},
+    )
+
+    def prefetch(used: float) -> float:
+        summary = Summary(
+            step_time=StepTime(count=20, avg_ms=80.0),
+            process_cpu=ProcessCpu(cores_available=2, cores_used=used, source="agent"),
+        )
+        return estimate(wait, summary).action("prefetch").step_ms_after
+
+    # 1.0 core used: 72 core-ms of map and 8 of compute on one core, the other free: the map
+    # runs on it while the step computes, and the 72 ms batch bounds the step.
+    assert prefetch(1.0) == pytest.approx(72.0)
+    # 1.1: 88 core-ms, the compute on both cores for its 8 ms: the map waits for it, as before.
+    assert prefetch(1.1) == pytest.approx(80.0)
 
 
 def test_each_change_to_the_pipeline_has_its_own_saving():
@@ -814,9 +842,16 @@ def test_each_change_to_the_pipeline_has_its_own_saving():
     assert kept.saving_share == pytest.approx(0.5)
     summary.process_cpu.cores_used = 1.0  # computing all the time: it holds the GIL
     held = estimate(wait, summary)
-    # Its parallel calls stay serial and take the GIL from the training loop: no overlap.
-    assert held.action("parallel_calls+prefetch").saving_share == pytest.approx(0.0)
-    assert held.action("prefetch").saving_share == pytest.approx(0.1)  # one thread: overlap
+    # Its parallel calls stay serial; with them or a prefetch it runs beside the training loop
+    # and takes the GIL from it: no overlap, and a step longer by the convoy's share of 72 ms.
+    convoy = -input_impact.GIL_CONVOY_SHARE * 72 / 80
+    assert held.action("parallel_calls+prefetch").saving_share == pytest.approx(convoy)
+    assert held.action("prefetch").saving_share == pytest.approx(convoy)
+    assert held.action("python").saving_share > 0.8  # TF ops: no GIL held at all
+    # The report tells the user which changes would slow the step, and by how much.
+    text = describe_saving(wait.model_copy(update={"impact": held}))
+    low, high = held.action("prefetch").saving_range
+    assert f"a prefetch at the end {-convoy:.0%} slower ({-high:.0%}-{-low:.0%} slower)" in text
     # The agent's sampler (it needs the GIL) saw that Python at the user's own lines: it let
     # the GIL go there (numpy's loops), so parallel calls spread it, as they do Python that
     # waits. Seen only in TensorFlow's wrapper as it left, it held the GIL all along.
@@ -827,10 +862,10 @@ def test_each_change_to_the_pipeline_has_its_own_saving():
     native = estimate(wait, summary)
     assert native.action("parallel_calls").step_ms_after == pytest.approx(44.0)
     summary.python_stacks.pipeline_library_share = 0.97
-    assert estimate(wait, summary).action("parallel_calls").saving_share == 0.0
+    assert estimate(wait, summary).action("parallel_calls").saving_share == pytest.approx(convoy)
     summary.python_stacks.source = "py-spy"  # reads frames without the GIL: it tells nothing
     summary.python_stacks.pipeline_library_share = 0.02
-    assert estimate(wait, summary).action("parallel_calls").saving_share == 0.0
+    assert estimate(wait, summary).action("parallel_calls").saving_share == pytest.approx(convoy)
 
 
 def test_the_tracing_model_keeps_one_trace():

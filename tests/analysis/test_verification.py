@@ -274,3 +274,37 @@ def test_a_fix_is_held_against_the_changes_the_next_capture_shows():
     [unread] = verify([before], [], change, captured(noisy(30, 60, 2)))
     assert unread.action is None
     assert unread.predicted_saving_range == before.impact.saving_range
+
+
+def test_a_change_predicted_to_slow_the_step_is_held_against_that_prediction():
+    """Computing Python made parallel on 2 cores: a GIL convoy, predicted slower. The next
+    capture shows the map parallel, the Python still there, and a step 30 % slower: a regression,
+    as the finding said it would be, and held against that."""
+    before = Finding(
+        rule="input_bound", severity=Severity.WARNING, title="", impact_share=0.9,
+        evidence={"input_share_pct": 90.0, "python_in_pipeline": True,
+                  "pipeline_lacks": ["python", "parallel_calls", "prefetch"]},
+    )  # fmt: skip
+    busy = captured([100.0] * 10).model_copy(
+        update={"process_cpu": ProcessCpu(cores_available=2, cores_used=1.0, source="agent")}
+    )
+    before.impact = estimate(before, busy)
+    predicted = before.impact.action("parallel_calls")
+    lo, hi = predicted.saving_range
+    assert predicted.saving_share < 0 and lo < -0.3 < hi < 0
+    parallel = InputPipeline(
+        python_in_pipeline=True,
+        iterators=[InputIterator(path="Iterator::Root::ParallelMapV2", self_time_ms=8.0,
+                                 parallelism=2)],
+    )  # fmt: skip
+    after = captured(noisy(130, 60, 2)).model_copy(update={"input_pipeline": parallel})
+    change = step_change(captured(noisy(100, 60, 1)), after)
+    [checked] = verify([before], [before], change, after)
+    assert checked.status is FixStatus.REGRESSED and checked.action == "parallel_calls"
+    assert checked.prediction is PredictionCheck.WITHIN
+    assert f"regressed (as predicted: {-predicted.saving_share:.0%} slower)" in headline(
+        "x", [checked]
+    )
+    # Had it predicted a saving, a slower step would not be held against it.
+    [unpredicted] = verify([finding("input_bound", 0.9, input_share_pct=90.0)], [before], change)
+    assert unpredicted.status is FixStatus.REGRESSED and unpredicted.prediction is None

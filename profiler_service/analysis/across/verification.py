@@ -105,8 +105,9 @@ def check_prediction(
 ) -> PredictionCheck | None:
     """Within where the measured saving's 95 % interval (the point, without one) meets the
     range; None where there is nothing to check, a memory finding's (0, 0) among them: it
-    promised no step time."""
-    if saving_range is None or change.change_share is None or saving_range[1] <= 0:
+    promised no step time. A range below 0 (a change that slows the step: a GIL convoy) is
+    checked too."""
+    if saving_range is None or change.change_share is None or saving_range == (0.0, 0.0):
         return None
     lo, hi = saving_range
     fastest, slowest = change.change_interval_95 or (change.change_share, change.change_share)
@@ -207,9 +208,10 @@ def verify(
     later = {f.rule: f for f in after}
     measured = None if change.change_share is None else round(-change.change_share, 4)
     # Whose change the step's is: the one finding that resolved, or, none resolved, the one
-    # that persists on a faster step.
+    # that persists on a faster step (or a slower one, where its changes were predicted to
+    # slow it: below).
     fixed = sorted(earlier.keys() - later.keys()) or (
-        sorted(earlier.keys() & later.keys()) if change.faster else []
+        sorted(earlier.keys() & later.keys()) if change.faster or change.slower else []
     )
     found = []
     for rule in sorted(earlier.keys() | later.keys()):
@@ -228,7 +230,8 @@ def verify(
         checked = (
             predicted is not None
             and fixed == [rule]
-            and status is not FixStatus.REGRESSED
+            # a slower step is checked only where the changes made were predicted to slow it
+            and (status is not FixStatus.REGRESSED or predicted.saving_share < 0)
             and not change.differences  # a step of other work or hardware proves no fix
         )
         found.append(
@@ -268,6 +271,8 @@ def headline(since: str, verification: list[Verification]) -> str:
             )
         elif v.status is FixStatus.RESOLVED and v.predicted_saving_share is not None:
             text += f" (predicted -{v.predicted_saving_share:.0%})"
+        elif v.prediction is PredictionCheck.WITHIN and (v.predicted_saving_share or 0) < 0:
+            text += f" (as predicted: {-(v.predicted_saving_share or 0):.0%} slower)"
         if v.action:
             text += f" [seen: {describe_actions(v.action)}]"
         parts.append(text)
