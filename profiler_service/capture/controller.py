@@ -33,7 +33,7 @@ from profiler_service.errors import (
     ServiceError,
     UnknownTarget,
 )
-from profiler_service.lookback.models import PendingLeadUp
+from profiler_service.lookback.models import CaptureWindow, PendingLeadUp
 from profiler_service.models import (
     CaptureOptions,
     Snapshot,
@@ -96,7 +96,7 @@ class CaptureController:
         capturers: Mapping[TargetKind, Capturer],
         analyzer: XprofAnalyzer,
         *,
-        lead_up: Callable[[Snapshot], PendingLeadUp | None] | None = None,
+        lead_up: Callable[[CaptureWindow], PendingLeadUp | None] | None = None,
         on_finished: Sequence[Callable[[Snapshot], None]] = (),
         clock: Callable[[], float] = time.monotonic,
     ):

@@ -25,7 +25,7 @@ from profiler_service.capture.snapshot_steps import (
     verify_against_history,
 )
 from profiler_service.errors import PipelineFailure, SnapshotErrorCode
-from profiler_service.lookback.models import LeadUp, PendingLeadUp
+from profiler_service.lookback.models import CaptureWindow, LeadUp, PendingLeadUp
 from profiler_service.lookback.sources import cpu_cores_available
 from profiler_service.models import Snapshot, SnapshotError, SnapshotStatus, utcnow
 from profiler_service.store import SnapshotStore
@@ -46,7 +46,7 @@ def run_capture(
     *,
     store: SnapshotStore,
     analyzer: XprofAnalyzer,
-    lead_up: Callable[[Snapshot], PendingLeadUp | None] | None,
+    lead_up: Callable[[CaptureWindow], PendingLeadUp | None] | None,
     max_workers: int,
 ) -> None:
     """Take `snapshot` from staged to ready or failed; it never raises (an Exception): what

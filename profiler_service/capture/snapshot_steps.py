@@ -11,24 +11,38 @@ from collections.abc import Callable
 
 from profiler_service.analysis.across.capture_noise import between_captures_sd
 from profiler_service.analysis.across.verification import step_change, verify
-from profiler_service.lookback.models import PendingLeadUp
-from profiler_service.models import Snapshot
+from profiler_service.lookback.models import CaptureWindow, PendingLeadUp
+from profiler_service.models import Snapshot, utcnow
 from profiler_service.store import SnapshotStore
 
-__all__ = ["begin_lead_up", "complete_lead_up", "verify_against_history"]
+__all__ = ["begin_lead_up", "capture_window", "complete_lead_up", "verify_against_history"]
 
 log = logging.getLogger(__name__)
 
 
+def capture_window(snapshot: Snapshot) -> CaptureWindow:
+    """What the lead-up reads of the snapshot (lookback/lead_up.py)."""
+    created = snapshot.created_at
+    return CaptureWindow(
+        started=snapshot.capture_started_at or created,
+        end=snapshot.capture_finished_at or utcnow(),
+        triggered=min(snapshot.trigger.starts_at or created, created),
+        target=snapshot.target,
+        labels=dict(snapshot.trigger.labels),
+        pod=snapshot.pod,
+        namespace=snapshot.namespace,
+    )
+
+
 def begin_lead_up(
-    recorder: Callable[[Snapshot], PendingLeadUp | None] | None, snapshot: Snapshot
+    recorder: Callable[[CaptureWindow], PendingLeadUp | None] | None, snapshot: Snapshot
 ) -> PendingLeadUp | None:
     """The ring's part now (the analysis reads the job's memory from it); Prometheus's part
     runs on beside the analysis."""
     if recorder is None:
         return None
     try:
-        pending = recorder(snapshot)
+        pending = recorder(capture_window(snapshot))
         if pending is not None:
             pending.start()  # Prometheus's queries, beside the analysis
     except Exception:  # the lead-up is context: it never fails a capture

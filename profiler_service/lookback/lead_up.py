@@ -11,10 +11,9 @@ from __future__ import annotations
 from datetime import timedelta
 
 from profiler_service.config import LookbackSettings
-from profiler_service.lookback.models import LeadUp, PendingLeadUp
+from profiler_service.lookback.models import CaptureWindow, LeadUp, PendingLeadUp
 from profiler_service.lookback.prometheus import lead_up_variables, query_lead_up
 from profiler_service.lookback.sampler import Sampler
-from profiler_service.models import Snapshot, utcnow
 
 
 class LeadUpRecorder:
@@ -24,7 +23,7 @@ class LeadUpRecorder:
         self.settings = settings
         self.sampler = sampler
 
-    def __call__(self, snapshot: Snapshot) -> PendingLeadUp | None:
+    def __call__(self, window: CaptureWindow) -> PendingLeadUp | None:
         """The ring's samples at once, Prometheus's queries in a thread beside the analysis,
         all of them within PROFILER_PROMETHEUS_TIMEOUT_S. None when there is nothing to read:
         no sampler (PROFILER_LOOKBACK_S=0), no Prometheus."""
@@ -32,8 +31,7 @@ class LeadUpRecorder:
             return None
         s = self.settings
         lookback = timedelta(seconds=s.lookback_s)
-        started = snapshot.capture_started_at or snapshot.created_at
-        end = snapshot.capture_finished_at or utcnow()
+        started, end = window.started, window.end
         if self.sampler is not None:
             lead_up = self.sampler.lead_up(started - lookback, end)
         else:
@@ -41,12 +39,9 @@ class LeadUpRecorder:
         if not s.prometheus_url:
             return PendingLeadUp(lead_up)
         url = s.prometheus_url
-        triggered = min(snapshot.trigger.starts_at or snapshot.created_at, snapshot.created_at)
-        since = triggered - timedelta(seconds=s.lookback_s or 300)
+        since = window.triggered - timedelta(seconds=s.lookback_s or 300)
         lead_up.start = min(lead_up.start, since)
-        variables = lead_up_variables(
-            snapshot.target, snapshot.trigger.labels, snapshot.pod, snapshot.namespace
-        )
+        variables = lead_up_variables(window.target, window.labels, window.pod, window.namespace)
         return PendingLeadUp(
             lead_up,
             lambda: query_lead_up(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from pydantic import BaseModel, Field
@@ -31,6 +32,21 @@ class LeadUp(BaseModel):
     # Readings the sampler is there for but took none of in the window, each with why
     # (lookback/sources.py): step_time_ms's tells what a capture cost the job (capture/cost.py).
     missing: dict[str, str] = Field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CaptureWindow:
+    """What a lead-up reads of its capture, built from the snapshot by the capture's side
+    (capture/snapshot_steps.py), so the look-back reads no snapshot: when the capture ran and
+    was triggered, and what Prometheus's queries name."""
+
+    started: datetime  # the capture's start (before it started: the snapshot's creation)
+    end: datetime  # the capture's end (before it ended: now)
+    triggered: datetime  # the earlier of the alert's `startsAt` and the snapshot's creation
+    target: str
+    labels: dict[str, str] = field(default_factory=dict)  # the trigger's
+    pod: str | None = None
+    namespace: str | None = None
 
 
 class PendingLeadUp:
