@@ -44,7 +44,7 @@ from profiler_service.hub.explain import JobAsk, plan  # noqa: E402
 from profiler_service.hub.gpu_hours import GpuHours, PodGpuHours, bucket_ends  # noqa: E402
 from profiler_service.hub.index.fleet_queries import FleetRow  # noqa: E402
 from profiler_service.hub.ledger import Ledger, build_ledger  # noqa: E402
-from profiler_service.hub.registry import SidecarRecord  # noqa: E402
+from profiler_service.sidecar_record import SidecarRecord  # noqa: E402
 from profiler_service.trigger.outcomes import Outcome  # noqa: E402
 
 CORPUS = GPU_CAPTURES

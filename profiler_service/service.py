@@ -51,7 +51,7 @@ from profiler_service.trigger.schedule import CaptureScheduler
 
 if TYPE_CHECKING:
     from profiler_service.capture.continuous import ContinuousCapturer
-    from profiler_service.hub.registration import HubRegistration
+    from profiler_service.registration import HubRegistration
     from profiler_service.store.mirror_sync import MirrorSync
 
 
@@ -205,7 +205,7 @@ def build_service(
             service.triggers.add(plugin, built)
     registration = settings.registration
     if registration.url or (registration.register_in_bucket and bucket is not None):
-        from profiler_service.hub.registration import HubRegistration, sidecar_record
+        from profiler_service.registration import HubRegistration, sidecar_record
 
         service.registration = HubRegistration(
             registration,

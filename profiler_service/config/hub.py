@@ -15,7 +15,7 @@ from profiler_service.config.base import Group, check_url
 
 
 class RegistrationSettings(Group):
-    """A sidecar's registration with the fleet hub (`hub/registration.py`, docs/fleet.md)."""
+    """A sidecar's registration with the fleet hub (`registration.py`, docs/fleet.md)."""
 
     prefix: ClassVar[str] = "hub_"
 

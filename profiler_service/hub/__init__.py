@@ -1,8 +1,9 @@
 """The fleet hub: one contact point and one view over many sidecars and their shared bucket.
 
-registry.py      who the sidecars are (registration, heartbeat, TTL)
+registry.py      who the sidecars are (registration, heartbeat, TTL); what each one says of
+                 itself is the neutral `profiler_service.sidecar_record`, and its heartbeat
+                 is the sidecar's own (`profiler_service.registration`)
 peers.py         replicas share their registries through the bucket
-registration.py  the sidecar's side: its heartbeat to the hub (and to the bucket)
 routing.py       alerts and operator captures to the sidecar they name
 fleet.py         the hub's parts wired together; the bucket's sync into the fleet index
 views.py         the fleet page: latest verdicts, step time, regressions, findings by rule

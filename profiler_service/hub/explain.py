@@ -45,9 +45,10 @@ from profiler_service.durations import format_window
 from profiler_service.errors import Failed
 from profiler_service.hub.ledger import JobLedger, Ledger, job_of_pod
 from profiler_service.hub.ledger_book import LedgerBook
-from profiler_service.hub.registry import SidecarRecord, SidecarRegistry
+from profiler_service.hub.registry import SidecarRegistry
 from profiler_service.hub.routing import FleetRouter, read_answer, unanswered, webhook_url
 from profiler_service.lifecycle import BackgroundLoop, LoopOwner
+from profiler_service.sidecar_record import SidecarRecord
 from profiler_service.tenancy import Reach
 from profiler_service.trigger.alert_log import Reason
 from profiler_service.trigger.outcomes import Outcome

@@ -16,9 +16,9 @@ import time
 
 from profiler_service.hub.index.registry_table import BUCKET_REPLICA, RegistryTable
 from profiler_service.hub.index.sync import IndexSync
-from profiler_service.hub.registration import RECORDS_PREFIX
-from profiler_service.hub.registry import SidecarRecord, SidecarRegistry
+from profiler_service.hub.registry import SidecarRegistry
 from profiler_service.lifecycle import BackgroundLoop, LoopOwner
+from profiler_service.sidecar_record import RECORDS_PREFIX, SidecarRecord
 from profiler_service.store.baselines import FleetBaselines
 from profiler_service.store.bucket_catalogue import RefreshStats, brief
 

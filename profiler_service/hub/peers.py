@@ -26,8 +26,9 @@ from collections.abc import Callable
 
 from pydantic import ValidationError
 
-from profiler_service.hub.registry import SidecarRecord, SidecarRegistry
+from profiler_service.hub.registry import SidecarRegistry
 from profiler_service.lifecycle import BackgroundLoop, LoopOwner
+from profiler_service.sidecar_record import SidecarRecord
 from profiler_service.store.bucket_client import BucketClient
 
 __all__ = ["PEERS_PREFIX", "RegistryShare", "replica_name"]

@@ -16,38 +16,12 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Annotated
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
-from profiler_service.targets import TARGET_NAME_PATTERN
+from profiler_service.sidecar_record import SidecarRecord
 
-__all__ = ["SidecarRecord", "SidecarRegistry", "SidecarsPublic"]
-
-SIDECAR_NAME_PATTERN = r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$"  # a pod name (DNS subdomain)
-
-
-class SidecarRecord(BaseModel):
-    """What a sidecar says of itself; `last_seen` and `via` are the hub's."""
-
-    name: str = Field(pattern=SIDECAR_NAME_PATTERN)
-    namespace: str | None = Field(default=None, pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
-    pod: str | None = None
-    workload: str | None = None  # the job it profiles (PROFILER_WORKLOAD), as the ledger names it
-    targets: list[Annotated[str, Field(pattern=TARGET_NAME_PATTERN)]] = Field(default_factory=list)
-    url: str = Field(pattern=r"^https?://[^\s/?#]+/?$")  # where the hub dials it
-    public_url: str | None = None
-    version: str | None = None
-    heartbeat_s: float = Field(default=15.0, gt=0)
-    last_seen: datetime | None = None
-    via: str = "hub"  # hub (PUT /sidecars), bucket (a registration record) or peer (a replica)
-
-    @property
-    def key(self) -> str:
-        return f"{self.namespace or ''}/{self.name}"
-
-    def captures(self, target: str) -> bool:
-        return target in self.targets
+__all__ = ["SidecarRegistry", "SidecarsPublic"]
 
 
 class SidecarsPublic(BaseModel):

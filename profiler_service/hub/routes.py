@@ -20,9 +20,10 @@ from profiler_service.errors import InvalidRequest
 from profiler_service.hub.explain import ExplainState
 from profiler_service.hub.fleet import HubService
 from profiler_service.hub.ledger import Ledger
-from profiler_service.hub.registry import SIDECAR_NAME_PATTERN, SidecarRecord, SidecarsPublic
+from profiler_service.hub.registry import SidecarsPublic
 from profiler_service.hub.routing import FleetRouter
 from profiler_service.hub.views import DEFAULT_DAYS, fleet_view, render_fleet
+from profiler_service.sidecar_record import SIDECAR_NAME_PATTERN, SidecarRecord
 from profiler_service.tenancy import Reach
 
 router = APIRouter(responses=ERROR_RESPONSES)

@@ -27,7 +27,8 @@ import httpx
 
 from profiler_service.config import HubSettings
 from profiler_service.errors import Failed, ServiceError
-from profiler_service.hub.registry import SidecarRecord, SidecarRegistry
+from profiler_service.hub.registry import SidecarRegistry
+from profiler_service.sidecar_record import SidecarRecord
 from profiler_service.targets import TargetMatcher
 from profiler_service.trigger.alert_log import AlertLog, AlertOutcome, Reason
 from profiler_service.trigger.outcomes import Outcome

@@ -28,7 +28,7 @@ from profiler_service.exporters.report import SEVERITY_COLOURS, templates
 from profiler_service.hub.explain import ExplainState
 from profiler_service.hub.index.fleet_queries import FleetQueries, FleetRow
 from profiler_service.hub.ledger import Ledger
-from profiler_service.hub.registry import SidecarRecord
+from profiler_service.sidecar_record import SidecarRecord
 from profiler_service.tenancy import Reach
 
 __all__ = ["FleetView", "FleetViewCache", "JobView", "fleet_view", "render_fleet"]

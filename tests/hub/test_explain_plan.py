@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from profiler_service.hub.explain import HOUR_S, JobAsk, plan, sidecar_of
 from profiler_service.hub.ledger import JobLedger, Ledger
-from profiler_service.hub.registry import SidecarRecord
+from profiler_service.sidecar_record import SidecarRecord
 from profiler_service.trigger.outcomes import Outcome
 
 NOW = 1_900_000_000.0

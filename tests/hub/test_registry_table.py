@@ -14,7 +14,8 @@ from fakes import FakeClock
 
 from profiler_service.hub.index.database import FleetDatabase, database_url
 from profiler_service.hub.index.registry_table import BUCKET_REPLICA, RegistryTable
-from profiler_service.hub.registry import SidecarRecord, SidecarRegistry
+from profiler_service.hub.registry import SidecarRegistry
+from profiler_service.sidecar_record import SidecarRecord
 
 TTL_S = 20.0
 

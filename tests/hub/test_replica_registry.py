@@ -10,7 +10,8 @@ import time
 from fakes import FakeClock
 
 from profiler_service.hub.peers import PEERS_PREFIX, RegistryShare
-from profiler_service.hub.registry import SidecarRecord, SidecarRegistry
+from profiler_service.hub.registry import SidecarRegistry
+from profiler_service.sidecar_record import SidecarRecord
 from profiler_service.store.bucket_client import BucketClient
 
 TTL_S = 20.0

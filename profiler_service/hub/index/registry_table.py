@@ -22,8 +22,9 @@ from pydantic import ValidationError
 from profiler_service.hub.index.database import FleetDatabase
 from profiler_service.hub.index.schema import sidecars
 from profiler_service.hub.peers import SHARE_INTERVAL_S, STALE_FILE_TTLS
-from profiler_service.hub.registry import SidecarRecord, SidecarRegistry
+from profiler_service.hub.registry import SidecarRegistry
 from profiler_service.lifecycle import BackgroundLoop, LoopOwner
+from profiler_service.sidecar_record import SidecarRecord
 
 __all__ = ["BUCKET_REPLICA", "RegistryTable"]
 

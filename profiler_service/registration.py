@@ -5,6 +5,9 @@ bucket (`PROFILER_STORE_URL`): the same record at `URL/sidecars/<namespace>.<nam
 the hub reads at each sync (a hub the sidecar cannot reach still finds it). A failure is logged
 (once per kind, until it recovers) and retried at the next beat: it never stops the sidecar. On a
 graceful stop the sidecar deregisters; a killed one drops out after the hub's TTL.
+
+It lives beside the sidecar (`service.py` builds it), not in `hub/`: the record it sends is the
+neutral `sidecar_record.py`, which the hub reads too, so neither imports the other.
 """
 
 from __future__ import annotations
@@ -19,8 +22,8 @@ from pydantic import SecretStr
 
 from profiler_service import __version__
 from profiler_service.config import RegistrationSettings, Settings
-from profiler_service.hub.registry import SidecarRecord
 from profiler_service.lifecycle import BackgroundLoop, LoopOwner
+from profiler_service.sidecar_record import SidecarRecord, record_path
 
 if TYPE_CHECKING:
     from profiler_service.store.bucket_client import BucketClient  # fsspec: only with a bucket
@@ -28,8 +31,6 @@ if TYPE_CHECKING:
 __all__ = ["HubRegistration", "sidecar_record"]
 
 log = logging.getLogger(__name__)
-
-RECORDS_PREFIX = "sidecars"
 
 
 def sidecar_record(settings: Settings) -> SidecarRecord:
@@ -51,10 +52,6 @@ def sidecar_record(settings: Settings) -> SidecarRecord:
         version=__version__,
         heartbeat_s=settings.registration.heartbeat_s,
     )
-
-
-def record_path(record: SidecarRecord) -> str:
-    return f"{RECORDS_PREFIX}/{record.namespace or '_'}.{record.name}.json"
 
 
 class HubRegistration(LoopOwner):
