@@ -76,3 +76,33 @@ def test_the_reported_corpus_holds_what_the_docs_state():
 HELD_OUT_MEDIAN_ERROR_POINTS = 4.7
 HELD_OUT_INSIDE_SHARE = 0.79
 HELD_OUT_MEDIAN_WIDTH_POINTS = 21.3
+
+
+STEPS = json.loads(calibration.STEP_CORPUS.read_text())
+
+
+def test_the_step_family_measures_each_rule_by_the_jobs_clock():
+    """The eager and tracing models against fixes of jobs they were not set on (their constants
+    came from the demo's twins): a graph for eager ops, a tensor argument for retracing."""
+    rules = [p["rule"] for p in STEPS["pairs"]]
+    assert {rule: rules.count(rule) for rule in set(rules)} == {
+        "eager_execution": 6,
+        "retracing": 6,
+    }
+    assert STEPS["measured_by"] == "the job's own clock"
+    assert all(len(p["step_ms_after_runs"]) >= 2 for p in STEPS["pairs"])
+
+
+def test_the_step_models_hold_what_the_docs_state():
+    rows = calibration.report(STEPS["pairs"], "step family", calibration.predict_step)
+    whole = rows["all"]
+    assert whole["median_error_points"] <= STEPS_MEDIAN_ERROR_POINTS
+    assert whole["inside_share"] >= STEPS_INSIDE_SHARE
+    assert whole["median_width_points"] <= STEPS_MEDIAN_WIDTH_POINTS
+
+
+# What the step family measured (docs/findings.md: 11.8 points, 83 %, 47.5 points; the aims,
+# 10 and 30 points, not met: both models predict less than the fixes saved).
+STEPS_MEDIAN_ERROR_POINTS = 11.9
+STEPS_INSIDE_SHARE = 0.83
+STEPS_MEDIAN_WIDTH_POINTS = 47.6

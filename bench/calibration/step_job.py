@@ -1,0 +1,98 @@
+"""One member of the step family of the calibration corpus: a custom training loop whose step is
+built from its arguments, with the profiler agent embedded (so each snapshot knows the job's
+cores) and each step marked (`training_step`).
+
+  eager    `--ops` rounds of a matmul, a relu and an add on a `--batch` x `--width` input, run
+           eagerly, one Python dispatch per op; `--graph` (its fix, as eager_execution advises)
+           runs the same step as one tf.function.
+  retrace  a tf.function of `--layers` matmuls of `--width`, called with a new Python float
+           every `--retrace-every` steps (a new trace each time); `--tensor-arg` (its fix, as
+           retracing advises) passes the rate as a tensor: one trace.
+
+`--cores N` pins the job to N cores before TensorFlow starts. Once training, it prints READY
+with the agent's URL, then each second "CLOCK steps seconds": the steps its own clock counted.
+
+    python bench/calibration/step_job.py --mode eager --ops 20 --store /tmp/s --seconds 60
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mode", choices=("eager", "retrace"), required=True)
+    parser.add_argument("--ops", type=int, default=20, help="eager: rounds of ops a step")
+    parser.add_argument("--graph", action="store_true", help="eager: the step in a tf.function")
+    parser.add_argument("--layers", type=int, default=4, help="retrace: matmuls a step")
+    parser.add_argument("--retrace-every", type=int, default=1, help="retrace: steps a trace")
+    parser.add_argument("--tensor-arg", action="store_true", help="retrace: one trace")
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--width", type=int, default=64)
+    parser.add_argument("--cores", type=int, default=0, help="pin to this many cores (0: all)")
+    parser.add_argument("--store", required=True)
+    parser.add_argument("--seconds", type=float, default=120)
+    args = parser.parse_args()
+    if args.cores:
+        os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[: args.cores])
+    from profiler_service import agent  # before TensorFlow: the agent turns its events on
+
+    embedded = agent.start(port=0, store=args.store)
+    import tensorflow as tf
+
+    from profiler_service.steps import training_step
+
+    x = tf.random.normal((args.batch, args.width))
+    w = tf.Variable(tf.random.normal((args.width, args.width)) * 0.01)
+
+    if args.mode == "eager":
+
+        def eager_step() -> None:
+            for _ in range(args.ops):
+                y = tf.nn.relu(tf.matmul(x, w)) + 1.0
+                w.assign_sub(0.0001 * tf.reduce_mean(y) * tf.ones_like(w))
+
+        run = tf.function(eager_step) if args.graph else eager_step
+
+        def step(i: int) -> None:
+            run()
+
+    else:
+
+        @tf.function
+        def train_step(features, learning_rate):
+            h = features
+            for _ in range(args.layers):
+                h = tf.nn.relu(tf.matmul(h, w))
+            w.assign_sub(learning_rate * tf.reduce_mean(h) * tf.ones_like(w))
+            return tf.reduce_sum(h)
+
+        def step(i: int) -> None:
+            rate = 1e-4 / (1 + i // args.retrace_every)  # a new Python float: a new trace
+            train_step(x, tf.constant(rate) if args.tensor_arg else rate)
+
+    end = time.monotonic() + args.seconds
+    window_start, steps, i = 0.0, 0, 0
+    while time.monotonic() < end:
+        with training_step(i):
+            step(i)
+        now = time.monotonic()
+        if i == 0:
+            print("READY " + json.dumps({"agent_url": embedded.url}), flush=True)
+            window_start = now
+        else:
+            steps += 1
+            if now - window_start >= 1.0:
+                print(f"CLOCK {steps} {now - window_start:.6f}", flush=True)
+                window_start, steps = now, 0
+        i += 1
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()
