@@ -135,6 +135,7 @@ def world(tmp_path_factory, module_prometheus) -> Iterator[World]:
     standin = RecordedProfiler(GPU_CAPTURE.read_bytes())
     hub_port = free_port()
     sidecars: dict[str, ServiceProcess] = {}
+    world = None
     try:
         for namespace, job, _, _, profiled in JOBS:
             if profiled is None:
@@ -148,8 +149,11 @@ def world(tmp_path_factory, module_prometheus) -> Iterator[World]:
             sidecars[f"{namespace}/{job}"] = start_service(
                 root / job, [f"trainer=grpc://{address}"], env
             )
-        yield World(root, bucket, prometheus, sidecars, hub_port)
+        world = World(root, bucket, prometheus, sidecars, hub_port)
+        yield world
     finally:
+        if world is not None and world.hub is not None:  # the last hub its test started
+            world.hub.stop()
         for sidecar in sidecars.values():
             sidecar.stop()
         standin.stop()
