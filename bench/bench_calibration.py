@@ -443,15 +443,7 @@ def main() -> int:
     print(f"\nsplit once (seed {SEED}), fitted on the calibration half: {halves}")
     with constants(**halves):
         report(held_out, "held-out half (reported)")
-    from bench_common import record
-
-    whole = rows["all"]
-    record("calibration held-out: median |predicted - measured|", whole["median_error_points"],
-           "<= 10 points", whole["median_error_points"] <= 10, "points")  # fmt: skip
-    record("calibration held-out: measured inside the range", 100 * whole["inside_share"],
-           "80 % +- 10", abs(whole["inside_share"] - 0.8) <= 0.1, "%")  # fmt: skip
-    record("calibration held-out: median range width", whole["median_width_points"],
-           "<= 30 points", whole["median_width_points"] <= 30, "points")  # fmt: skip
+    record_aims("calibration held-out", rows["all"])
     if STEP_CORPUS.exists():
         report_steps(json.loads(STEP_CORPUS.read_text()))
     return 0
@@ -459,18 +451,22 @@ def main() -> int:
 
 def report_steps(corpus: dict) -> int:
     """The eager and tracing models on the step family: nothing fitted on it, all reported."""
-    from bench_common import record
-
     print(f"\n{len(corpus['pairs'])} step-family pairs measured on {corpus['machine']}")
     rows = report(corpus["pairs"], f"all of {STEP_CORPUS.name} (reported)", predict_step)
-    whole = rows["all"]
-    record("calibration, steps: median |predicted - measured|", whole["median_error_points"],
-           "<= 10 points", whole["median_error_points"] <= 10, "points")  # fmt: skip
-    record("calibration, steps: measured inside the range", 100 * whole["inside_share"],
-           "80 % +- 10", abs(whole["inside_share"] - 0.8) <= 0.1, "%")  # fmt: skip
-    record("calibration, steps: median range width", whole["median_width_points"],
-           "<= 30 points", whole["median_width_points"] <= 30, "points")  # fmt: skip
+    record_aims("calibration, steps", rows["all"])
     return 0
+
+
+def record_aims(name: str, whole: dict) -> None:
+    """A report's figures over all its pairs, against issue 48's aims."""
+    from bench_common import record
+
+    record(f"{name}: median |predicted - measured|", whole["median_error_points"],
+           "<= 10 points", whole["median_error_points"] <= 10, "points")  # fmt: skip
+    record(f"{name}: measured inside the range", 100 * whole["inside_share"],
+           "80 % +- 10", abs(whole["inside_share"] - 0.8) <= 0.1, "%")  # fmt: skip
+    record(f"{name}: median range width", whole["median_width_points"],
+           "<= 30 points", whole["median_width_points"] <= 30, "points")  # fmt: skip
 
 
 if __name__ == "__main__":

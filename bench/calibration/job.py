@@ -19,11 +19,11 @@ Each element is a feature vector made from its index by `--rounds` rounds of x =
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import os
 import sys
 import time
+
+from family import StepClock, add_job_args, start_agent
 
 FEATURES = 64
 NUMPY_SIDE = 64  # python-numpy: rows of FEATURES values, enough for numpy to release the GIL
@@ -43,17 +43,9 @@ def main() -> None:
     parser.add_argument(
         "--sequential", action="store_true", help="tf.data's map parallelisation off"
     )
-    parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--width", type=int, default=64)
-    parser.add_argument("--cores", type=int, default=0, help="pin to this many cores (0: all)")
-    parser.add_argument("--store", required=True)
-    parser.add_argument("--seconds", type=float, default=120)
+    add_job_args(parser)
     args = parser.parse_args()
-    if args.cores:
-        os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[: args.cores])
-    from profiler_service import agent  # before TensorFlow: the agent turns its events on
-
-    embedded = agent.start(port=0, store=args.store)
+    embedded = start_agent(args)  # before TensorFlow
     import keras
     import numpy as np
     import tensorflow as tf
@@ -121,25 +113,14 @@ def main() -> None:
     model.compile(optimizer="adam", loss="mse")
     end = time.monotonic() + args.seconds
 
-    class Ready(keras.callbacks.Callback):
-        """Says READY at the first step, then each second the steps the job's own clock
-        counted in it ("CLOCK steps seconds"): the step time without a profiler."""
+    clock = StepClock(embedded.url)
 
-        said = False
-        window_start = 0.0
-        steps = 0
+    class Ready(keras.callbacks.Callback):
+        """The job's own clock of its steps; stops training after `--seconds`."""
 
         def on_train_batch_end(self, batch, logs=None):
-            now = time.monotonic()
-            if not self.said:
-                print("READY " + json.dumps({"agent_url": embedded.url}), flush=True)
-                self.said, self.window_start = True, now
-                return
-            self.steps += 1
-            if now - self.window_start >= 1.0:
-                print(f"CLOCK {self.steps} {now - self.window_start:.6f}", flush=True)
-                self.window_start, self.steps = now, 0
-            if now > end:
+            clock.tick()
+            if time.monotonic() > end:
                 self.model.stop_training = True
 
     model.fit(ds, epochs=1, steps_per_epoch=10**9, verbose=0,

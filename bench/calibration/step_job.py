@@ -18,10 +18,10 @@ with the agent's URL, then each second "CLOCK steps seconds": the steps its own 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 import time
+
+from family import StepClock, add_job_args, start_agent
 
 
 def main() -> None:
@@ -32,17 +32,9 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=4, help="retrace: matmuls a step")
     parser.add_argument("--retrace-every", type=int, default=1, help="retrace: steps a trace")
     parser.add_argument("--tensor-arg", action="store_true", help="retrace: one trace")
-    parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--width", type=int, default=64)
-    parser.add_argument("--cores", type=int, default=0, help="pin to this many cores (0: all)")
-    parser.add_argument("--store", required=True)
-    parser.add_argument("--seconds", type=float, default=120)
+    add_job_args(parser)
     args = parser.parse_args()
-    if args.cores:
-        os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[: args.cores])
-    from profiler_service import agent  # before TensorFlow: the agent turns its events on
-
-    embedded = agent.start(port=0, store=args.store)
+    embedded = start_agent(args)  # before TensorFlow
     import tensorflow as tf
 
     from profiler_service.steps import training_step
@@ -76,20 +68,13 @@ def main() -> None:
             rate = 1e-4 / (1 + i // args.retrace_every)  # a new Python float: a new trace
             train_step(x, tf.constant(rate) if args.tensor_arg else rate)
 
+    clock = StepClock(embedded.url)
     end = time.monotonic() + args.seconds
-    window_start, steps, i = 0.0, 0, 0
+    i = 0
     while time.monotonic() < end:
         with training_step(i):
             step(i)
-        now = time.monotonic()
-        if i == 0:
-            print("READY " + json.dumps({"agent_url": embedded.url}), flush=True)
-            window_start = now
-        else:
-            steps += 1
-            if now - window_start >= 1.0:
-                print(f"CLOCK {steps} {now - window_start:.6f}", flush=True)
-                window_start, steps = now, 0
+        clock.tick()
         i += 1
     sys.exit(0)
 
