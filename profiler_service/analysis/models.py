@@ -221,6 +221,11 @@ class TfFunctionCalls(BaseModel):
     calls: int
     traces: int  # calls that traced it again
     tracing_ms: float  # in those calls, time not spent running it: graph building, instantiation
+    # A call's whole time, on average, for the calls that traced and those that did not (None
+    # where there were none), and of the latter the time running the graph: what a trace adds.
+    traced_call_ms: float | None = None
+    untraced_call_ms: float | None = None
+    untraced_run_ms: float | None = None
     traced_in_all: int | None = None  # TF's own count of its traces, at its last call
     jit_compile: bool = False
     compiles: int = 0  # XLA compilations during its calls

@@ -32,6 +32,10 @@ def _ms(ps: float) -> float:
     return round(ps / 1e9, 3)
 
 
+def _mean_ms(durations_ps: list[int]) -> float | None:
+    return _ms(sum(durations_ps) / len(durations_ps)) if durations_ps else None
+
+
 def function_name(op_name: str) -> str:
     """`__inference_train_step_123:__inference_train_step_123` -> `train_step`;
     `cluster_0:_XlaCompile` -> `cluster_0`."""
@@ -55,6 +59,9 @@ def summarise_tf_functions(events: HostEvents, host: str) -> TfFunctions | None:
     functions: dict[str, TfFunctionCalls] = {}
     in_steps: dict[str, list[int]] = defaultdict(lambda: [0, 0])  # traces, compiles
     inside_step = _inside_steps(events.steps)
+    traced_ps: dict[str, list[int]] = defaultdict(list)  # each call's whole time
+    untraced_ps: dict[str, list[int]] = defaultdict(list)
+    untraced_run_ps: dict[str, list[int]] = defaultdict(list)  # of those, running the graph
 
     def record(name: str) -> TfFunctionCalls:
         if name not in functions:
@@ -69,7 +76,11 @@ def summarise_tf_functions(events: HostEvents, host: str) -> TfFunctions | None:
         count = call.stats.get("tracing_count")
         if isinstance(count, int) and count:
             f.traced_in_all = count
-        if mode.startswith("traced"):
+        if not mode.startswith("traced"):
+            untraced_ps[call.name].append(call.end_ps - call.start_ps)
+            untraced_run_ps[call.name].append(running_ps[call])
+        else:
+            traced_ps[call.name].append(call.end_ps - call.start_ps)
             f.traces += 1
             in_steps[call.name][0] += inside_step(call)
             tracing_ps = max(0, call.end_ps - call.start_ps - running_ps[call])
@@ -94,6 +105,10 @@ def summarise_tf_functions(events: HostEvents, host: str) -> TfFunctions | None:
         f.compiles += 1
         in_steps[name][1] += inside_step(compile_span)
         f.compile_ms = round(f.compile_ms + _ms(compile_span.end_ps - start), 3)
+    for name, f in functions.items():
+        f.traced_call_ms = _mean_ms(traced_ps[name])
+        f.untraced_call_ms = _mean_ms(untraced_ps[name])
+        f.untraced_run_ms = _mean_ms(untraced_run_ps[name])
     if events.steps:
         for name, f in functions.items():
             traces, compiles = in_steps[name]
