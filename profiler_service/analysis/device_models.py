@@ -5,8 +5,11 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import ClassVar
 
 from pydantic import BaseModel, Field
+
+from profiler_service.analysis.renamed_fields import ReadsOldPercentages
 
 
 class Kernel(BaseModel):
@@ -73,8 +76,16 @@ class GpuKernels(BaseModel):
     sixteen_bit_ms: float = 0.0
 
 
-class GpuDevice(BaseModel):
+class GpuDevice(ReadsOldPercentages):
     """One GPU over the capture, from its own plane: what ran on it and when."""
+
+    old_percentages: ClassVar[dict[str, str]] = {
+        "busy_pct": "busy_share",
+        "kernel_pct": "kernel_share",
+        "idle_pct": "idle_share",
+        "busy_timeline_pct": "busy_timeline_share",
+        "idle_while_host_pct": "idle_while_host_share",
+    }
 
     device: str  # /device:GPU:0, prefixed with the host when the capture has several
     host: str = ""
@@ -86,24 +97,26 @@ class GpuDevice(BaseModel):
     memory_bandwidth_gbps: float | None = None  # GB/s
     clock_mhz: float | None = None
     window_ms: float = 0.0  # the span of the capture's events on its host
-    busy_pct: float = 0.0  # kernels or copies running, of the window
-    kernel_pct: float = 0.0
-    idle_pct: float = 100.0
+    busy_share: float = 0.0  # kernels or copies running, of the window
+    kernel_share: float = 0.0
+    idle_share: float = 1.0
     copies: GpuCopies = Field(default_factory=GpuCopies)
     kernels: GpuKernels = Field(default_factory=GpuKernels)
-    busy_timeline_pct: list[float] = Field(default_factory=list)  # busy share per slice
-    # While this GPU was idle, what the host did: % of the window per HostActivity.
-    idle_while_host_pct: dict[str, float] = Field(default_factory=dict)
+    busy_timeline_share: list[float] = Field(default_factory=list)  # busy share per slice
+    # While this GPU was idle, what the host did: share of the window per HostActivity.
+    idle_while_host_share: dict[str, float] = Field(default_factory=dict)
 
 
-class HostLane(BaseModel):
+class HostLane(ReadsOldPercentages):
     """What one host did over the capture, slice by slice (the report's host lane)."""
+
+    old_percentages: ClassVar[dict[str, str]] = {"busy_pct": "busy_share"}
 
     host: str
     window_ms: float
     slice_ms: float
     activity: list[HostActivity] = Field(default_factory=list)  # the most of each slice
-    busy_pct: dict[str, float] = Field(default_factory=dict)  # % of the window per activity
+    busy_share: dict[str, float] = Field(default_factory=dict)  # of the window, per activity
 
 
 class GpuActivity(BaseModel):
@@ -117,16 +130,16 @@ class GpuActivity(BaseModel):
         return [d for d in self.devices if d.kernels.count]
 
     def idle_while(self, activity: HostActivity) -> float:
-        """% of the capture the GPUs (the active ones, on average) idled while the host did
-        `activity`."""
+        """The share of the capture the GPUs (the active ones, on average) idled while the host
+        did `activity`."""
         active = self.active
         if not active:
             return 0.0
         return round(
-            sum(d.idle_while_host_pct.get(activity.value, 0.0) for d in active) / len(active), 1
+            sum(d.idle_while_host_share.get(activity.value, 0.0) for d in active) / len(active), 3
         )
 
     @property
-    def idle_pct(self) -> float | None:
+    def idle_share(self) -> float | None:
         active = self.active
-        return round(sum(d.idle_pct for d in active) / len(active), 1) if active else None
+        return round(sum(d.idle_share for d in active) / len(active), 3) if active else None

@@ -82,7 +82,7 @@ class CaptureWaste(BaseModel):
 def capture_waste(summary: Summary | None, findings: Sequence[Finding]) -> CaptureWaste | None:
     """None when the capture ran no kernel on a GPU: it cannot say why a GPU idled."""
     gpu = summary.gpu if summary else None
-    if gpu is None or gpu.idle_pct is None:  # no GPU ran a kernel
+    if gpu is None or gpu.idle_share is None:  # no GPU ran a kernel
         return None
     active = gpu.active
     by_cause: dict[str, float] = {}
@@ -103,7 +103,7 @@ def capture_waste(summary: Summary | None, findings: Sequence[Finding]) -> Captu
     return CaptureWaste(
         gpus=len(active),
         model=models.pop() if len(models) == 1 else None,
-        idle_share=round(gpu.idle_pct / 100, 4),
+        idle_share=round(gpu.idle_share, 4),
         idle_by_cause=shares,
         saving_share=round(min(top.impact.gpu_hours_share, 1.0), 4) if top and top.impact else 0.0,
         saving_range=_bounds(top.impact) if top and top.impact else (0.0, 0.0),

@@ -3,13 +3,15 @@ The summary's memory, device and Python-stack parts are modelled in memory_model
 device_models.py and stack_models.py (re-exported here: every reader imports the summary's models
 from this module).
 
-Units are in the names (`_ms`, `_us`, `_bytes`, `_pct` for 0-100, `_share` for 0-1).
+Units are in the names (`_ms`, `_us`, `_bytes`, `_share` for 0-1; the few `_pct` left, 0-100,
+are XProf's own figures read as it gives them). A field renamed from `_pct` to `_share` is
+still read in its old spelling (renamed_fields.py).
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, Field
 
@@ -32,6 +34,7 @@ from profiler_service.analysis.memory_models import (
     OpAllocations,
     PeakAllocation,
 )
+from profiler_service.analysis.renamed_fields import ReadsOldPercentages
 from profiler_service.analysis.stack_models import CodeLine, CodeSite, PythonStacks
 
 __all__ = [
@@ -108,6 +111,9 @@ class StepTime(BaseModel):
     # the markers' step numbers; every figure here is per training step.
     steps_per_marker: int = 1
     markers: int = 0  # the marked steps (calls) XProf timed: the rows behind `steps`
+    # The examples one training step takes, where the job's markers say (`training_step(i,
+    # examples=...)`): two captures whose batches differ are compared by time per example.
+    examples_per_step: float | None = None
     avg_ms: float | None = None
     min_ms: float | None = None
     max_ms: float | None = None
@@ -147,9 +153,11 @@ class InputIterator(BaseModel):
     datasets: str = ""  # the datasets it runs, as the job built them: "fused(MapDataset:1,...)"
 
 
-class InputPipeline(BaseModel):
+class InputPipeline(ReadsOldPercentages):
+    old_percentages: ClassVar[dict[str, str]] = {"input_share_pct": "input_share"}
+
     classification: InputBound = InputBound.UNKNOWN
-    input_share_pct: float | None = None  # of step time, waiting for input
+    input_share: float | None = None  # of step time, waiting for input
     conclusion: str | None = None  # XProf's sentence
     # Host-side input time by tf.data stage (XProf's input pipeline analyzer), in µs.
     stage_time_us: dict[str, float] = Field(default_factory=dict)
@@ -160,12 +168,18 @@ class InputPipeline(BaseModel):
     iterators: list[InputIterator] = Field(default_factory=list)
 
 
-class Utilisation(BaseModel):
+class Utilisation(ReadsOldPercentages):
+    old_percentages: ClassVar[dict[str, str]] = {
+        "device_duty_cycle_pct": "device_duty_cycle_share",
+        "device_idle_pct": "device_idle_share",
+        "host_idle_pct": "host_idle_share",
+    }
+
     hardware_type: str | None = None  # CPU_ONLY, GPU, TPU
     device_type: str | None = None
-    device_duty_cycle_pct: float | None = None
-    device_idle_pct: float | None = None
-    host_idle_pct: float | None = None
+    device_duty_cycle_share: float | None = None
+    device_idle_share: float | None = None
+    host_idle_share: float | None = None
     host_eager_pct: float | None = None  # share of host op time executed eagerly
     device_eager_pct: float | None = None
     # Device compute time in 16-bit and 32-bit ops, and XProf's sentence when 16-bit is low.
@@ -259,13 +273,15 @@ class TfFunctions(BaseModel):
     functions: list[TfFunctionCalls] = Field(default_factory=list)
 
 
-class HostSummary(BaseModel):
+class HostSummary(ReadsOldPercentages):
     """One worker of a multi-host capture, analysed on its own."""
+
+    old_percentages: ClassVar[dict[str, str]] = {"input_share_pct": "input_share"}
 
     host: str
     step_count: int = 0
     step_time_ms_avg: float | None = None
-    input_share_pct: float | None = None
+    input_share: float | None = None  # of step time, waiting for input
     breakdown_avg: StepBreakdown = Field(default_factory=StepBreakdown)
     # Collectives run on the host per step (a CPU all-reduce): XProf counts them as host
     # compute, but on a fast worker they are mostly waiting for the slow one.
@@ -306,11 +322,11 @@ class Summary(BaseModel):
     python_stacks: PythonStacks | None = None
 
     @property
-    def device_idle_pct(self) -> float | None:
+    def device_idle_share(self) -> float | None:
         """XProf's device idle share, or, on GPUs where it gives none, the GPUs' own."""
-        if self.utilisation.device_idle_pct is not None:
-            return self.utilisation.device_idle_pct
-        return self.gpu.idle_pct if self.gpu is not None else None
+        if self.utilisation.device_idle_share is not None:
+            return self.utilisation.device_idle_share
+        return self.gpu.idle_share if self.gpu is not None else None
 
 
 class Severity(StrEnum):

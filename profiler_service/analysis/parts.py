@@ -59,7 +59,7 @@ def assemble(parts: Parts) -> Summary:
     pipeline = (parts.input_pipeline or InputPipeline()).model_copy(
         update={
             "classification": overview.classification,
-            "input_share_pct": overview.input_share_pct,
+            "input_share": overview.input_share,
             "conclusion": overview.conclusion,
             "python_in_pipeline": op_stats.python_in_pipeline if op_stats else False,
         }

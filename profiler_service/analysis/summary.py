@@ -40,6 +40,7 @@ from profiler_service.analysis.readers.step_markers import (
     add_time_between_markers,
     capture_span_ms,
     per_training_step,
+    read_examples_per_step,
     unhide_markers_in_loops,
 )
 from profiler_service.analysis.readers.xplane import CaptureFile
@@ -218,6 +219,8 @@ def _per_training_step(
     """XProf's marked steps as the job's training steps: the time between markers added, then
     divided by the steps each marker holds."""
     notes = add_time_between_markers(step_time, events.steps) if events is not None else []
+    if events is not None:
+        read_examples_per_step(step_time, events.steps)
     return notes + per_training_step(step_time, capture_span_ms(capture))
 
 
@@ -240,7 +243,7 @@ def _host_summary(capture: CaptureFile, events: HostEvents | None) -> HostSummar
     input_share = busy = None
     host_collectives = 0.0
     if step_time.avg_ms:
-        input_share = round(100 * parts.input_ms / step_time.avg_ms, 1)
+        input_share = round(parts.input_ms / step_time.avg_ms, 3)
         host_collectives = round(host_communication_ms(ops) / max(step_time.count, 1), 3)
         waiting = parts.other_ms + parts.collectives_ms + host_collectives
         busy = round(max(0.0, step_time.avg_ms - waiting), 3)
@@ -248,7 +251,7 @@ def _host_summary(capture: CaptureFile, events: HostEvents | None) -> HostSummar
         host=capture.host,
         step_count=step_time.count,
         step_time_ms_avg=step_time.avg_ms,
-        input_share_pct=input_share,
+        input_share=input_share,
         breakdown_avg=parts,
         host_collectives_ms_avg=host_collectives,
         busy_ms_avg=busy,

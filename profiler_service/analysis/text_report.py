@@ -11,6 +11,7 @@ from profiler_service.analysis.input_impact import ACTION_LABELS
 from profiler_service.analysis.models import Finding, HostActivity, Summary
 from profiler_service.analysis.readers.framework import Framework
 from profiler_service.analysis.readers.memory_events import RECORDING_VARIABLE
+from profiler_service.analysis.renamed_fields import percent
 from profiler_service.models import CaptureCost, Snapshot
 
 _MARK = {"critical": "CRITICAL", "warning": "WARNING ", "info": "INFO    "}
@@ -43,11 +44,11 @@ def format_summary(summary: Summary) -> list[str]:
         lines.append(f"XProf: {summary.input_pipeline.conclusion}")
     gpu = summary.gpu
     if gpu is not None and gpu.active:
-        idle = gpu.idle_pct
+        idle = percent(gpu.idle_share or 0.0)
         meanwhile = ", ".join(
-            f"{act.label} {gpu.idle_while(act):g}%"
+            f"{act.label} {percent(gpu.idle_while(act)):g}%"
             for act in HostActivity
-            if gpu.idle_while(act) >= 1
+            if percent(gpu.idle_while(act)) >= 1
         )
         lines.append(
             f"GPUs: {describe_devices(summary)}; idle {idle:g}% of the capture"
@@ -191,17 +192,19 @@ def format_comparison(
     comparison: Comparison, metric: GateMetric, max_regression: float
 ) -> list[str]:
     lines = [f"{'':<22}{'base':>14}{'head':>14}{'change':>10}"]
-    rows = [(name, c) for name, c in comparison.metrics.items()]
+    rows = [(name, c, GateMetric(name).shown) for name, c in comparison.metrics.items()]
     rows += [
-        (f"  {part.removesuffix('_ms')} ms", c) for part, c in comparison.step_breakdown_ms.items()
+        (f"  {part.removesuffix('_ms')} ms", c, _as_is)
+        for part, c in comparison.step_breakdown_ms.items()
     ]
-    for name, c in rows:
+    for name, c, shown in rows:
         if c.base is None and c.head is None:
             continue
         change = f"{100 * (c.ratio - 1):+.1f}%" if c.ratio is not None else "n/a"
         regressed = name == metric.value and comparison.is_regression(metric, max_regression)
         mark = " <-" if regressed else ""
-        lines.append(f"{name:<22}{_num(c.base):>14}{_num(c.head):>14}{change:>10}{mark}")
+        base, head = _num(shown(c.base)), _num(shown(c.head))
+        lines.append(f"{name:<22}{base:>14}{head:>14}{change:>10}{mark}")
     for title, ops in (("grown", comparison.ops_grown), ("new", comparison.ops_new)):
         for op in ops[:5]:
             lines.append(
@@ -213,6 +216,10 @@ def format_comparison(
     if comparison.findings_resolved:
         lines.append(f"resolved findings: {', '.join(comparison.findings_resolved)}")
     return lines + comparison.notes
+
+
+def _as_is(value: float | None) -> float | None:
+    return value
 
 
 def _num(value: float | None) -> str:

@@ -43,6 +43,7 @@ def render() -> str:
     doc = openapi()
     parts = [INTRO, table(["method and path", "does"], list(_summary_rows(doc, "")))]
     parts += _operations(doc, "")
+    parts.append(renamed_fields())
     hub = hub_openapi()
     if hub is not None:
         # The hub serves the sidecar's read routes too; only its own are described here.
@@ -62,6 +63,22 @@ def render() -> str:
             *_operations(hub, "Hub: "),
         ]
     return "\n".join(parts)
+
+
+def renamed_fields() -> str:
+    """The JSON fields renamed, each still read in its old spelling, and since when."""
+    import profiler_service.analysis.findings  # noqa: F401  (its evidence models register)
+    from profiler_service.analysis.renamed_fields import RENAMED
+
+    rows = [(code(r.model), code(r.old), code(r.new), r.since) for r in RENAMED]
+    return (
+        "## Renamed fields\n\n"
+        "A proportion is a share, 0-1 (`_share`); a percentage is for display only. These fields "
+        "held a percentage, 0-100 (`_pct`), before the release named: answers carry the new "
+        "name only, and the old one is still read, divided by 100, so a snapshot written "
+        "before (in a store or a bucket) reads with its shares.\n\n"
+        + table(["in", "old name (still read)", "new name", "since"], rows)
+    )
 
 
 def _operations(doc: dict[str, Any], prefix: str) -> list[str]:

@@ -9,6 +9,7 @@ from datetime import datetime
 from markupsafe import Markup, escape
 
 from profiler_service.analysis.models import AllocatorMemory, GpuActivity, HostActivity, StepTime
+from profiler_service.analysis.renamed_fields import percent
 from profiler_service.lookback.models import Series
 
 # Step-time parts, in stacking order, with the colours the legend shows.
@@ -125,11 +126,11 @@ def gpu_lanes_svg(gpu: GpuActivity, width: int = 900, lane: int = 22) -> Markup:
     lanes: list[tuple[str, list[str]]] = []
     for device in gpu.devices:
         cells = []
-        for i, pct in enumerate(device.busy_timeline_pct):
+        for i, busy in enumerate(device.busy_timeline_share):
             cells.append(
                 f'<rect x="{label_w + i * cell:.2f}" width="{cell:.2f}" height="{lane}" '
-                f'fill="{GPU_BUSY_COLOUR}" fill-opacity="{max(pct, 0) / 100:.2f}">'
-                f"<title>{escape(device.device)}: busy {pct:g}%</title></rect>"
+                f'fill="{GPU_BUSY_COLOUR}" fill-opacity="{max(busy, 0):.2f}">'
+                f"<title>{escape(device.device)}: busy {percent(busy):g}%</title></rect>"
             )
         lanes.append((device.device.removeprefix("/device:"), cells))
     for host in gpu.hosts:

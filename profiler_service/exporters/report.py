@@ -7,9 +7,10 @@ from functools import cache
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from profiler_service.analysis.across.compare import Comparison
+from profiler_service.analysis.across.compare import Comparison, GateMetric
 from profiler_service.analysis.across.verification import headline
 from profiler_service.analysis.models import Finding
+from profiler_service.analysis.renamed_fields import percent
 from profiler_service.analysis.text_report import (
     describe_cost,
     describe_saving,
@@ -35,6 +36,8 @@ def templates() -> Environment:
     )
     env.filters["bytes"] = charts.format_bytes
     env.filters["ms"] = format_ms
+    env.filters["percent"] = _percent
+    env.globals["metric_shown"] = lambda name, value: GateMetric(name).shown(value)
     env.globals["describe_saving"] = describe_saving
     env.globals["verification_headline"] = headline
     env.globals["describe_cost"] = describe_cost
@@ -62,6 +65,11 @@ def evidence_items(finding: Finding) -> list[tuple[str, str, str]]:
         about = fields[key].description or "" if key in fields else ""
         items.append((key.replace("_", " "), _evidence_value(value), about))
     return items
+
+
+def _percent(share: float | None) -> float | None:
+    """A share as the percentage the page shows; None (not measured) stays empty."""
+    return None if share is None else percent(share)
 
 
 def _evidence_value(value: object) -> str:

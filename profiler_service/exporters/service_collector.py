@@ -22,6 +22,7 @@ from prometheus_client.metrics_core import (
     Metric,
 )
 
+from profiler_service.analysis.renamed_fields import share_of
 from profiler_service.capture.controller import CaptureController
 from profiler_service.models import SnapshotStatus
 from profiler_service.store import SnapshotStore
@@ -68,7 +69,10 @@ def _number(*candidates: tuple[Any, float]) -> float | None:
 def _device_idle(summary: Mapping[str, Any], gpu_idle: float | None) -> float | None:
     """XProf's device idle share, else the GPUs' own; none on a CPU-only capture, where XProf
     still writes 0 % (no device: no series, not a device that never idled)."""
-    xprof = _number((_path(summary, "utilisation", "device_idle_pct"), 0.01))
+    xprof = _number(
+        (_path(summary, "utilisation", "device_idle_share"), 1.0),
+        (_path(summary, "utilisation", "device_idle_pct"), 0.01),  # before 0.2.0
+    )
     if _path(summary, "utilisation", "hardware_type") == "CPU_ONLY":
         return gpu_idle
     return xprof if xprof is not None else gpu_idle
@@ -89,21 +93,29 @@ def read_analysis(snapshot_id: str, created_at: str, doc: str) -> LatestAnalysis
     step_ms = _number(
         (_path(summary, "step_time", "avg_ms"), 1.0), (summary.get("step_time_ms_avg"), 1.0)
     )
+    # Each GPU's shares, in either spelling (`_pct`, 0-100, before 0.2.0).
     gpus = [
         d
         for d in _path(summary, "gpu", "devices") or []
-        if isinstance(d, Mapping) and _number((d.get("busy_pct"), 1.0)) is not None
+        if isinstance(d, Mapping)
+        and _number((share_of(d, "busy_share", "busy_pct"), 1.0)) is not None
     ]
-    active = [d["idle_pct"] for d in gpus if _path(d, "kernels", "count")]
+    active = [
+        idle
+        for d in gpus
+        if _path(d, "kernels", "count")
+        and (idle := share_of(d, "idle_share", "idle_pct")) is not None
+    ]
     # XProf gives no idle share for GPUs: the GPUs' own planes do (the ones that ran kernels).
-    gpu_idle = sum(active) / len(active) / 100 if active else None
+    gpu_idle = sum(active) / len(active) if active else None
     return LatestAnalysis(
         snapshot_id=snapshot_id,
         created_s=datetime.fromisoformat(created_at).timestamp(),
         bottleneck=str(summary.get("bottleneck") or "unknown"),
         step_time_s=None if step_ms is None else step_ms / 1000.0,
         input_share=_number(
-            (_path(summary, "input_pipeline", "input_share_pct"), 0.01),
+            (_path(summary, "input_pipeline", "input_share"), 1.0),
+            (_path(summary, "input_pipeline", "input_share_pct"), 0.01),  # before 0.2.0
             (summary.get("input_share_pct"), 0.01),
         ),
         device_idle_share=_device_idle(summary, gpu_idle),
@@ -113,7 +125,7 @@ def read_analysis(snapshot_id: str, created_at: str, doc: str) -> LatestAnalysis
             for h in summary.get("per_host") or []
             if isinstance(h, Mapping) and _number((h.get("busy_ms_avg"), 1.0)) is not None
         },
-        gpu_busy={str(d.get("device")): d["busy_pct"] / 100 for d in gpus},
+        gpu_busy={str(d.get("device")): share_of(d, "busy_share", "busy_pct") for d in gpus},
         cost_ratio=_number((_path(data, "capture", "cost", "ratio"), 1.0)),
     )
 

@@ -44,7 +44,7 @@ def snap(
             for n, ms in ops.items()
         ],
     )
-    summary.input_pipeline.input_share_pct = round(100 * input_ms / avg_ms, 1)
+    summary.input_pipeline.input_share = round(input_ms / avg_ms, 3)
     return Snapshot(
         id=sid,
         target="t",

@@ -95,14 +95,15 @@ def test_the_device_planes_name_the_gpu_and_what_it_did(tmp_path):
     # 144 kernels on the compute stream, mostly a few microseconds each (a small Keras model)
     assert device.kernels.count == 144
     assert device.kernels.median_us < 10 and device.kernels.short_share > 0.5
-    assert 0 < device.busy_pct < 5 and device.idle_pct == pytest.approx(100 - device.busy_pct)
+    assert 0 < device.busy_share < 0.05
+    assert device.idle_share == pytest.approx(1 - device.busy_share)
     assert device.copies.host_to_device_ms > 0 and device.copies.device_to_host_ms > 0
-    assert len(device.busy_timeline_pct) == SLICES
+    assert len(device.busy_timeline_share) == SLICES
     lane = gpu.hosts[0]
     assert len(lane.activity) == SLICES
     # The article's first case: the GPU waits while the host is in the tf.data iterator.
     assert lane.activity.count(HostActivity.INPUT) >= SLICES // 3
-    assert device.idle_while_host_pct["input"] > 40
+    assert device.idle_while_host_share["input"] > 0.4
     assert result.summary.utilisation.device_compute_32bit_pct == 100.0
     assert "16 bit" in (result.summary.utilisation.precision_statement or "")
 
@@ -173,7 +174,7 @@ def test_a_gpu_waiting_on_input_is_idle_and_says_so(tmp_path):
 def test_a_busy_gpu_is_not_idle_launch_bound_or_input_bound(tmp_path):
     result = analyse(GPU_BUSY, tmp_path)
     found = by_rule(result)
-    assert result.summary.gpu.devices[0].busy_pct > 80
+    assert result.summary.gpu.devices[0].busy_share > 0.8
     assert {"device_idle", "kernel_launch_bound", "input_bound"}.isdisjoint(found)
     # a Turing GPU computing 100 % in 32-bit, and computing most of the time: a warning
     assert found["mixed_precision"].severity is Severity.WARNING
@@ -249,28 +250,28 @@ def test_busy_idle_and_the_hosts_part_are_measured_from_the_intervals(tmp_path):
     gpu = read_gpu_activity([write_space(tmp_path / "h.xplane.pb", gpu=True)])
     device = gpu.devices[0]
     assert device.window_ms == 100.0
-    assert (device.busy_pct, device.kernel_pct, device.idle_pct) == (45.0, 40.0, 55.0)
+    assert (device.busy_share, device.kernel_share, device.idle_share) == (0.45, 0.4, 0.55)
     assert device.copies.host_to_device_ms == 5.0
     assert device.kernels.count == 1 and device.kernels.median_us == 40_000
     # idle 0-55 ms: in the iterator 0-40, in an op 40-55
-    assert device.idle_while_host_pct == {
-        "input": 40.0,
+    assert device.idle_while_host_share == {
+        "input": 0.4,
         "transfer": 0.0,
-        "tf_ops": 15.0,
+        "tf_ops": 0.15,
         "python": 0.0,
         "tf_data": 0.0,
         "nothing": 0.0,
     }
-    assert gpu.hosts[0].busy_pct == {
-        "input": 40.0,
+    assert gpu.hosts[0].busy_share == {
+        "input": 0.4,
         "transfer": 0.0,
-        "tf_ops": 20.0,
+        "tf_ops": 0.2,
         "python": 0.0,
         "tf_data": 0.0,
     }
     # 60 slices of 5/3 ms: idle up to 55 ms (slice 33 is 55-56.7 ms), busy from there on
-    timeline = device.busy_timeline_pct
-    assert timeline[:33] == [0.0] * 33 and timeline[33:] == [100.0] * 27
+    timeline = device.busy_timeline_share
+    assert timeline[:33] == [0.0] * 33 and timeline[33:] == [1.0] * 27
     lane = gpu.hosts[0].activity
     assert lane[:24] == [HostActivity.INPUT] * 24  # 0-40 ms
     assert lane[24:36] == [HostActivity.TF_OPS] * 12  # 40-60 ms
@@ -312,22 +313,22 @@ def run(name: str, summary: Summary):
 
 def test_mixed_precision_needs_tensor_cores_and_low_16bit_compute():
     low = precision.LOW_16BIT_PCT
-    volta = device(compute_capability="7.0", kernel_pct=60.0)
+    volta = device(compute_capability="7.0", kernel_share=0.6)
     fp32 = {"device_compute_16bit_pct": low - 0.1, "device_compute_32bit_pct": 100 - low}
     assert run("mixed_precision", on_gpu(volta, **fp32)).severity is Severity.WARNING
     at_line = {"device_compute_16bit_pct": low, "device_compute_32bit_pct": 100 - low}
     assert run("mixed_precision", on_gpu(volta, **at_line)) is None
-    pascal = device(compute_capability="6.1", kernel_pct=60.0)
+    pascal = device(compute_capability="6.1", kernel_share=0.6)
     assert run("mixed_precision", on_gpu(pascal, **fp32)) is None
     waiting = device(
-        compute_capability="7.5", kernel_pct=precision.PRECISION_WARNING_KERNEL_PCT - 1
+        compute_capability="7.5", kernel_share=(precision.PRECISION_WARNING_KERNEL_PCT - 1) / 100
     )
     assert run("mixed_precision", on_gpu(waiting, **fp32)).severity is Severity.INFO
 
 
 def test_mixed_precision_reads_kernel_names_where_xprof_gives_no_precision():
     eligible = GpuKernels(count=10, tensor_core_eligible_ms=100.0, tensor_core_ms=9.0)
-    summary = on_gpu(device(compute_capability="8.0", kernels=eligible, kernel_pct=90.0))
+    summary = on_gpu(device(compute_capability="8.0", kernels=eligible, kernel_share=0.9))
     assert run("mixed_precision", summary) is not None
     used = GpuKernels(count=10, tensor_core_eligible_ms=100.0, tensor_core_ms=10.0)
     assert run("mixed_precision", on_gpu(device(compute_capability="8.0", kernels=used))) is None
@@ -336,19 +337,19 @@ def test_mixed_precision_reads_kernel_names_where_xprof_gives_no_precision():
 def test_kernel_launch_bound_from_tiny_kernels():
     per_step = gpu_rules.TINY_KERNELS_PER_STEP
     tiny = GpuKernels(count=per_step * 4, median_us=4, short_share=gpu_rules.TINY_KERNEL_SHARE)
-    idle_gpu = device(kernels=tiny, busy_pct=gpu_rules.LAUNCH_BOUND_MAX_BUSY_PCT - 1)
+    idle_gpu = device(kernels=tiny, busy_share=(gpu_rules.LAUNCH_BOUND_MAX_BUSY_PCT - 1) / 100)
     assert run("kernel_launch_bound", on_gpu(idle_gpu, steps=4)) is not None
     assert run("kernel_launch_bound", on_gpu(idle_gpu, steps=5)) is None  # too few per step
-    busy_gpu = device(kernels=tiny, busy_pct=gpu_rules.LAUNCH_BOUND_MAX_BUSY_PCT)
+    busy_gpu = device(kernels=tiny, busy_share=gpu_rules.LAUNCH_BOUND_MAX_BUSY_PCT / 100)
     assert run("kernel_launch_bound", on_gpu(busy_gpu, steps=4)) is None
     big = GpuKernels(count=per_step * 4, median_us=40, short_share=0.49)
-    assert run("kernel_launch_bound", on_gpu(device(kernels=big, busy_pct=10), steps=4)) is None
+    assert run("kernel_launch_bound", on_gpu(device(kernels=big, busy_share=0.1), steps=4)) is None
 
 
 def test_gpu_imbalance_names_the_busiest_gpu_as_the_slowest():
     points = gpu_rules.IMBALANCE_WARNING_POINTS
-    a = device(device="/device:GPU:0", busy_pct=50.0)
-    b = device(device="/device:GPU:1", busy_pct=50.0 + points)
+    a = device(device="/device:GPU:0", busy_share=0.5)
+    b = device(device="/device:GPU:1", busy_share=(50.0 + points) / 100)
     finding = run("gpu_imbalance", on_gpu(a, b))
     assert finding.evidence["slowest"] == "/device:GPU:1"
     # Each replica waits for the busiest: even, both do the mean work (55 of 60 busy).
@@ -356,23 +357,26 @@ def test_gpu_imbalance_names_the_busiest_gpu_as_the_slowest():
     impact = estimate(finding, on_gpu(a, b))
     assert impact.saving_share == pytest.approx(1 - 55 / 60, abs=1e-4)
     assert impact.returned_gpu_share == 0.0
-    close = device(device="/device:GPU:1", busy_pct=50.0 + points - 0.1)
+    close = device(device="/device:GPU:1", busy_share=(50.0 + points - 0.1) / 100)
     assert run("gpu_imbalance", on_gpu(a, close)) is None
     assert run("gpu_imbalance", on_gpu(a)) is None  # one GPU
 
 
 def test_device_idle_and_input_verdict_from_the_gpu_plane():
-    highly = input_pipeline.HIGHLY_INPUT_PCT
+    highly = input_pipeline.HIGHLY_INPUT_PCT / 100
     waits = device(
-        busy_pct=10.0, idle_pct=90.0, idle_while_host_pct={"input": highly + 0.1, "tf_ops": 5.0}
+        busy_share=0.1,
+        idle_share=0.9,
+        idle_while_host_share={"input": highly + 0.001, "tf_ops": 0.05},
     )
     summary = on_gpu(waits)
     idle = run("device_idle", summary)
     assert idle.severity is Severity.CRITICAL and "tf.data" in idle.title
     assert run("input_bound", summary).severity is Severity.CRITICAL
-    at_line = device(busy_pct=10.0, idle_pct=90.0, idle_while_host_pct={"input": highly})
+    at_line = device(busy_share=0.1, idle_share=0.9, idle_while_host_share={"input": highly})
     assert run("input_bound", on_gpu(at_line)).severity is Severity.WARNING
-    low = device(idle_pct=90.0, idle_while_host_pct={"input": input_pipeline.MODERATELY_INPUT_PCT})
+    moderately = input_pipeline.MODERATELY_INPUT_PCT / 100
+    low = device(idle_share=0.9, idle_while_host_share={"input": moderately})
     assert run("input_bound", on_gpu(low)) is None
 
 
@@ -436,7 +440,7 @@ def test_one_piece_of_precision_advice_where_both_rules_would_give_it():
     )
     xprof_kernels = Kernels(total_us=1000.0, top=[matmul], eligible_unused_us=900.0)
     fp32 = {"device_compute_16bit_pct": 0.0, "device_compute_32bit_pct": 100.0}
-    summary = on_gpu(device(compute_capability="7.0", kernel_pct=80.0), **fp32)
+    summary = on_gpu(device(compute_capability="7.0", kernel_share=0.8), **fp32)
     summary.kernels = xprof_kernels
     fired = {f.rule for f in findings.evaluate(summary)}
     assert "mixed_precision" in fired and "tensor_cores_unused" not in fired
@@ -448,14 +452,14 @@ def test_one_gpu_used_of_several_is_said_at_info_level_with_the_fix_that_fits():
     """A single-device job on an 8-GPU node is not told to distribute: that it sees 8 GPUs and
     uses one is information, with the fix of seeing and holding one. Two of several working
     while the rest idle stays a warning."""
-    used = device(device="/device:GPU:0", busy_pct=60.0)
-    idle = [device(device=f"/device:GPU:{i}", busy_pct=0.0, kernels=GpuKernels()) for i in
+    used = device(device="/device:GPU:0", busy_share=0.6)
+    idle = [device(device=f"/device:GPU:{i}", busy_share=0.0, kernels=GpuKernels()) for i in
             range(1, 8)]  # fmt: skip
     finding = run("gpu_imbalance", on_gpu(used, *idle))
     assert finding.severity is Severity.INFO
     assert finding.title.startswith("The job used 1 of the 8 GPUs it can see")
     assert "CUDA_VISIBLE_DEVICES=0" in finding.recommendation
     assert finding.impact is None or finding.impact.saving_share == 0
-    second = device(device="/device:GPU:1", busy_pct=60.0)
+    second = device(device="/device:GPU:1", busy_share=0.6)
     finding = run("gpu_imbalance", on_gpu(used, second, *idle[1:]))
     assert finding.severity is Severity.WARNING and "6 of 8 GPUs ran no kernel" in finding.title

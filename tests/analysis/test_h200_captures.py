@@ -60,7 +60,7 @@ def test_bfloat16_compute_is_not_told_to_use_mixed_precision(analysed, case):
 
 def test_a_healthy_bfloat16_training_loop_gets_no_warning(analysed):
     result = analysed["healthy_bf16_train"]
-    assert result.summary.gpu.active[0].busy_pct > 80
+    assert result.summary.gpu.active[0].busy_share > 0.8
     loud = [f.rule for f in result.findings if f.severity is not Severity.INFO]
     assert loud == []
 
@@ -101,7 +101,7 @@ def test_a_gpu_starved_by_python_decoding_is_idle_and_says_what_the_host_did(ana
     gpu = summary.gpu
     # The script's own figures: the device waits for the host's decoding most of each step.
     assert truth["host_ms"] / truth["step_ms"] > 0.9
-    assert gpu.active[0].idle_pct > 90
+    assert gpu.active[0].idle_share > 0.9
     meanwhile = {act: gpu.idle_while(act) for act in HostActivity}
     assert max(meanwhile, key=meanwhile.get) is cause
     idle = findings(analysed[case])["device_idle"]
@@ -139,8 +139,8 @@ def test_the_idle_gpus_impact_says_what_the_fix_fills_and_the_busy_share_after(a
     impact = idle.impact
     assert 0 < impact.saving_range[0] <= impact.saving_share <= impact.saving_range[1] <= 1
     assert impact.step_ms_after < impact.step_ms_now
-    busy = 100 - analysed["input_starved"].summary.gpu.idle_pct
-    assert f"busy {busy / 100:.0%} now, would be busy" in impact.basis
+    busy = 1 - analysed["input_starved"].summary.gpu.idle_share
+    assert f"busy {busy:.0%} now, would be busy" in impact.basis
     # "Fix this first": the host's Python the GPU waits behind, or the idle GPU, the same time
     # read twice; never a finding that saves nothing.
     first = analysed["input_starved"].findings[0]

@@ -57,7 +57,7 @@ def test_the_input_pipeline_is_assembled_from_its_four_sources():
     overview = Overview(
         step_time=StepTime(count=10, avg_ms=20.0),
         classification=InputBound.HIGHLY,
-        input_share_pct=62.3,
+        input_share=0.623,
         conclusion="Your program is HIGHLY input-bound because 62.3% ...",
     )
     tool = InputPipeline(
@@ -75,7 +75,7 @@ def test_the_input_pipeline_is_assembled_from_its_four_sources():
         )
     )
     pipeline = summary.input_pipeline
-    assert (pipeline.classification, pipeline.input_share_pct) == (InputBound.HIGHLY, 62.3)
+    assert (pipeline.classification, pipeline.input_share) == (InputBound.HIGHLY, 0.623)
     assert pipeline.conclusion == overview.conclusion  # the overview's verdict
     assert pipeline.slowest_stage == "preprocessing"  # the input pipeline analyzer's stages
     assert pipeline.python_in_pipeline  # the op stats'

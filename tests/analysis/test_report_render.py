@@ -74,7 +74,7 @@ def summary() -> Summary:
         ),
         input_pipeline=InputPipeline(
             classification=InputBound.HIGHLY,
-            input_share_pct=89.5,
+            input_share=0.895,
             conclusion="Your program is HIGHLY input-bound because 89.5% of the total step time "
             "sampled is waiting for input.",
             slowest_stage="preprocessing",

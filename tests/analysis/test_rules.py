@@ -32,6 +32,7 @@ from profiler_service.analysis.findings import (
     precision,
     rank,
     registry,
+    tensorflow,
 )
 from profiler_service.analysis.findings import (
     gpu as gpu_rules,
@@ -221,7 +222,7 @@ def test_input_bound_follows_xprofs_classification(classification, severity):
     assert input_pipeline.SEVERITY_OF.get(classification) == severity
     summary = cpu(
         step_time=steps(input_ms=974),
-        input_pipeline=InputPipeline(classification=classification, input_share_pct=97.4),
+        input_pipeline=InputPipeline(classification=classification, input_share=0.974),
     )
     finding = run("input_bound", summary)
     if severity is None:
@@ -238,7 +239,7 @@ def test_input_bound_names_the_slowest_stage_and_puts_python_advice_first():
         step_time=steps(input_ms=500),
         input_pipeline=InputPipeline(
             classification=InputBound.HIGHLY,
-            input_share_pct=50.0,
+            input_share=0.5,
             slowest_stage="preprocessing",
             python_in_pipeline=True,
             slowest_ops=[
@@ -368,7 +369,9 @@ def test_short_capture_is_info_below_min_steps():
 def test_device_idle_warns_then_goes_critical_on_a_gpu():
     def summary(idle: float) -> Summary:
         return gpu(
-            utilisation=Utilisation(hardware_type="GPU", device_type="GPU", device_idle_pct=idle)
+            utilisation=Utilisation(
+                hardware_type="GPU", device_type="GPU", device_idle_share=idle / 100
+            )
         )
 
     warning = assert_fires("device_idle", summary(device.DEVICE_IDLE_WARNING_PCT), Severity.WARNING)
@@ -384,7 +387,7 @@ def test_device_idle_never_fires_without_an_accelerator(hardware_type):
     # XProf reports a CPU-only capture's device as fully idle (duty cycle "0.0%").
     summary = cpu(
         utilisation=Utilisation(
-            hardware_type=hardware_type, device_idle_pct=100.0, device_duty_cycle_pct=0.0
+            hardware_type=hardware_type, device_idle_share=1.0, device_duty_cycle_share=0.0
         )
     )
     assert run("device_idle", summary) is None
@@ -613,13 +616,13 @@ def cpu_only_capture() -> Summary:
     return cpu(
         bottleneck="input",
         step_time=steps(count=20, input_ms=974, host_compute_ms=20, other_ms=6),
-        input_pipeline=InputPipeline(classification=InputBound.HIGHLY, input_share_pct=97.4),
+        input_pipeline=InputPipeline(classification=InputBound.HIGHLY, input_share=0.974),
         utilisation=Utilisation(
             hardware_type="CPU_ONLY",
             device_type="CPU",
-            device_duty_cycle_pct=0.0,
-            device_idle_pct=100.0,
-            host_idle_pct=3.0,
+            device_duty_cycle_share=0.0,
+            device_idle_share=1.0,
+            host_idle_share=0.03,
             host_eager_pct=0.0,
         ),
         top_ops=[
@@ -666,8 +669,8 @@ def test_a_readable_capture_without_steps_yields_only_no_step_markers():
 def test_findings_are_ordered_by_saving_then_severity():
     summary = gpu(
         step_time=steps(count=2, input_ms=300, other_ms=200, compile_ms=250),
-        input_pipeline=InputPipeline(classification=InputBound.HIGHLY, input_share_pct=30.0),
-        utilisation=Utilisation(hardware_type="GPU", device_type="GPU", device_idle_pct=60.0),
+        input_pipeline=InputPipeline(classification=InputBound.HIGHLY, input_share=0.3),
+        utilisation=Utilisation(hardware_type="GPU", device_type="GPU", device_idle_share=0.6),
         top_ops=[op("dev/MatMul", 0.7, side="Device")],
         memory=[allocator(0.85)],
         process_cpu=ProcessCpu(cores_available=8, source="agent"),
@@ -701,7 +704,7 @@ def test_findings_are_ordered_by_what_their_fix_saves_and_nothing_saved_ranks_la
             name: _stamped(name, func)
             for name, func in {
                 "memory_growth": fixed("memory_growth", Severity.CRITICAL, 1.0),
-                "retracing": fixed("retracing", Severity.INFO, 0.5),
+                "retracing": fixed("retracing", Severity.INFO, 0.3),
                 "input_bound": fixed("input_bound", Severity.CRITICAL, 0.6, input_share_pct=60.0),
                 "short_capture": fixed("short_capture", Severity.INFO, 0.0),
                 "host_overhead": fixed("host_overhead", Severity.WARNING, 0.1),
@@ -714,12 +717,13 @@ def test_findings_are_ordered_by_what_their_fix_saves_and_nothing_saved_ranks_la
     )
     assert [f.rule for f in found] == [
         "input_bound",  # 0.6: 60 ms of input over 4 cores hides behind 40 ms of compute
-        "retracing",  # 0.475, an info finding before a critical one that saves nothing
+        "retracing",  # 0.59, an info finding before a critical one that saves nothing
         "host_overhead",  # 0.07
         "memory_growth",  # 0: critical, but no step time saved
         "short_capture",  # 0, info
     ]
-    assert [f.impact.saving_share for f in found] == [0.6, 0.475, 0.07, 0.0, 0.0]
+    retrace = round(0.3 + 0.7 * tensorflow.RETRACE_REST_REMOVED, 4)
+    assert [f.impact.saving_share for f in found] == [0.6, retrace, 0.07, 0.0, 0.0]
 
 
 def _stamped(name: str, func):
@@ -868,9 +872,23 @@ def test_each_change_to_the_pipeline_has_its_own_saving():
     assert estimate(wait, summary).action("parallel_calls").saving_share == pytest.approx(convoy)
 
 
-def test_the_tracing_model_keeps_one_trace():
+def test_the_retracing_model_keeps_one_trace_and_what_new_functions_cost_beside_it():
     summary = Summary(step_time=StepTime(count=20, avg_ms=40.0))
     found = Finding(rule="retracing", severity=Severity.WARNING, title="", impact_share=0.5)
+    got = estimate(found, summary)
+    rest, (least, most) = tensorflow.RETRACE_REST_REMOVED, tensorflow.RETRACE_REST_REMOVED_RANGE
+    assert got.saving_share == pytest.approx(0.5 + 0.5 * rest, abs=1e-4)
+    assert got.step_ms_after == pytest.approx(40 * (0.5 - 0.5 * rest), abs=0.01)
+    assert got.saving_range == (
+        pytest.approx(0.5 + 0.5 * least, abs=1e-4),
+        pytest.approx(0.5 + 0.5 * most, abs=1e-4),
+    )
+
+
+def test_the_compile_model_keeps_one_compile():
+    summary = Summary(step_time=StepTime(count=20, avg_ms=40.0))
+    found = Finding(rule="xla_recompilation", severity=Severity.WARNING, title="",
+                    impact_share=0.5)  # fmt: skip
     got = estimate(found, summary)
     assert got.saving_share == pytest.approx(0.475) and got.step_ms_after == pytest.approx(21.0)
     assert got.saving_range == (pytest.approx(0.4), pytest.approx(0.95))  # + 90 % of the rest
@@ -879,8 +897,8 @@ def test_the_tracing_model_keeps_one_trace():
 def test_the_device_wait_model_gives_the_gpus_busy_share_after_the_fix():
     busy = GpuDevice(
         device="/device:GPU:0",
-        busy_pct=50.0,
-        idle_pct=50.0,
+        busy_share=0.5,
+        idle_share=0.5,
         kernels=GpuKernels(count=100, median_us=50, short_share=0.1),
     )
     summary = gpu(step_time=steps(count=10), gpu=GpuActivity(devices=[busy]))

@@ -193,13 +193,13 @@ def test_overview_reads_xprofs_input_verdict(conclusion, classification, pct):
     summary = read_overview(overview_tables(step_table(three_steps(), conclusion)))
     pipeline = summary.input_pipeline
     assert pipeline.classification is classification
-    assert pipeline.input_share_pct == pct
+    assert pipeline.input_share == pytest.approx(pct / 100)
     assert pipeline.conclusion == conclusion
 
 
 def test_potentially_input_bound_keeps_the_input_share_not_the_all_others_share():
     """XProf's POTENTIALLY sentence quotes the 'All Others' share (35.1 %), not input time;
-    `input_share_pct` is documented as the share of step time waiting for input."""
+    `input_share` is documented as the share of step time waiting for input."""
     step = step_table(
         three_steps(),
         POTENTIALLY,
@@ -210,7 +210,7 @@ def test_potentially_input_bound_keeps_the_input_share_not_the_all_others_share(
     pipeline = read_overview(overview_tables(step)).input_pipeline
     assert pipeline.classification is InputBound.POTENTIALLY
     assert pipeline.conclusion == POTENTIALLY
-    assert pipeline.input_share_pct == 2.0
+    assert pipeline.input_share == 0.02
 
 
 def test_input_share_falls_back_to_the_breakdown_without_xprofs_sentence():
@@ -218,7 +218,7 @@ def test_input_share_falls_back_to_the_breakdown_without_xprofs_sentence():
         step = step_table(three_steps(), conclusion, infeed_time_ms_avg="25.0")
         pipeline = read_overview([step]).input_pipeline
         assert pipeline.classification is InputBound.UNKNOWN
-        assert pipeline.input_share_pct == round(100 * 25.0 / 100.5, 1)  # 24.9
+        assert pipeline.input_share == round(25.0 / 100.5, 3)  # 0.249
 
 
 def test_overview_reads_utilisation_with_percent_signs():
@@ -226,9 +226,9 @@ def test_overview_reads_utilisation_with_percent_signs():
     u = summary.utilisation
     assert u.hardware_type == "CPU_ONLY"
     assert u.device_type == "CPU"
-    assert u.device_duty_cycle_pct == 0.0
-    assert u.device_idle_pct == 100.0
-    assert u.host_idle_pct == 2.5
+    assert u.device_duty_cycle_share == 0.0
+    assert u.device_idle_share == 1.0
+    assert u.host_idle_share == 0.025
     assert u.host_eager_pct == 12.5
     assert u.device_eager_pct == 0.0
 
@@ -255,7 +255,7 @@ def test_no_step_markers_makes_the_bottleneck_unknown_with_a_note():
     assert len(summary.notes) == 1 and "no step markers" in summary.notes[0]
     # A verdict without steps is not trusted.
     assert summary.input_pipeline.classification is InputBound.UNKNOWN
-    assert summary.input_pipeline.input_share_pct is None
+    assert summary.input_pipeline.input_share is None
     assert summary.utilisation.hardware_type == "CPU_ONLY"
 
 

@@ -13,7 +13,7 @@ def test_a_cpu_job_s_snapshot_exports_no_device_idle_share(input_bound_job, serv
         body = client.post("/profile", params={"duration": "1s", "wait": "true"}).json()
         assert body["status"] == "ready", body.get("error")
         assert body["summary"]["utilisation"]["hardware_type"] == "CPU_ONLY"
-        assert body["summary"]["utilisation"]["device_idle_pct"] == 0.0  # XProf's, on no device
+        assert body["summary"]["utilisation"]["device_idle_share"] == 0.0  # XProf's, on no device
         text = client.get("/metrics").text
     families = {f.name: f for f in text_string_to_metric_families(text)}
     step = families["profiler_latest_step_time_seconds"].samples

@@ -13,7 +13,7 @@ def test_compute_bound_job_gets_no_input_bound_finding(compute_bound_job, servic
     assert body["status"] == "ready", body.get("error")
     pipeline = body["summary"]["input_pipeline"]
     assert pipeline["classification"] in {"not", "potentially"}
-    assert pipeline["input_share_pct"] < 5
+    assert pipeline["input_share"] < 0.05
     assert "input_bound" not in {f["rule"] for f in body["findings"]}
     assert body["summary"]["op_category_share"]["compute"] > 0.5
     assert body["summary"]["top_ops"][0]["category"] == "compute"

@@ -12,6 +12,7 @@ from pydantic import BaseModel, Field
 from profiler_service.analysis.across.capture_noise import between_captures_sd
 from profiler_service.analysis.across.verification import StepChange, step_change
 from profiler_service.analysis.models import StepBreakdown
+from profiler_service.analysis.renamed_fields import percent
 from profiler_service.models import Snapshot
 
 # A top op counts as "grown" when its self time per step grows by more than this share...
@@ -27,6 +28,11 @@ class GateMetric(StrEnum):
     INPUT_SHARE = "input_share"
     DEVICE_IDLE = "device_idle"
     MEMORY_PEAK = "memory_peak"
+
+    def shown(self, value: float | None) -> float | None:
+        """The value as a report shows it: a share (input share, device idle) as a percentage."""
+        shares = (GateMetric.INPUT_SHARE, GateMetric.DEVICE_IDLE)
+        return percent(value) if self in shares and value is not None else value
 
 
 class Change(BaseModel):
@@ -100,8 +106,8 @@ def gate_values(snapshot: Snapshot) -> dict[GateMetric, float | None]:
     peaks = [m.peak_bytes_in_use for m in s.memory]
     return {
         GateMetric.STEP_TIME: s.step_time.avg_ms,
-        GateMetric.INPUT_SHARE: s.input_pipeline.input_share_pct,
-        GateMetric.DEVICE_IDLE: s.device_idle_pct,
+        GateMetric.INPUT_SHARE: s.input_pipeline.input_share,
+        GateMetric.DEVICE_IDLE: s.device_idle_share,
         GateMetric.MEMORY_PEAK: float(max(peaks)) if peaks else None,
     }
 

@@ -17,6 +17,7 @@ from profiler_service.analysis.models import (
     Severity,
     Summary,
 )
+from profiler_service.analysis.renamed_fields import percent
 from profiler_service.analysis.rule import Evidence, Rule
 
 
@@ -92,10 +93,10 @@ def device_idle_saving(finding: Finding, summary: Summary) -> Impact:
         on_input = sum(gpu.idle_while(a) for a in (HostActivity.INPUT, HostActivity.TF_DATA))
     if on_input <= 0:
         return device_wait(finding, summary)
-    rest = max(0.0, finding.impact_share - on_input / 100)
+    rest = max(0.0, finding.impact_share - on_input)
     impact = device_wait(finding.model_copy(update={"impact_share": rest}), summary)
     impact.basis += (
-        f" The {on_input / 100:.0%} of the capture it idled while the host waited on tf.data is "
+        f" The {on_input:.0%} of the capture it idled while the host waited on tf.data is "
         "the input pipeline's (input_bound's prediction)."
     )
     return impact
@@ -230,24 +231,27 @@ def device_idle(summary: Summary) -> Finding | None:
     gives no idle share: it is read from the GPU's own plane (the GPUs that ran kernels, on
     average), with what the host did during the gaps, and advice for the largest part.
     """
-    idle = summary.device_idle_pct
+    share = summary.device_idle_share
     gpu = summary.gpu
-    if not _has_device(summary) or idle is None or idle < DEVICE_IDLE_WARNING_PCT:
+    if not _has_device(summary) or share is None:
+        return None
+    idle = percent(share)
+    if idle < DEVICE_IDLE_WARNING_PCT:
         return None
     severity = Severity.CRITICAL if idle >= DEVICE_IDLE_CRITICAL_PCT else Severity.WARNING
     evidence = DeviceIdleEvidence(
         device_idle_pct=idle,
-        device_duty_cycle_pct=summary.utilisation.device_duty_cycle_pct,
+        device_duty_cycle_pct=_percent_or_none(summary.utilisation.device_duty_cycle_share),
         bottleneck=summary.bottleneck,
     )
     name = summary.utilisation.device_type or "device"
     title = f"The {name} is idle {idle:g}% of the time"
     advice = IDLE_ADVICE[None]
-    if gpu is not None and gpu.active and summary.utilisation.device_idle_pct is None:
-        meanwhile = {act: gpu.idle_while(act) for act in HostActivity}
+    if gpu is not None and gpu.active and summary.utilisation.device_idle_share is None:
+        meanwhile = {act: percent(gpu.idle_while(act)) for act in HostActivity}
         cause = max(meanwhile, key=lambda act: meanwhile[act])
         evidence.idle_while_host_pct = {act.value: pct for act, pct in meanwhile.items()}
-        evidence.gpus = {d.device: d.idle_pct for d in gpu.active}
+        evidence.gpus = {d.device: percent(d.idle_share) for d in gpu.active}
         title = _gpu_idle_title(summary, idle, meanwhile, IDLE_CAUSE)
         advice = IDLE_ADVICE[cause]
     return Finding(
@@ -256,8 +260,12 @@ def device_idle(summary: Summary) -> Finding | None:
         evidence=evidence.model_dump(),
         recommendation=advice,
         docs="https://www.tensorflow.org/guide/gpu_performance_analysis",
-        impact_share=idle / 100,
+        impact_share=share,
     )
+
+
+def _percent_or_none(share: float | None) -> float | None:
+    return None if share is None else percent(share)
 
 
 @rule(
@@ -363,7 +371,7 @@ def host_device_transfer(summary: Summary) -> Finding | None:
             device_to_host_ms_per_step=round(worst.copies.device_to_host_ms / steps, 3),
         )
         title = f"{transfer:.0%} of the capture copies data between host and {worst.device}"
-        staging = gpu.idle_while(HostActivity.TRANSFER) / 100
+        staging = gpu.idle_while(HostActivity.TRANSFER)
         if transfer < TRANSFER_WARNING_SHARE <= staging:
             evidence.gpu_idle_while_host_copies_share = round(staging, 4)
             title = (

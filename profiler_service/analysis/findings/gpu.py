@@ -17,6 +17,7 @@ from profiler_service.analysis.models import (
     Summary,
 )
 from profiler_service.analysis.readers.gpu_activity import SHORT_KERNEL_US
+from profiler_service.analysis.renamed_fields import percent
 from profiler_service.analysis.rule import Evidence, Rule
 
 
@@ -152,7 +153,7 @@ def trace_missing(summary: Summary) -> bool:
     """The capture has GPU planes but not one kernel or copy on any of them: the GPU tracer
     recorded nothing, which says nothing about whether the GPUs worked."""
     gpu = summary.gpu
-    return gpu is not None and bool(gpu.devices) and not any(d.busy_pct > 0 for d in gpu.devices)
+    return gpu is not None and bool(gpu.devices) and not any(d.busy_share > 0 for d in gpu.devices)
 
 
 @rule(
@@ -221,13 +222,14 @@ def kernel_launch_bound(summary: Summary) -> Finding | None:
     if launch < KERNEL_LAUNCH_HIGH_SHARE:
         if gpu is None or not gpu.active:
             return None
-        busiest = max(gpu.active, key=lambda d: d.busy_pct)
+        busiest = max(gpu.active, key=lambda d: d.busy_share)
+        busy = percent(busiest.busy_share)
         kernels = busiest.kernels
         per_step = kernels.count / max(st.count, 1)
         if (
             kernels.short_share < TINY_KERNEL_SHARE
             or per_step < TINY_KERNELS_PER_STEP
-            or busiest.busy_pct >= LAUNCH_BOUND_MAX_BUSY_PCT
+            or busy >= LAUNCH_BOUND_MAX_BUSY_PCT
         ):
             return None
         evidence = KernelLaunchBoundEvidence(
@@ -235,15 +237,17 @@ def kernel_launch_bound(summary: Summary) -> Finding | None:
             kernels_per_step=round(per_step, 1),
             kernel_median_us=kernels.median_us,
             short_kernel_share=kernels.short_share,
-            gpu_busy_pct=busiest.busy_pct,
-            idle_while_host_ops_pct=busiest.idle_while_host_pct.get(HostActivity.TF_OPS.value, 0.0),
+            gpu_busy_pct=busy,
+            idle_while_host_ops_pct=percent(
+                busiest.idle_while_host_share.get(HostActivity.TF_OPS.value, 0.0)
+            ),
         )
         title = (
             f"Many tiny kernels: {per_step:.0f} per step, {kernels.short_share:.0%} of them "
             f"under {SHORT_KERNEL_US:g} µs (median {kernels.median_us:g} µs); the GPU is busy "
-            f"{busiest.busy_pct:g}% of the time"
+            f"{busy:g}% of the time"
         )
-        impact = (100 - busiest.busy_pct) / 100  # the GPU's idle time: what is at stake
+        impact = 1 - busiest.busy_share  # the GPU's idle time: what is at stake
     return Finding(
         severity=Severity.WARNING,
         title=title,
@@ -275,16 +279,16 @@ def gpu_imbalance(summary: Summary) -> Finding | None:
         return None
     active = gpu.active
     unused = [d.device for d in gpu.devices if not d.kernels.count]
-    busiest = max(active, key=lambda d: d.busy_pct)
-    least = min(active, key=lambda d: d.busy_pct)
-    spread = busiest.busy_pct - least.busy_pct
+    busiest = max(active, key=lambda d: d.busy_share)
+    least = min(active, key=lambda d: d.busy_share)
+    spread = percent(busiest.busy_share) - percent(least.busy_share)
     if not unused and spread < IMBALANCE_WARNING_POINTS:
         return None
     # Step time at stake: none for GPUs that ran nothing (they cost held GPU-hours: impact.py);
     # for uneven ones, what the busiest makes the others wait.
-    mean_busy = sum(d.busy_pct for d in active) / len(active)
+    mean_busy = sum(d.busy_share for d in active) / len(active)
     severity = Severity.WARNING
-    impact = 0.0 if unused else 1 - mean_busy / busiest.busy_pct
+    impact = 0.0 if unused else 1 - mean_busy / busiest.busy_share
     if len(active) == 1:
         severity = Severity.INFO
         title = (
@@ -309,8 +313,9 @@ def gpu_imbalance(summary: Summary) -> Finding | None:
         )
     else:
         title = (
-            f"The GPUs are unevenly busy: {busiest.device} {busiest.busy_pct:g}% against "
-            f"{least.device} {least.busy_pct:g}%; {busiest.device} is the slowest"
+            f"The GPUs are unevenly busy: {busiest.device} {percent(busiest.busy_share):g}% "
+            f"against {least.device} {percent(least.busy_share):g}%; {busiest.device} is the "
+            "slowest"
         )
         advice = (
             f"Every replica waits for {busiest.device} at each all-reduce: give the replicas "
@@ -320,7 +325,7 @@ def gpu_imbalance(summary: Summary) -> Finding | None:
         severity=severity,
         title=title,
         evidence=GpuImbalanceEvidence(
-            busy_pct={d.device: d.busy_pct for d in gpu.devices},
+            busy_pct={d.device: percent(d.busy_share) for d in gpu.devices},
             unused=unused,
             spread_points=round(spread, 1),
             slowest=busiest.device,

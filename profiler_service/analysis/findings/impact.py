@@ -72,7 +72,7 @@ def device_wait(finding: Finding, summary: Summary) -> Impact:
     )
     gpu = summary.gpu
     if gpu is not None and gpu.active:
-        busy = 1 - gpu.idle_pct / 100
+        busy = 1 - gpu.idle_share
         after = min(1.0, busy / (1 - impact.saving_share)) if impact.saving_share < 1 else 1.0
         impact.basis += f" The GPUs, busy {busy:.0%} now, would be busy {after:.0%}."
     return impact

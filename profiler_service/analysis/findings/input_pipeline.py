@@ -16,6 +16,7 @@ from profiler_service.analysis.models import (
     Summary,
 )
 from profiler_service.analysis.pipeline_advice import advise
+from profiler_service.analysis.renamed_fields import percent
 from profiler_service.analysis.rule import Rule
 
 DOCS = "https://www.tensorflow.org/guide/data_performance"
@@ -34,9 +35,9 @@ def gpu_input_verdict(summary: Summary) -> tuple[InputBound, float] | None:
     if summary.gpu is None or not summary.gpu.active:
         return None
     waited = summary.gpu.idle_while(HostActivity.INPUT)
-    if waited > HIGHLY_INPUT_PCT:
+    if percent(waited) > HIGHLY_INPUT_PCT:
         level = InputBound.HIGHLY
-    elif waited > MODERATELY_INPUT_PCT:
+    elif percent(waited) > MODERATELY_INPUT_PCT:
         level = InputBound.MODERATELY
     else:
         return None
@@ -84,13 +85,13 @@ def input_bound(summary: Summary) -> Finding | None:
             **{
                 **pipeline.model_dump(),
                 "classification": from_gpu[0],
-                "input_share_pct": from_gpu[1],
+                "input_share": from_gpu[1],
             }
         )
     severity = SEVERITY_OF.get(pipeline.classification)
     if severity is None:
         return None
-    pct = pipeline.input_share_pct or 0.0
+    pct = percent(pipeline.input_share or 0.0)
     slowest = pipeline.slowest_ops[0].name if pipeline.slowest_ops else None
     advice = advise(pipeline)
     recommendation = _sentence("; ".join(advice.lacks))

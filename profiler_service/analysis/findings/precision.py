@@ -16,6 +16,7 @@ from profiler_service.analysis.models import (
     Severity,
     Summary,
 )
+from profiler_service.analysis.renamed_fields import percent
 from profiler_service.analysis.rule import Evidence, Rule
 
 
@@ -154,7 +155,7 @@ def _thirty_two_bit_parts(
     off = max(0.0, k.tensor_core_eligible_ms - k.tensor_core_ms) / window
     other = max(0.0, k.total_ms - k.tensor_core_eligible_ms) / window
     model = device.model or f"GPU (compute capability {device.compute_capability})"
-    return on, off, other, device.busy_pct / 100, ratios, model
+    return on, off, other, device.busy_share, ratios, model
 
 
 MIXED_PRECISION_ADVICE = Advice(
@@ -230,7 +231,7 @@ def mixed_precision(summary: Summary) -> Finding | None:
         )
     else:
         return None
-    kernel_pct = max(d.kernel_pct for d in gpu.active)
+    kernel_pct = percent(max(d.kernel_share for d in gpu.active))
     severity = Severity.WARNING if kernel_pct >= PRECISION_WARNING_KERNEL_PCT else Severity.INFO
     name = device.model or f"GPU (compute capability {device.compute_capability})"
     # What is at stake: the 32-bit matmul time of the GPU with the most, over its window.

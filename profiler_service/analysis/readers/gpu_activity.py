@@ -213,11 +213,11 @@ def _device(
     covered: Intervals = (_EMPTY, _EMPTY)
     for act in PRIORITY:
         part = _subtract(_intersect(idle, host_busy[act]), covered)
-        idle_while[act.value] = _pct(_length(part), window)
+        idle_while[act.value] = _share(_length(part), window)
         covered = _union(
             np.concatenate([covered[0], part[0]]), np.concatenate([covered[1], part[1]])
         )
-    idle_while[HostActivity.NOTHING.value] = _pct(_length(_subtract(idle, covered)), window)
+    idle_while[HostActivity.NOTHING.value] = _share(_length(_subtract(idle, covered)), window)
     cc = _compute_capability(figures)
     memory = _as_int(figures.get("memory_size"))
     sms = _as_int(figures.get("core_count"))
@@ -238,9 +238,9 @@ def _device(
         memory_bandwidth_gbps=round(float(bandwidth) / 1e9, 1) if bandwidth else None,
         clock_mhz=round(float(clock) / 1e3, 1) if clock else None,
         window_ms=round(window / 1e6, 3),
-        busy_pct=_pct(_length(busy), window),
-        kernel_pct=_pct(_length(_union(begins[kernel], ends[kernel])), window),
-        idle_pct=round(100 - _pct(_length(busy), window), 1),
+        busy_share=_share(_length(busy), window),
+        kernel_share=_share(_length(_union(begins[kernel], ends[kernel])), window),
+        idle_share=round(1 - _share(_length(busy), window), 3),
         copies=GpuCopies(
             host_to_device_ms=copy_ms("h2d"),
             device_to_host_ms=copy_ms("d2h"),
@@ -257,8 +257,8 @@ def _device(
             tensor_core_ms=copy_ms("tensor_core"),
             sixteen_bit_ms=round(float(durations[streams.sixteen_bit].sum()) / 1e6, 3),
         ),
-        busy_timeline_pct=_timeline(busy, start, window),
-        idle_while_host_pct=idle_while,
+        busy_timeline_share=_timeline(busy, start, window),
+        idle_while_host_share=idle_while,
     )
 
 
@@ -284,14 +284,14 @@ def _host_lane(busy: dict[HostActivity, Intervals], start: int, window: int) -> 
     per_slice = np.array([_timeline(exclusive[act], start, window) for act in PRIORITY])
     best = per_slice.argmax(axis=0)
     activity = [
-        PRIORITY[i] if per_slice[i, n] >= 10 else HostActivity.NOTHING for n, i in enumerate(best)
+        PRIORITY[i] if per_slice[i, n] >= 0.1 else HostActivity.NOTHING for n, i in enumerate(best)
     ]
     return HostLane(
         host="",
         window_ms=round(window / 1e6, 3),
         slice_ms=round(window / SLICES / 1e6, 3),
         activity=activity,
-        busy_pct={act.value: _pct(_length(exclusive[act]), window) for act in PRIORITY},
+        busy_share={act.value: _share(_length(exclusive[act]), window) for act in PRIORITY},
     )
 
 
@@ -351,12 +351,12 @@ def _length(spans: Intervals) -> int:
     return int((spans[1] - spans[0]).sum())
 
 
-def _pct(part: float, whole: float) -> float:
-    return round(100 * part / whole, 1) if whole else 0.0
+def _share(part: float, whole: float) -> float:
+    return round(part / whole, 3) if whole else 0.0
 
 
 def _timeline(spans: Intervals, start: int, window: int) -> list[float]:
-    """The share (%) of each of SLICES equal slices of the window that the (sorted, disjoint)
+    """The share (0-1) of each of SLICES equal slices of the window that the (sorted, disjoint)
     `spans` cover: the covered time up to each slice's edge, differenced."""
     edges = start + np.arange(SLICES + 1) * (window / SLICES)
     begins, ends = spans
@@ -369,5 +369,5 @@ def _timeline(spans: Intervals, start: int, window: int) -> list[float]:
         i < len(begins), np.minimum(partial, (ends - begins)[np.minimum(i, len(begins) - 1)]), 0
     )
     covered = before[i] + partial
-    shares = np.diff(covered) / (window / SLICES) * 100
-    return [round(float(min(100.0, max(0.0, v))), 1) for v in shares]
+    shares = np.diff(covered) / (window / SLICES)
+    return [round(float(min(1.0, max(0.0, v))), 3) for v in shares]

@@ -13,6 +13,7 @@ from profiler_service.analysis.models import (
     Utilisation,
 )
 from profiler_service.analysis.readers.xprof_tools import as_float, rows_as_dicts, table_with
+from profiler_service.analysis.renamed_fields import percent_to_share
 
 MAX_STEP_SAMPLES = 500
 
@@ -81,7 +82,7 @@ class Overview:
 
     step_time: StepTime = field(default_factory=StepTime)
     classification: InputBound = InputBound.UNKNOWN  # XProf's input verdict
-    input_share_pct: float | None = None
+    input_share: float | None = None  # of step time, waiting for input
     conclusion: str | None = None  # XProf's sentence
     bottleneck: str | None = None
     next_step_advice: str | None = None
@@ -99,9 +100,9 @@ def read_overview(tables: list[dict]) -> Overview:
         part.classification = InputBound(match["level"].lower())
         # A POTENTIALLY sentence quotes the "All Others" share, not the input share.
         if part.classification is not InputBound.POTENTIALLY:
-            part.input_share_pct = float(match["pct"])
-    if part.input_share_pct is None and step_time.count and step_time.avg_ms:
-        part.input_share_pct = round(100 * step_time.breakdown_avg.input_ms / step_time.avg_ms, 1)
+            part.input_share = percent_to_share(float(match["pct"]))
+    if part.input_share is None and step_time.count and step_time.avg_ms:
+        part.input_share = round(step_time.breakdown_avg.input_ms / step_time.avg_ms, 3)
     part.next_step_advice = step_props.get("summary_nextstep") or None
 
     verdict = table_with(tables, "bottleneck")
@@ -127,9 +128,10 @@ def read_overview(tables: list[dict]) -> Overview:
     )
     if analysis is not None:
         p = analysis["p"]
-        u.device_duty_cycle_pct = as_float(p.get("device_duty_cycle_percent"))
-        u.device_idle_pct = as_float(p.get("device_idle_time_percent"))
-        u.host_idle_pct = as_float(p.get("host_idle_time_percent"))
+        # XProf's figures are percentages: read as shares.
+        u.device_duty_cycle_share = percent_to_share(as_float(p.get("device_duty_cycle_percent")))
+        u.device_idle_share = percent_to_share(as_float(p.get("device_idle_time_percent")))
+        u.host_idle_share = percent_to_share(as_float(p.get("host_idle_time_percent")))
         u.host_eager_pct = as_float(p.get("host_op_time_eager_percent"))
         u.device_eager_pct = as_float(p.get("device_op_time_eager_percent"))
     precision = table_with(tables, "device_compute_16bit_percent")

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, Field
 
 from profiler_service.analysis.input_evidence import InputBoundEvidence
+from profiler_service.analysis.renamed_fields import percent
 from profiler_service.analysis.rule import Rule
 from profiler_service.analysis.text_report import describe_devices
 
@@ -131,7 +132,9 @@ def row_of(result: AnalysisResult) -> dict:
     summary = result.summary
     pipeline = summary.input_pipeline
     verdict = {"classification": pipeline.classification.value}
-    verdict["input_share_pct"] = pipeline.input_share_pct
+    # `analyze`'s rows keep their percentage (docs/findings.md documents them).
+    share = pipeline.input_share
+    verdict["input_share_pct"] = None if share is None else percent(share)
     found = next((f for f in result.findings if f.rule == Rule.INPUT_BOUND), None)
     if found is not None:
         evidence = InputBoundEvidence.model_validate(found.evidence)

@@ -1,0 +1,68 @@
+"""Proportions are shares (0-1, `_share`); the fields that held a percentage (0-100, `_pct`)
+before 0.2.0 are still read in their old spelling: a snapshot the 0.1.0 release wrote
+(tests/fixtures/releases/) loads with the right shares, and is written back in the new names."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from profiler_service.analysis.models import GpuDevice, HostActivity, InputPipeline, Utilisation
+from profiler_service.analysis.renamed_fields import RENAMED, SINCE, percent_to_share
+from profiler_service.analysis.text_report import format_summary
+from profiler_service.models import Snapshot
+
+RELEASES = Path(__file__).resolve().parents[1] / "fixtures" / "releases"
+OLD = RELEASES / "0.1.0/store/plugins/profile/20261201-120001-trainer-000000000001/snapshot.json"
+
+
+def test_a_snapshot_written_by_0_1_0_loads_its_percentages_as_shares():
+    doc = json.loads(OLD.read_text())
+    old_gpu = doc["summary"]["gpu"]["devices"][0]
+    assert old_gpu["busy_pct"] == 7.1  # the fixture is in the old spelling
+    snapshot = Snapshot.model_validate(doc)
+    summary = snapshot.summary
+    device = summary.gpu.devices[0]
+    assert (device.busy_share, device.kernel_share, device.idle_share) == (0.071, 0.069, 0.929)
+    assert device.idle_while_host_share == {
+        "input": 0.088,
+        "transfer": 0.018,
+        "tf_ops": 0.211,
+        "python": 0.003,
+        "tf_data": 0.006,
+        "nothing": 0.603,
+    }
+    assert device.busy_timeline_share == [
+        pytest.approx(v / 100) for v in old_gpu["busy_timeline_pct"]
+    ]
+    assert summary.gpu.hosts[0].busy_share["tf_ops"] == 0.223
+    assert summary.gpu.idle_share == 0.929
+    assert summary.gpu.idle_while(HostActivity.TF_OPS) == 0.211
+    assert summary.input_pipeline.input_share == 0.0
+    assert summary.utilisation.device_idle_share is None  # null then, null now
+    assert summary.device_idle_share == 0.929  # the GPUs' own, as XProf gave none
+    # Shown as before: the percentage is the report's.
+    assert any("idle 92.9% of the capture" in line for line in format_summary(summary))
+    # Written back in the new names only.
+    written = json.dumps(snapshot.model_dump(mode="json"))
+    for renamed in RENAMED:
+        assert f'"{renamed.new}"' in written or renamed.model in {"HostSummary"}, renamed
+    again = Snapshot.model_validate_json(written)
+    assert again.summary == summary
+
+
+def test_either_spelling_reads_the_same_and_the_new_one_wins():
+    assert InputPipeline(input_share_pct=8.8) == InputPipeline(input_share=0.088)
+    assert Utilisation.model_validate({"device_idle_pct": 92.9}).device_idle_share == 0.929
+    both = GpuDevice.model_validate({"device": "g", "busy_pct": 50.0, "busy_share": 0.25})
+    assert both.busy_share == 0.25
+    assert percent_to_share(None) is None
+
+
+def test_every_rename_is_from_pct_to_share_since_this_release():
+    assert RENAMED
+    for renamed in RENAMED:
+        assert renamed.old.endswith("_pct") and renamed.new.endswith("_share"), renamed
+        assert renamed.since == SINCE
