@@ -180,12 +180,16 @@ def severities(func: Callable[..., Any]) -> list[str]:
     return [s.value for s in Severity if s in found]
 
 
-def fmt(name: str, value: float) -> str:
-    """A threshold in its unit, from the constant's name."""
+def fmt(name: str, value: float | tuple[float, ...]) -> str:
+    """A threshold in its unit, from the constant's name; a range as its least to its most."""
+    if isinstance(value, tuple):
+        return " to ".join(fmt(name, v) for v in value)
     if "_SHARE" in name:
         return f"{value * 100:g} %"
     if name.endswith("_S"):
         return f"{value / 3600:g} h" if value >= 3600 else f"{value:g} s"
     if name.endswith("_BYTES"):
         return f"{value / 2**20:g} MiB"
+    if name.endswith("_MS"):
+        return f"{value:g} ms"
     return f"{value:g}"

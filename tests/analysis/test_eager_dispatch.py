@@ -7,6 +7,11 @@ import pytest
 from helpers import assert_typed_evidence
 
 from profiler_service.analysis.findings import RULES, estimate
+from profiler_service.analysis.findings.eager import (
+    EAGER_KERNEL_KEPT_MIN,
+    EAGER_OP_OVERHEAD_MS,
+    EAGER_OP_OVERHEAD_RANGE_MS,
+)
 from profiler_service.analysis.models import EagerDispatch, StepTime, Summary
 from profiler_service.analysis.readers.eager_dispatch import read_eager_dispatch
 from profiler_service.analysis.readers.host_events import HostEvents, Span
@@ -63,9 +68,25 @@ def test_an_eager_loop_on_a_cpu_is_named_and_its_fix_keeps_only_the_kernels():
     assert finding is not None and finding.evidence["eager_ops_per_step"] == 12
     assert_typed_evidence(finding)  # the events' reading: its fields only
     got = estimate(finding, summary)
-    assert got.step_ms_after == pytest.approx(1.2)  # a graph keeps the kernels
-    assert got.saving_range == (pytest.approx(0.24), pytest.approx(0.976))  # 20 % of kernels
+    # A graph keeps the kernels (1.2 ms a step) less each of the 12 ops' eager wrapper.
+    least, most = EAGER_OP_OVERHEAD_RANGE_MS
+    assert got.step_ms_after == pytest.approx(1.2 - 12 * EAGER_OP_OVERHEAD_MS, abs=1e-3)
+    assert got.saving_range == (
+        pytest.approx(1 - (1.2 - 12 * least) / 10, abs=1e-4),
+        pytest.approx(1 - (1.2 - 12 * most) / 10, abs=1e-4),
+    )
     assert "traced away" in got.basis
+
+
+def test_the_kernels_own_work_stays_however_many_ops_go():
+    eager = EagerDispatch(
+        steps=20, step_ms=10.0, ops_per_step=400, dispatch_ms_per_step=9.0,
+        kernel_ms_per_step=2.0,
+    )  # fmt: skip
+    summary = summary_of(eager)
+    got = estimate(RULES["eager_execution"](summary), summary)
+    assert got.step_ms_after == pytest.approx(2.0 * EAGER_KERNEL_KEPT_MIN)  # not below 0
+    assert got.saving_range[1] == pytest.approx(1 - 0.2 * EAGER_KERNEL_KEPT_MIN)
 
 
 def test_eager_ops_around_a_tf_function_save_their_dispatch_only():
@@ -75,7 +96,10 @@ def test_eager_ops_around_a_tf_function_save_their_dispatch_only():
     )  # fmt: skip
     summary = summary_of(eager)
     got = estimate(RULES["eager_execution"](summary), summary)
-    assert got.step_ms_after == pytest.approx(8.0) and got.saving_share == pytest.approx(0.2)
+    # The Python around them (7 ms) and the kernels less their wrappers stay.
+    after = 7.0 + 1.0 - 30 * EAGER_OP_OVERHEAD_MS
+    assert got.step_ms_after == pytest.approx(after, abs=1e-3)
+    assert got.saving_share == pytest.approx(1 - after / 10, abs=1e-4)
 
 
 def test_a_few_eager_ops_a_step_are_no_finding():
