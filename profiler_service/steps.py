@@ -44,15 +44,22 @@ def _serve_metrics_once() -> None:
         serve_from_environment()
 
 
+def _marker(name: str, step_num: int, examples: int | None) -> tf.profiler.experimental.Trace:
+    """A step marker; with `examples`, a stat of that name the analysis reads
+    (analysis/readers/step_markers.py: EXAMPLES)."""
+    extra = {"examples": int(examples)} if examples else {}
+    return tf.profiler.experimental.Trace(name, step_num=step_num, _r=1, **extra)
+
+
 class _Step:
     """A step marker that also records the step's wall time."""
 
     __slots__ = ("_name", "_started", "_steps", "_trace")
 
-    def __init__(self, step_num: int, name: str, steps: int = 1):
+    def __init__(self, step_num: int, name: str, steps: int = 1, examples: int | None = None):
         self._name = name
         self._steps = steps
-        self._trace = tf.profiler.experimental.Trace(name, step_num=step_num, _r=1)
+        self._trace = _marker(name, step_num, examples)
         self._started = 0.0
 
     def __enter__(self) -> _Step:
@@ -65,15 +72,21 @@ class _Step:
         self._trace.__exit__(*exc_info)
 
 
-def training_step(step_num: int, name: str = "train", steps: int = 1) -> _Step:
+def training_step(
+    step_num: int, name: str = "train", steps: int = 1, examples: int | None = None
+) -> _Step:
     """Mark one call of a custom loop's step function: `with training_step(i): train_step(b)`.
 
     When the call runs several training steps (a `tf.function` looping over N batches), pass
     `steps=N` and number the calls by their first step, 0, N, 2N, ...: the analysis reads N
     from the gap between markers, and the metrics count N steps per call.
+
+    `examples`: the examples one training step takes (its batch size). The trace carries no
+    batch size of its own; with it, two captures whose batches differ are compared by time per
+    example (analysis/across/comparability.py), so a smaller batch never reads as a fix.
     """
     _serve_metrics_once()
-    return _Step(step_num, name, steps)
+    return _Step(step_num, name, steps, examples)
 
 
 def _fit_marks_steps(model: Any) -> bool:
@@ -97,11 +110,15 @@ class ProfilerStepCallback(keras.callbacks.Callback):
     first training step, and the metrics count every step. Under Keras 2 (tf_keras), whose
     `fit()` already wraps each call in its own step marker, this only feeds the metrics:
     a second marker around the same call would be a second step in XProf.
+
+    `examples`: the examples one training step takes (`fit`'s `batch_size`; Keras tells a
+    callback no batch size): see `training_step`.
     """
 
-    def __init__(self, name: str = "train"):
+    def __init__(self, name: str = "train", examples: int | None = None):
         super().__init__()
         self.name = name
+        self.examples = examples
         self.step = 0  # training steps marked so far: the next marker's step_num
         self._trace: tf.profiler.experimental.Trace | None = None
         self._begin = 0
@@ -118,7 +135,7 @@ class ProfilerStepCallback(keras.callbacks.Callback):
             _serve_metrics_once()
         self._begin = batch
         if self._marks:
-            self._trace = tf.profiler.experimental.Trace(self.name, step_num=self.step, _r=1)
+            self._trace = _marker(self.name, self.step, self.examples)
             self._trace.__enter__()
         self._started = perf_counter()
 

@@ -45,7 +45,10 @@ def input_bound_dataset(batch_size: int = 32, fixed: bool = False) -> tf.data.Da
     return ds.prefetch(tf.data.AUTOTUNE) if fixed else ds
 
 
-def compute_bound_dataset(batch_size: int = 512) -> tf.data.Dataset:
+COMPUTE_BOUND_BATCH = 512
+
+
+def compute_bound_dataset(batch_size: int = COMPUTE_BOUND_BATCH) -> tf.data.Dataset:
     x = tf.random.normal((batch_size, FEATURES))
     return tf.data.Dataset.from_tensors((x, tf.reduce_sum(x, axis=1, keepdims=True))).repeat()
 
@@ -246,7 +249,9 @@ def run(args: argparse.Namespace, ready: dict) -> None:
         print("DONE", flush=True)
         return
     n = args.steps_per_execution
+    examples = None  # a step's batch, where it is one size: the step markers carry it
     if args.workload == "input-bound":
+        examples = args.batch_size
         dataset = input_bound_dataset(args.batch_size, fixed=args.fixed)
         model = build_model(width=64, steps_per_execution=n)
     elif args.workload == "pipeline":
@@ -256,7 +261,8 @@ def run(args: argparse.Namespace, ready: dict) -> None:
         model.compile(optimizer="adam", loss="mse", jit_compile=True)
     else:
         dataset, model = compute_bound_dataset(), build_model(width=1024, steps_per_execution=n)
-    callbacks = [ProfilerStepCallback(), _Deadline(args.seconds, ready)]
+        examples = COMPUTE_BOUND_BATCH
+    callbacks = [ProfilerStepCallback(examples=examples), _Deadline(args.seconds, ready)]
     if args.clock_file:
         callbacks.append(_Clock(args.clock_file))
     model.fit(dataset, epochs=1, steps_per_epoch=10**9, verbose=0, callbacks=callbacks)

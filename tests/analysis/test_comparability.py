@@ -89,3 +89,35 @@ def test_other_hardware_is_not_like_with_like():
     [cores] = differences(summary(100, 80), summary(60, 40, cores=8.0, seed=2))
     assert cores.kind is DifferenceKind.CORES and cores.detail == "cores 2 -> 8"
     assert differences(summary(100, 10, gpus=["H100"]), summary(100, 10)) != []
+
+
+def told(s: Summary, examples: float) -> Summary:
+    s.step_time.examples_per_step = examples
+    return s
+
+
+def test_a_batch_the_markers_tell_is_compared_by_time_per_example():
+    # Half the batch, a step 52 % as long: per example, 4 % slower, not a 48 % saving.
+    before, after = told(summary(100, 80), 64), told(summary(52, 41.6, seed=2), 32)
+    [found] = differences(before, after)
+    assert found.kind is DifferenceKind.EXAMPLES and found.accounted
+    assert found.detail == "examples a step 64 -> 32: compared by time per example"
+    change = step_change(before, after, seed="batch")
+    assert change.like_with_like and change.examples_per_step == (64, 32)
+    assert abs(change.change_share - 0.04) < 0.01  # of the time per example
+    lo, hi = change.change_interval_95
+    assert lo < 0.04 < hi and lo > -0.02  # the interval is per example too
+    assert "the batch changed (64 -> 32 examples a step)" in change.note
+    [v] = verify([input_bound(0.4)], [], change)
+    assert v.prediction is not None and v.prediction.value == "below"  # saved nothing
+    # The same batch on both sides, told: a step that moved alike is a change, not a batch.
+    same = told(summary(50, 40, seed=2), 64)
+    assert differences(before, same) == []
+    assert step_change(before, same, seed="b").change_share < -0.45
+
+
+def test_a_batch_told_on_one_side_only_falls_back_to_the_parts():
+    before, after = told(summary(100, 80), 64), summary(50, 40, seed=2)
+    [found] = differences(before, after)
+    assert found.kind is DifferenceKind.SCALED and not found.accounted
+    assert not step_change(before, after, seed="x").like_with_like

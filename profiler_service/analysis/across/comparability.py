@@ -8,7 +8,10 @@ part of the step (the input wait, the compute, the launches) and leaves the othe
 smaller batch shortens every part alike. Where the step moved by more than `SCALED_STEP_SHARE`
 and its input wait and its own compute each moved within `SCALED_PARTS_SPREAD` of it, the work
 of a step changed, most likely the batch: TensorFlow's trace carries no batch size, so such a
-job is compared by its throughput, which only it can count.
+job is compared by its throughput, which only it can count. Where the job's step markers say
+how many examples a step takes (`training_step(i, examples=...)`), the batch is known: two
+captures whose batches differ are then compared by time per example, a difference accounted
+for (`ACCOUNTED`), and the guess from the parts is not made.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from pydantic import BaseModel
 
 from profiler_service.analysis.models import Summary
 
-__all__ = ["Difference", "DifferenceKind", "differences"]
+__all__ = ["ACCOUNTED", "Difference", "DifferenceKind", "differences", "examples_changed"]
 
 # A step that moved by more than this share (two captures of an unchanged job differ by a few
 # percent: bench_verification)...
@@ -35,11 +38,30 @@ class DifferenceKind(StrEnum):
     CORES = "cores"
     HOSTS = "hosts"
     SCALED = "scaled"  # every part of the step moved alike: its work changed (the batch)
+    EXAMPLES = "examples"  # the markers say the batch changed: compared by time per example
+
+
+# Differences the comparison allows for: the step change is then measured like with like.
+ACCOUNTED = frozenset({DifferenceKind.EXAMPLES})
+# Batches within this share of each other are one batch (a last partial batch in the median).
+EXAMPLES_SAME_SHARE = 0.01
 
 
 class Difference(BaseModel):
     kind: DifferenceKind
     detail: str
+
+    @property
+    def accounted(self) -> bool:
+        return self.kind in ACCOUNTED
+
+
+def examples_changed(base: Summary, head: Summary) -> tuple[float, float] | None:
+    """The examples a step takes before and after, where both markers say and they differ."""
+    told = (base.step_time.examples_per_step, head.step_time.examples_per_step)
+    if not told[0] or not told[1] or abs(told[1] / told[0] - 1) <= EXAMPLES_SAME_SHARE:
+        return None
+    return told[0], told[1]
 
 
 def differences(base: Summary | None, head: Summary | None) -> list[Difference]:
@@ -60,7 +82,13 @@ def differences(base: Summary | None, head: Summary | None) -> list[Difference]:
         say(DifferenceKind.CORES, f"cores {cores[0]:g} -> {cores[1]:g}")
     if base.hosts and head.hosts and len(base.hosts) != len(head.hosts):
         say(DifferenceKind.HOSTS, f"hosts {len(base.hosts)} -> {len(head.hosts)}")
-    if (scaled := _scaled(base, head)) is not None:
+    batch_known = bool(base.step_time.examples_per_step and head.step_time.examples_per_step)
+    if (examples := examples_changed(base, head)) is not None:
+        say(
+            DifferenceKind.EXAMPLES,
+            f"examples a step {examples[0]:g} -> {examples[1]:g}: compared by time per example",
+        )
+    elif not batch_known and (scaled := _scaled(base, head)) is not None:
         say(
             DifferenceKind.SCALED,
             f"every part of the step moved alike ({scaled - 1:+.0%}): the work of a step "

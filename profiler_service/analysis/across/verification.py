@@ -27,7 +27,11 @@ from enum import StrEnum
 
 from pydantic import BaseModel, Field
 
-from profiler_service.analysis.across.comparability import Difference, differences
+from profiler_service.analysis.across.comparability import (
+    Difference,
+    differences,
+    examples_changed,
+)
 from profiler_service.analysis.input_impact import ACTION_LABELS, modelled_actions
 from profiler_service.analysis.models import ActionSaving, Finding, Impact, Summary
 from profiler_service.analysis.pipeline_advice import advise
@@ -67,9 +71,17 @@ class StepChange(BaseModel):
     between_captures_sd: float | None = None
     between_captures_source: str | None = None
     # What differs between the two captures' jobs and work (comparability.py): where anything
-    # does, no prediction is checked against this change.
+    # the comparison does not account for does, no prediction is checked against this change.
     differences: list[Difference] = Field(default_factory=list)
+    # The examples a step took before and after, where the batch changed (the markers say):
+    # `change_share` and its interval are then of the time per example.
+    examples_per_step: tuple[float, float] | None = None
     note: str | None = None
+
+    @property
+    def like_with_like(self) -> bool:
+        """Nothing differs that the comparison does not account for."""
+        return all(d.accounted for d in self.differences)
 
     @property
     def slower(self) -> bool:
@@ -144,13 +156,27 @@ def step_change(
         step_ms_after=after.step_time.avg_ms if after else None,
         differences=differences(before, after),
     )
-    if now.differences:
-        now.note = "not like with like: " + "; ".join(d.detail for d in now.differences)
+    if not now.like_with_like:
+        now.note = "not like with like: " + "; ".join(
+            d.detail for d in now.differences if not d.accounted
+        )
     if not now.step_ms_before or now.step_ms_after is None:
         now.note = "no step time in one of the captures: no change measured"
         return now
     unlike = now.note
-    now.change_share = round(now.step_ms_after / now.step_ms_before - 1, 4)
+    per_step = (1.0, 1.0)
+    if before is not None and after is not None and (told := examples_changed(before, after)):
+        now.examples_per_step, per_step = told, told  # time per example from here on
+        a, b = [x / told[0] for x in a], [x / told[1] for x in b]
+        per_example = (
+            f"the batch changed ({told[0]:g} -> {told[1]:g} examples a step): the change is "
+            "of the time per example"
+        )
+        unlike = f"{per_example}; {unlike}" if unlike else per_example
+        now.note = unlike
+    now.change_share = round(
+        (now.step_ms_after / per_step[1]) / (now.step_ms_before / per_step[0]) - 1, 4
+    )
     if len(a) < MIN_STEPS or len(b) < MIN_STEPS:
         few = (
             f"{min(len(a), len(b))} step(s) in one capture: no interval (at least {MIN_STEPS} "
@@ -232,7 +258,7 @@ def verify(
             and fixed == [rule]
             # a slower step is checked only where the changes made were predicted to slow it
             and (status is not FixStatus.REGRESSED or predicted.saving_share < 0)
-            and not change.differences  # a step of other work or hardware proves no fix
+            and change.like_with_like  # a step of other work or hardware proves no fix
         )
         found.append(
             Verification(

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import os
 import re
+import statistics
 from collections import Counter
 from collections.abc import Sequence
 from functools import cache
@@ -66,6 +67,7 @@ MIN_GAP_AGREEMENT = 0.5
 THREAD_POOL_EVENTS = "ThreadpoolListener::"
 ITER_NUM = "iter_num"  # TF executor's loop iteration stat (xplane_schema: kIterNum)
 ROOT = "_r"  # a root (step) marker's stat: Trace(..., _r=1)
+EXAMPLES = "examples"  # the examples a training step takes: Trace(..., examples=32)
 _ROW = re.compile(r"^(?P<name>.*?)\s*(?P<num>-?\d+)$")
 
 _OUTLINE_FIELDS = {
@@ -265,6 +267,19 @@ def add_time_between_markers(step_time: StepTime, markers: Sequence[Span]) -> li
         f"{share:.0f}% of each marked step ran between the markers (the training loop's own "
         "Python, outside every marked step): added to the step time as between_steps_ms"
     ]
+
+
+def read_examples_per_step(step_time: StepTime, markers: Sequence[Span]) -> None:
+    """The examples a training step takes, as the step markers say (the median of their
+    `examples` stat, profiler_service.steps.training_step), in place; left None where none
+    says."""
+    told = [
+        span.stats[EXAMPLES]
+        for span in markers
+        if span.stats.get(ROOT) and isinstance(span.stats.get(EXAMPLES), int | float)
+    ]
+    if told:
+        step_time.examples_per_step = float(statistics.median(told))
 
 
 def per_training_step(step_time: StepTime, span_ms: float | None = None) -> list[str]:
