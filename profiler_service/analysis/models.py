@@ -13,7 +13,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from profiler_service.analysis.device_models import (
     GpuActivity,
@@ -34,7 +34,11 @@ from profiler_service.analysis.memory_models import (
     OpAllocations,
     PeakAllocation,
 )
-from profiler_service.analysis.renamed_fields import ReadsOldPercentages
+from profiler_service.analysis.renamed_fields import (
+    EVIDENCE_RENAMES,
+    ReadsOldPercentages,
+    read_old_percentages,
+)
 from profiler_service.analysis.stack_models import CodeLine, CodeSite, PythonStacks
 
 __all__ = [
@@ -387,3 +391,14 @@ class Finding(BaseModel):
     # The user's code the finding's cause is in, most samples first (analysis/where.py): set by
     # the registry where the capture holds the job's Python stacks; empty where it holds none.
     where: list[CodeSite] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_old_evidence(cls, data: Any) -> Any:
+        """A finding stored before its evidence's percentages became shares reads as a share."""
+        if not isinstance(data, dict) or not isinstance(data.get("evidence"), dict):
+            return data
+        renames = EVIDENCE_RENAMES.get(str(data.get("rule") or ""))
+        if not renames:
+            return data
+        return {**data, "evidence": read_old_percentages(data["evidence"], renames)}

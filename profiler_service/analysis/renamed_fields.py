@@ -3,7 +3,9 @@ a percentage (`_pct`, 0-100) were renamed: `ReadsOldPercentages` reads the old s
 snapshot written before (on disk, in a bucket, in an index's documents) loads with its shares.
 
 A model lists its renames in `old_percentages` (old name -> new name); every model that does is
-recorded in `RENAMED`, which the HTTP API reference lists with the version that renamed it.
+recorded in `RENAMED`, which the HTTP API reference lists with the version that renamed it. A
+finding's evidence is a plain mapping in the snapshot: `Finding` renames its old keys through
+`EVIDENCE_RENAMES`, which the rule registry fills from each rule's evidence model.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ class Renamed:
 
 
 RENAMED: list[Renamed] = []
+# rule -> its evidence model's renames (findings/registry.py fills it as the rules register).
+EVIDENCE_RENAMES: dict[str, dict[str, str]] = {}
 
 
 def percent_to_share(value: Any) -> Any:
@@ -45,6 +49,19 @@ def percent_to_share(value: Any) -> Any:
 def percent(share: float) -> float:
     """A share as the percentage a report shows (rounded off the float's noise only)."""
     return round(100 * share, 4)
+
+
+def read_old_percentages(data: Mapping[str, Any], renames: Mapping[str, str]) -> Any:
+    """`data` with each old field of `renames` moved to its new name as a share; the new name
+    wins where both are there. `data` itself where it holds none."""
+    if not any(old in data for old in renames):
+        return data
+    moved = dict(data)
+    for old, new in renames.items():
+        if old in moved:
+            value = moved.pop(old)
+            moved.setdefault(new, percent_to_share(value))
+    return moved
 
 
 def share_of(data: Mapping[str, Any], new: str, old: str) -> Any:
@@ -68,11 +85,6 @@ class ReadsOldPercentages(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _read_old_percentages(cls, data: Any) -> Any:
-        if not isinstance(data, Mapping) or not any(old in data for old in cls.old_percentages):
-            return data
-        data = dict(data)
-        for old, new in cls.old_percentages.items():
-            if old in data:
-                value = data.pop(old)
-                data.setdefault(new, percent_to_share(value))
-        return data
+        return (
+            read_old_percentages(data, cls.old_percentages) if isinstance(data, Mapping) else data
+        )

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 
 from profiler_service.analysis.models import Finding
+from profiler_service.analysis.renamed_fields import ReadsOldPercentages
 
 __all__ = ["Evidence", "Rule", "rank"]
 
@@ -59,9 +60,10 @@ class Rule(StrEnum):
     STEP_TEMPORARIES = "step_temporaries"
 
 
-class Evidence(BaseModel):
+class Evidence(ReadsOldPercentages):
     """A finding's evidence, or an item of it. Keys a model does not declare are ignored, not
-    refused: a snapshot written by another release of the service still reads."""
+    refused: a snapshot written by another release of the service still reads; a field renamed
+    from a percentage to a share is listed in `old_percentages` and read in both spellings."""
 
     model_config = ConfigDict(extra="ignore")
 

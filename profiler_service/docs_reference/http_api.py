@@ -7,7 +7,11 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import types
+import typing
 from typing import Any
+
+from pydantic import BaseModel
 
 from profiler_service.api.app import create_app
 from profiler_service.docs_reference.markdown import cell, code, table
@@ -67,10 +71,13 @@ def render() -> str:
 
 def renamed_fields() -> str:
     """The JSON fields renamed, each still read in its old spelling, and since when."""
-    import profiler_service.analysis.findings  # noqa: F401  (its evidence models register)
+    from profiler_service.analysis.findings import EVIDENCE
+    from profiler_service.analysis.models import Summary
     from profiler_service.analysis.renamed_fields import RENAMED
 
-    rows = [(code(r.model), code(r.old), code(r.new), r.since) for r in RENAMED]
+    where = _places(Summary, "summary")
+    where |= {model.__name__: f"findings[].evidence ({rule})" for rule, model in EVIDENCE.items()}
+    rows = [(code(where.get(r.model, r.model)), code(r.old), code(r.new), r.since) for r in RENAMED]
     return (
         "## Renamed fields\n\n"
         "A proportion is a share, 0-1 (`_share`); a percentage is for display only. These fields "
@@ -79,6 +86,22 @@ def renamed_fields() -> str:
         "before (in a store or a bucket) reads with its shares.\n\n"
         + table(["in", "old name (still read)", "new name", "since"], rows)
     )
+
+
+def _places(model: type[BaseModel], path: str) -> dict[str, str]:
+    """Each model inside `model`, by class name: its place in the JSON (`summary.gpu.hosts[]`)."""
+    found: dict[str, str] = {}
+    for name, field in model.model_fields.items():
+        inner, suffix = field.annotation, ""
+        if typing.get_origin(inner) in (typing.Union, types.UnionType):
+            inner = next(a for a in typing.get_args(inner) if a is not type(None))
+        if typing.get_origin(inner) is list:
+            inner, suffix = typing.get_args(inner)[0], "[]"
+        if isinstance(inner, type) and issubclass(inner, BaseModel):
+            place = f"{path}.{name}{suffix}"
+            found.setdefault(inner.__name__, place)
+            found |= {k: v for k, v in _places(inner, place).items() if k not in found}
+    return found
 
 
 def _operations(doc: dict[str, Any], prefix: str) -> list[str]:

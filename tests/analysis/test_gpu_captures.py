@@ -167,7 +167,7 @@ def test_a_gpu_waiting_on_input_is_idle_and_says_so(tmp_path):
     for rule in ("device_idle", "input_bound"):
         model = EVIDENCE[rule]
         assert set(found[rule].evidence) == set(model.model_fields), rule
-    meanwhile = DeviceIdleEvidence.model_validate(idle.evidence).idle_while_host_pct
+    meanwhile = DeviceIdleEvidence.model_validate(idle.evidence).idle_while_host_share
     assert max(meanwhile, key=meanwhile.get) == "input"  # what the title names
 
 

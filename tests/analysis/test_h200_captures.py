@@ -106,7 +106,7 @@ def test_a_gpu_starved_by_python_decoding_is_idle_and_says_what_the_host_did(ana
     assert max(meanwhile, key=meanwhile.get) is cause
     idle = findings(analysed[case])["device_idle"]
     assert idle.severity is Severity.CRITICAL
-    assert idle.evidence["idle_while_host_pct"][cause.value] > 80
+    assert idle.evidence["idle_while_host_share"][cause.value] > 0.8
     assert "input_bound" not in findings(analysed[case])  # no tf.data: nothing says input
 
 

@@ -9,7 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from profiler_service.analysis.models import GpuDevice, HostActivity, InputPipeline, Utilisation
+from profiler_service.analysis.findings.device import DeviceIdleEvidence
+from profiler_service.analysis.models import (
+    Finding,
+    GpuDevice,
+    HostActivity,
+    InputPipeline,
+    Utilisation,
+)
 from profiler_service.analysis.renamed_fields import RENAMED, SINCE, percent_to_share
 from profiler_service.analysis.text_report import format_summary
 from profiler_service.models import Snapshot
@@ -45,12 +52,24 @@ def test_a_snapshot_written_by_0_1_0_loads_its_percentages_as_shares():
     assert summary.device_idle_share == 0.929  # the GPUs' own, as XProf gave none
     # Shown as before: the percentage is the report's.
     assert any("idle 92.9% of the capture" in line for line in format_summary(summary))
+    # The findings' evidence too, whether or not its model reads it.
+    evidence = {f.rule: f.evidence for f in snapshot.findings}
+    assert evidence["device_idle"]["device_idle_share"] == 0.929
+    assert evidence["device_idle"]["idle_while_host_share"]["tf_ops"] == 0.211
+    assert evidence["kernel_launch_bound"]["gpu_busy_share"] == 0.071
+    assert evidence["kernel_launch_bound"]["idle_while_host_ops_share"] == 0.211
+    assert evidence["mixed_precision"]["kernel_share"] == 0.069
+    assert evidence["mixed_precision"]["device_compute_32bit_pct"] == 100.0  # XProf's, as given
+    idle = next(f for f in snapshot.findings if f.rule == "device_idle")
+    assert DeviceIdleEvidence.model_validate(idle.evidence).device_idle_share == 0.929
     # Written back in the new names only.
     written = json.dumps(snapshot.model_dump(mode="json"))
     for renamed in RENAMED:
-        assert f'"{renamed.new}"' in written or renamed.model in {"HostSummary"}, renamed
+        if renamed.model != "HostSummary":  # a capture of one host has none
+            assert f'"{renamed.new}"' in written, renamed
+        assert f'"{renamed.old}"' not in written or renamed.old == "input_share_pct", renamed
     again = Snapshot.model_validate_json(written)
-    assert again.summary == summary
+    assert (again.summary, again.findings) == (summary, snapshot.findings)
 
 
 def test_either_spelling_reads_the_same_and_the_new_one_wins():
@@ -61,8 +80,15 @@ def test_either_spelling_reads_the_same_and_the_new_one_wins():
     assert percent_to_share(None) is None
 
 
-def test_every_rename_is_from_pct_to_share_since_this_release():
+def test_a_gpu_imbalance_finding_of_0_1_0_reads_its_busy_shares():
+    old = {"rule": "gpu_imbalance", "severity": "warning", "title": "t"}
+    old["evidence"] = {"busy_pct": {"/device:GPU:0": 60.0}, "spread_points": 10.0}
+    finding = Finding.model_validate(old)
+    assert finding.evidence == {"busy_share": {"/device:GPU:0": 0.6}, "spread_points": 10.0}
+
+
+def test_every_rename_is_from_a_percentage_to_a_share_since_this_release():
     assert RENAMED
     for renamed in RENAMED:
-        assert renamed.old.endswith("_pct") and renamed.new.endswith("_share"), renamed
-        assert renamed.since == SINCE
+        assert renamed.old.endswith("_pct") or renamed.old == "gpus", renamed
+        assert renamed.new.endswith("_share") and renamed.since == SINCE, renamed

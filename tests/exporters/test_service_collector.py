@@ -120,35 +120,30 @@ def test_read_analysis_accepts_the_first_summary_shape_and_missing_numbers():
     assert (empty.step_time_s, empty.bottleneck, empty.findings) == (None, "unknown", {})
 
 
-def test_read_analysis_takes_a_gpus_idle_share_from_its_plane_where_xprof_gives_none():
-    """XProf leaves `device_idle_pct` null on GPUs; the GPUs that ran kernels give it."""
-    gpu = {
-        "devices": [
-            {
-                "device": "/device:GPU:0",
-                "busy_pct": 20.0,
-                "idle_pct": 80.0,
-                "kernels": {"count": 9},
-            },
-            {
-                "device": "/device:GPU:1",
-                "busy_pct": 40.0,
-                "idle_pct": 60.0,
-                "kernels": {"count": 9},
-            },
-            {
-                "device": "/device:GPU:2",
-                "busy_pct": 0.0,
-                "idle_pct": 100.0,
-                "kernels": {"count": 0},
-            },
-        ]
-    }
-    doc = {"summary": {"utilisation": {"device_idle_pct": None}, "gpu": gpu}, "findings": []}
+@pytest.mark.parametrize("suffix, scale", [("_share", 1.0), ("_pct", 100.0)])  # _pct: 0.1.0
+def test_read_analysis_takes_a_gpus_idle_share_from_its_plane_where_xprof_gives_none(suffix, scale):
+    """XProf leaves the device idle share null on GPUs; the GPUs that ran kernels give it. A
+    snapshot written before 0.2.0 holds percentages (`_pct`): read as the same shares."""
+
+    def device(n: int, busy: float, kernels: int) -> dict:
+        return {
+            "device": f"/device:GPU:{n}",
+            f"busy{suffix}": busy * scale,
+            f"idle{suffix}": (1 - busy) * scale,
+            "kernels": {"count": kernels},
+        }
+
+    gpu = {"devices": [device(0, 0.2, 9), device(1, 0.4, 9), device(2, 0.0, 0)]}
+    utilisation = {f"device_idle{suffix}": None}
+    doc = {"summary": {"utilisation": utilisation, "gpu": gpu}, "findings": []}
     a = read_analysis("x", "2026-01-05T12:00:00+00:00", json.dumps(doc))
     assert a.device_idle_share == pytest.approx(0.7)  # GPU:2 ran nothing: not averaged in
-    assert a.gpu_busy == {"/device:GPU:0": 0.2, "/device:GPU:1": 0.4, "/device:GPU:2": 0.0}
-    doc["summary"]["utilisation"]["device_idle_pct"] = 12.0  # XProf's, where it has one
-    assert read_analysis("x", "2026-01-05T12:00:00+00:00", json.dumps(doc)).device_idle_share == (
-        pytest.approx(0.12)
+    assert a.gpu_busy == pytest.approx(
+        {"/device:GPU:0": 0.2, "/device:GPU:1": 0.4, "/device:GPU:2": 0.0}
     )
+    utilisation[f"device_idle{suffix}"] = 0.12 * scale  # XProf's, where it has one
+    doc["summary"]["input_pipeline"] = {
+        f"input_share{'' if suffix == '_share' else '_pct'}": 0.5 * scale
+    }
+    a = read_analysis("x", "2026-01-05T12:00:00+00:00", json.dumps(doc))
+    assert (a.device_idle_share, a.input_share) == (pytest.approx(0.12), pytest.approx(0.5))

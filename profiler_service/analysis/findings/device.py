@@ -3,6 +3,8 @@ its evidence, what its fix saves and its advice for JAX."""
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pydantic import Field
 
 from profiler_service.analysis.findings.advice import JAX_INPUT, JAX_STEP, JAX_SYNC, Advice
@@ -24,16 +26,25 @@ from profiler_service.analysis.rule import Evidence, Rule
 class DeviceIdleEvidence(Evidence):
     """device_idle: how idle the accelerator was and, on a GPU, what the host did meanwhile."""
 
-    device_idle_pct: float = Field(description="the share of the time the device idled")
-    device_duty_cycle_pct: float | None = Field(None, description="XProf's device duty cycle")
+    old_percentages: ClassVar[dict[str, str]] = {
+        "device_idle_pct": "device_idle_share",
+        "device_duty_cycle_pct": "device_duty_cycle_share",
+        "idle_while_host_pct": "idle_while_host_share",
+        "gpus": "gpu_idle_share",
+    }
+
+    device_idle_share: float = Field(description="the share (0-1) of the time the device idled")
+    device_duty_cycle_share: float | None = Field(
+        None, description="XProf's device duty cycle, as a share (0-1)"
+    )
     bottleneck: str | None = Field(None, description="the summary's bottleneck")
-    idle_while_host_pct: dict[str, float] | None = Field(
+    idle_while_host_share: dict[str, float] | None = Field(
         None,
-        description="on a GPU: the share of the capture it idled while the host did each "
+        description="on a GPU: the share (0-1) of the capture it idled while the host did each "
         "activity (input, transfer, tf_ops, python, tf_data, nothing)",
     )
-    gpus: dict[str, float] | None = Field(
-        None, description="on a GPU: each active GPU's idle share"
+    gpu_idle_share: dict[str, float] | None = Field(
+        None, description="on a GPU: each active GPU's idle share (0-1)"
     )
 
 
@@ -134,13 +145,13 @@ def _has_device(summary: Summary) -> bool:
 def _gpu_idle_title(
     summary: Summary, idle: float, meanwhile: dict[HostActivity, float], words: dict
 ) -> str:
-    """What the GPU idled and what the host did most meanwhile, in `words`."""
+    """What the GPU idled and what the host did most meanwhile (shares), in `words`."""
     cause = max(meanwhile, key=lambda act: meanwhile[act])
     model = summary.gpu.active[0].model
     name = f"GPU ({model})" if model else "GPU"
     return (
-        f"The {name} is idle {idle:g}% of the capture; meanwhile the host was "
-        f"{words[cause]} ({meanwhile[cause]:g}% of the capture)"
+        f"The {name} is idle {percent(idle):g}% of the capture; meanwhile the host was "
+        f"{words[cause]} ({percent(meanwhile[cause]):g}% of the capture)"
     )
 
 
@@ -200,7 +211,7 @@ JAX_IDLE_ADVICE = {
 
 def _jax_idle_advice(finding: Finding) -> str | None:
     """On a GPU, the advice for what the host did most while it idled; else the rule's."""
-    meanwhile = DeviceIdleEvidence.model_validate(finding.evidence).idle_while_host_pct or {}
+    meanwhile = DeviceIdleEvidence.model_validate(finding.evidence).idle_while_host_share or {}
     if not meanwhile:
         return None
     return JAX_IDLE_ADVICE[HostActivity(max(meanwhile, key=meanwhile.get))]
@@ -208,10 +219,10 @@ def _jax_idle_advice(finding: Finding) -> str | None:
 
 def _jax_idle_title(finding: Finding, summary: Summary) -> str:
     evidence = DeviceIdleEvidence.model_validate(finding.evidence)
-    if not evidence.idle_while_host_pct:
+    if not evidence.idle_while_host_share:
         return finding.title
-    meanwhile = {HostActivity(act): pct for act, pct in evidence.idle_while_host_pct.items()}
-    return _gpu_idle_title(summary, evidence.device_idle_pct, meanwhile, JAX_IDLE_CAUSE)
+    meanwhile = {HostActivity(act): s for act, s in evidence.idle_while_host_share.items()}
+    return _gpu_idle_title(summary, evidence.device_idle_share, meanwhile, JAX_IDLE_CAUSE)
 
 
 DEVICE_IDLE_ADVICE = Advice(jax=_jax_idle_advice, jax_title=_jax_idle_title)
@@ -240,19 +251,19 @@ def device_idle(summary: Summary) -> Finding | None:
         return None
     severity = Severity.CRITICAL if idle >= DEVICE_IDLE_CRITICAL_PCT else Severity.WARNING
     evidence = DeviceIdleEvidence(
-        device_idle_pct=idle,
-        device_duty_cycle_pct=_percent_or_none(summary.utilisation.device_duty_cycle_share),
+        device_idle_share=share,
+        device_duty_cycle_share=summary.utilisation.device_duty_cycle_share,
         bottleneck=summary.bottleneck,
     )
     name = summary.utilisation.device_type or "device"
     title = f"The {name} is idle {idle:g}% of the time"
     advice = IDLE_ADVICE[None]
     if gpu is not None and gpu.active and summary.utilisation.device_idle_share is None:
-        meanwhile = {act: percent(gpu.idle_while(act)) for act in HostActivity}
+        meanwhile = {act: gpu.idle_while(act) for act in HostActivity}
         cause = max(meanwhile, key=lambda act: meanwhile[act])
-        evidence.idle_while_host_pct = {act.value: pct for act, pct in meanwhile.items()}
-        evidence.gpus = {d.device: percent(d.idle_share) for d in gpu.active}
-        title = _gpu_idle_title(summary, idle, meanwhile, IDLE_CAUSE)
+        evidence.idle_while_host_share = {act.value: s for act, s in meanwhile.items()}
+        evidence.gpu_idle_share = {d.device: d.idle_share for d in gpu.active}
+        title = _gpu_idle_title(summary, share, meanwhile, IDLE_CAUSE)
         advice = IDLE_ADVICE[cause]
     return Finding(
         severity=severity,
@@ -262,10 +273,6 @@ def device_idle(summary: Summary) -> Finding | None:
         docs="https://www.tensorflow.org/guide/gpu_performance_analysis",
         impact_share=share,
     )
-
-
-def _percent_or_none(share: float | None) -> float | None:
-    return None if share is None else percent(share)
 
 
 @rule(

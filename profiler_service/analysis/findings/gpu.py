@@ -4,6 +4,8 @@ its fix saves and its advice for JAX and ROCm."""
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pydantic import Field
 
 from profiler_service.analysis.findings.advice import JAX_STEP, Advice
@@ -33,6 +35,11 @@ class KernelLaunchBoundEvidence(Evidence):
     """kernel_launch_bound: launching kernels takes the step, by XProf's figure (the first two
     fields) or by the GPU's own plane (the others)."""
 
+    old_percentages: ClassVar[dict[str, str]] = {
+        "gpu_busy_pct": "gpu_busy_share",
+        "idle_while_host_ops_pct": "idle_while_host_ops_share",
+    }
+
     kernel_launch_share: float | None = Field(
         None, description="from XProf: the share (0-1) of step time spent launching kernels"
     )
@@ -49,21 +56,23 @@ class KernelLaunchBoundEvidence(Evidence):
     short_kernel_share: float | None = Field(
         None, description="from the GPU's plane: the share (0-1) of its kernels that are tiny"
     )
-    gpu_busy_pct: float | None = Field(
-        None, description="from the GPU's plane: the share of the capture it was busy, in %"
+    gpu_busy_share: float | None = Field(
+        None, description="from the GPU's plane: the share (0-1) of the capture it was busy"
     )
-    idle_while_host_ops_pct: float | None = Field(
+    idle_while_host_ops_share: float | None = Field(
         None,
-        description="from the GPU's plane: the share of the capture it idled while the host ran "
-        "TF ops and launched kernels, in %",
+        description="from the GPU's plane: the share (0-1) of the capture it idled while the "
+        "host ran TF ops and launched kernels",
     )
 
 
 class GpuImbalanceEvidence(Evidence):
     """gpu_imbalance: each GPU's busy share, the ones that ran nothing, the slowest."""
 
-    busy_pct: dict[str, float] = Field(
-        description="each GPU's share of the capture busy with kernels or copies, in %"
+    old_percentages: ClassVar[dict[str, str]] = {"busy_pct": "busy_share"}
+
+    busy_share: dict[str, float] = Field(
+        description="each GPU's share (0-1) of the capture busy with kernels or copies"
     )
     unused: list[str] = Field(description="the GPUs that ran no kernel")
     spread_points: float = Field(
@@ -237,9 +246,9 @@ def kernel_launch_bound(summary: Summary) -> Finding | None:
             kernels_per_step=round(per_step, 1),
             kernel_median_us=kernels.median_us,
             short_kernel_share=kernels.short_share,
-            gpu_busy_pct=busy,
-            idle_while_host_ops_pct=percent(
-                busiest.idle_while_host_share.get(HostActivity.TF_OPS.value, 0.0)
+            gpu_busy_share=busiest.busy_share,
+            idle_while_host_ops_share=busiest.idle_while_host_share.get(
+                HostActivity.TF_OPS.value, 0.0
             ),
         )
         title = (
@@ -325,7 +334,7 @@ def gpu_imbalance(summary: Summary) -> Finding | None:
         severity=severity,
         title=title,
         evidence=GpuImbalanceEvidence(
-            busy_pct={d.device: percent(d.busy_share) for d in gpu.devices},
+            busy_share={d.device: d.busy_share for d in gpu.devices},
             unused=unused,
             spread_points=round(spread, 1),
             slowest=busiest.device,

@@ -4,6 +4,8 @@ what computing them in 16 bits saves; each rule with its evidence and its advice
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pydantic import Field
 
 from profiler_service.analysis.findings.advice import Advice
@@ -24,6 +26,8 @@ class MixedPrecisionEvidence(Evidence):
     """mixed_precision: a GPU with Tensor Cores computing in 32-bit, by XProf's figure or by
     the kernels' own names."""
 
+    old_percentages: ClassVar[dict[str, str]] = {"kernel_pct": "kernel_share"}
+
     gpu: str | None = Field(description="the GPU's model, where the capture identifies it")
     compute_capability: str = Field(description="its compute capability (7.0 and up)")
     device_compute_16bit_pct: float | None = Field(
@@ -40,8 +44,8 @@ class MixedPrecisionEvidence(Evidence):
     sixteen_bit_kernel_ms: float = Field(
         description="the part of it in kernels whose names say 16-bit"
     )
-    kernel_pct: float = Field(
-        description="the largest share of the capture an active GPU ran kernels, in %"
+    kernel_share: float = Field(
+        description="the largest share (0-1) of the capture an active GPU ran kernels"
     )
 
 
@@ -231,8 +235,9 @@ def mixed_precision(summary: Summary) -> Finding | None:
         )
     else:
         return None
-    kernel_pct = percent(max(d.kernel_share for d in gpu.active))
-    severity = Severity.WARNING if kernel_pct >= PRECISION_WARNING_KERNEL_PCT else Severity.INFO
+    kernel_share = max(d.kernel_share for d in gpu.active)
+    warning = percent(kernel_share) >= PRECISION_WARNING_KERNEL_PCT
+    severity = Severity.WARNING if warning else Severity.INFO
     name = device.model or f"GPU (compute capability {device.compute_capability})"
     # What is at stake: the 32-bit matmul time of the GPU with the most, over its window.
     at_stake = max(
@@ -253,7 +258,7 @@ def mixed_precision(summary: Summary) -> Finding | None:
             tensor_core_eligible_ms=round(eligible, 3),
             tensor_core_ms=round(on_tensor_cores, 3),
             sixteen_bit_kernel_ms=round(sixteen_bit_ms, 3),
-            kernel_pct=kernel_pct,
+            kernel_share=kernel_share,
         ).model_dump(),
         recommendation="Compute in 16-bit where it is safe: "
         '`tf.keras.mixed_precision.set_global_policy("mixed_float16")` before building the '

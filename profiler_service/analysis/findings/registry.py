@@ -17,6 +17,7 @@ from profiler_service.analysis.findings.advice import ROCM_NAMES, Advice
 from profiler_service.analysis.findings.impact import ImpactModel, nothing
 from profiler_service.analysis.models import Finding, Impact, Summary
 from profiler_service.analysis.readers.framework import Framework
+from profiler_service.analysis.renamed_fields import EVIDENCE_RENAMES
 from profiler_service.analysis.rule import Evidence, Rule, rank
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,8 @@ def rule(
         SILENCED_BY[name] = tuple(silenced_by)
         if evidence is not None:
             EVIDENCE[name] = evidence
+            if evidence.old_percentages:  # a stored finding's evidence is read in both spellings
+                EVIDENCE_RENAMES[str(name)] = evidence.old_percentages
         if impact is not None:
             IMPACT[name] = impact
         if advice is not None:
