@@ -12,6 +12,8 @@ Each element is a feature vector made from its index by `--rounds` rounds of x =
                 map parallelisation is off, so the map runs one element at a time.
 `--parallel` maps with num_parallel_calls=AUTOTUNE, `--prefetch` ends with prefetch(AUTOTUNE),
 `--cores N` pins the job to N cores before TensorFlow starts, `--width` sizes the model.
+`--slower-file PATH`: once PATH exists, python-sleep waits `--slower-by` longer an element (the
+same process made slower, for bench_verification's pairs that do not restart).
 
     python bench/calibration/job.py --decode python-cpu --rounds 40 --agent-port 0 --seconds 60
 """
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import time
 
@@ -27,6 +30,19 @@ from family import StepClock, add_job_args, start_agent
 
 FEATURES = 64
 NUMPY_SIDE = 64  # python-numpy: rows of FEATURES values, enough for numpy to release the GIL
+
+
+class SlowerSwitch:
+    """1, or `factor` once `path` exists (looked for at most every 0.2 s)."""
+
+    def __init__(self, path: str | None, factor: float) -> None:
+        self.path, self.slower, self.on, self.looked = path, factor, False, 0.0
+
+    def factor(self) -> float:
+        if self.path and not self.on and time.monotonic() - self.looked > 0.2:
+            self.looked = time.monotonic()
+            self.on = os.path.exists(self.path)
+        return self.slower if self.on else 1.0
 
 
 def main() -> None:
@@ -38,6 +54,8 @@ def main() -> None:
     )
     parser.add_argument("--rounds", type=int, default=40, help="work per element")
     parser.add_argument("--sleep-ms", type=float, default=1.0, help="python-sleep: wait each")
+    parser.add_argument("--slower-file", help="python-sleep: wait longer once this file exists")
+    parser.add_argument("--slower-by", type=float, default=0.1, help="that much longer")
     parser.add_argument("--parallel", action="store_true")
     parser.add_argument("--prefetch", action="store_true")
     parser.add_argument(
@@ -60,8 +78,10 @@ def main() -> None:
             x = [math.sin(v) * 1.01 + 0.5 for v in x]
         return np.asarray(x, dtype=np.float32)
 
+    slower = SlowerSwitch(args.slower_file, 1 + args.slower_by)
+
     def python_sleep(index):
-        time.sleep(args.sleep_ms / 1000)
+        time.sleep(args.sleep_ms * slower.factor() / 1000)
         return np.random.default_rng(int(index)).random(FEATURES, dtype=np.float32)
 
     def python_numpy(index):
