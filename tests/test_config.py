@@ -14,9 +14,9 @@ from profiler_service.config import (
     BoundsSettings,
     CaptureSettings,
     HubSettings,
-    MemoryWatchSettings,
     ServerSettings,
     Settings,
+    WatchSettings,
 )
 from profiler_service.targets import Target, TargetKind, in_process_target
 
@@ -288,9 +288,7 @@ def test_a_group_names_its_fields_without_its_prefix_and_its_settings_with_it():
         "memory_watch": "enabled",
         "tokens_file": "tokens_file",
         "hub_explain_idle": "enabled",
-    } | {
-        f"capture_{f}": f for f in ("url", "attempts", "max_workers", "labels")
-    }
+    } | {f"capture_{f}": f for f in ("url", "attempts", "max_workers", "labels")}
     page = (Path(__file__).parents[1] / "docs/reference/configuration.md").read_text()
     documented = re.findall(r"^\| `PROFILER_([A-Z0-9_]+)`", page, re.M)
     outward = []
@@ -320,15 +318,15 @@ def test_the_watch_share_is_set_by_its_variable_and_its_flat_name(
     monkeypatch.setenv("PROFILER_MEMORY_WATCH", "false")
     monkeypatch.setenv("PROFILER_SHARE", "0.2")  # a variable named after the field: not read
     assert (Settings().watch.share, Settings().watch.enabled) == (0.7, False)
-    assert MemoryWatchSettings().share == 0.7
+    assert WatchSettings().share == 0.7
     assert Settings(memory_watch_share=0.6, memory_watch=True).watch.share == 0.6
     assert Settings(memory_watch_share=0.6, memory_watch=True).watch.enabled is True
-    assert MemoryWatchSettings(memory_watch_share=0.5).share == 0.5
+    assert WatchSettings(memory_watch_share=0.5).share == 0.5
     assert Settings.owners["memory_watch_share"] == ("watch", "share")
     with pytest.raises(ValidationError, match="memory_watch_share"):
         Settings(memory_watch_share=3)
     with pytest.raises(ValueError, match="'memory_watch_share', not 'share'"):
-        MemoryWatchSettings(share=0.5)
+        WatchSettings(share=0.5)
     with pytest.raises(ValueError, match="did you mean 'memory_watch_share'"):
         Settings(memory_watch_shar=0.5)
 

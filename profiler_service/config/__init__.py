@@ -24,24 +24,23 @@ from profiler_service.config.pipeline import (
     BoundsSettings,
     CaptureSettings,
     LookbackSettings,
-    MemoryWatchSettings,
     PromQuery,
     Schedule,
     ScheduleSettings,
+    WatchSettings,
 )
 from profiler_service.config.serving import (
-    AlertSettings,
     GrafanaSettings,
     ReportSettings,
     ServerSettings,
-    SnapshotStoreSettings,
-    StoreSettings,
+    SidecarStorageSettings,
+    SidecarWebhookSettings,
+    StorageSettings,
     WebhookSettings,
 )
 
 __all__ = [
     "DEFAULT_PROM_QUERIES",
-    "AlertSettings",
     "AnalysisSettings",
     "AppSettings",
     "BoundsSettings",
@@ -53,7 +52,6 @@ __all__ = [
     "HubSettings",
     "LedgerSettings",
     "LookbackSettings",
-    "MemoryWatchSettings",
     "PromQuery",
     "RegistrationSettings",
     "ReportSettings",
@@ -61,8 +59,10 @@ __all__ = [
     "ScheduleSettings",
     "ServerSettings",
     "Settings",
-    "SnapshotStoreSettings",
-    "StoreSettings",
+    "SidecarStorageSettings",
+    "SidecarWebhookSettings",
+    "StorageSettings",
+    "WatchSettings",
     "WebhookSettings",
 ]
 
@@ -72,7 +72,7 @@ class AppSettings(Root):
     the webhook receiver, the capture bounds (`api/core.py`)."""
 
     server: ServerSettings
-    storage: StoreSettings
+    storage: StorageSettings
     bounds: BoundsSettings
     report: ReportSettings
     webhook: WebhookSettings
@@ -83,13 +83,13 @@ class Settings(AppSettings):
     what only a sidecar reads (retention, the bucket copy's pace, the alerts' cooldown and
     throttle)."""
 
-    storage: SnapshotStoreSettings
-    webhook: AlertSettings
+    storage: SidecarStorageSettings
+    webhook: SidecarWebhookSettings
     capture: CaptureSettings
     analysis: AnalysisSettings
     schedule: ScheduleSettings
     lookback: LookbackSettings
-    watch: MemoryWatchSettings
+    watch: WatchSettings
     grafana: GrafanaSettings
     registration: RegistrationSettings
 

@@ -2,11 +2,11 @@
 
 Every setting has an outward name, flat and unique over the groups (`memory_watch_share`): its
 variable (`PROFILER_MEMORY_WATCH_SHARE`), its flag, its keyword, its name in the docs and the
-chart. A group's fields leave out the prefix its names share (`MemoryWatchSettings.prefix` is
+chart. A group's fields leave out the prefix its names share (`WatchSettings.prefix` is
 `memory_watch_`, so the setting is read as `settings.watch.share`); a field whose outward name is
 not the prefix plus its own names it (`enabled: bool = Field(validation_alias="memory_watch")`).
 A group is built from the environment and from keywords by outward name, so a component and its
-test build only the group they use (`MemoryWatchSettings(memory_watch_share=0.8)`). A root
+test build only the group they use (`WatchSettings(memory_watch_share=0.8)`). A root
 (`Settings`, `HubSettings`) is a plain model of groups: it takes the outward names
 (`Settings(store=..., duration_max_s=10)`, the CLI's flags, the agent's keyword arguments), hands
 each to the group that declares it, and checks what spans groups.

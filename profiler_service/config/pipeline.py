@@ -323,7 +323,7 @@ class LookbackSettings(Group):
     )
 
 
-class MemoryWatchSettings(Group):
+class WatchSettings(Group):
     """When the memory watch captures before an OOM (`trigger/memory_watch.py`)."""
 
     prefix: ClassVar[str] = "memory_watch_"

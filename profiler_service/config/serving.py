@@ -67,9 +67,9 @@ class ServerSettings(Group):
             )
 
 
-class StoreSettings(Group):
+class StorageSettings(Group):
     """Where the snapshot store is and the bucket it is mirrored to: the hub's (its fleet index,
-    the fleet's bucket); a sidecar's adds what it keeps (`SnapshotStoreSettings`)."""
+    the fleet's bucket); a sidecar's adds what it keeps (`SidecarStorageSettings`)."""
 
     store: Path = Field(
         default=Path("./profiles"),
@@ -102,9 +102,9 @@ class StoreSettings(Group):
         return parsed
 
 
-class SnapshotStoreSettings(StoreSettings):
+class SidecarStorageSettings(StorageSettings):
     """The snapshot store, its retention, and the bucket it is mirrored to. The hub's store
-    (`StoreSettings`) keeps what the bucket holds and lists it every `hub_sync_interval_s`:
+    (`StorageSettings`) keeps what the bucket holds and lists it every `hub_sync_interval_s`:
     it reads neither the retention nor the bucket copy's pace."""
 
     store_refresh_s: float = Field(
@@ -150,7 +150,7 @@ class ReportSettings(Group):
 class WebhookSettings(Group):
     """Alert webhooks (`POST /webhooks/grafana`, `/webhooks/alertmanager`): who may post, and
     which alert captures what (`trigger/alerts.py`, `hub/routing.py`): the hub's; a sidecar's
-    adds when (`AlertSettings`)."""
+    adds when (`SidecarWebhookSettings`)."""
 
     prefix: ClassVar[str] = "webhook_"
 
@@ -234,7 +234,7 @@ class WebhookSettings(Group):
         return wanted
 
 
-class AlertSettings(WebhookSettings):
+class SidecarWebhookSettings(WebhookSettings):
     """Alert webhooks (`POST /webhooks/grafana`, `/webhooks/alertmanager`): who may post, and
     which alert captures what, when (`trigger/alerts.py`, `hub/routing.py`). The hub's
     (`WebhookSettings`) leaves out the when: the sidecar it routes an alert to applies its own

@@ -28,7 +28,7 @@ from typing import Any
 from prometheus_client.metrics_core import CounterMetricFamily, Metric
 
 from profiler_service.capture.controller import CaptureController, CaptureRequest, StartOutcome
-from profiler_service.config import AlertSettings
+from profiler_service.config import SidecarWebhookSettings
 from profiler_service.durations import parse_duration
 from profiler_service.errors import InvalidDuration
 from profiler_service.models import Trigger, TriggerKind
@@ -67,7 +67,7 @@ class AlertTrigger:
 
     def __init__(
         self,
-        settings: AlertSettings,
+        settings: SidecarWebhookSettings,
         controller: CaptureController,
         alert_log: AlertLog,
         clock: Callable[[], float] = time.time,

@@ -26,7 +26,7 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 
 from profiler_service.analysis.readers.fit import fit_line
 from profiler_service.capture.controller import CaptureController, CaptureRequest
-from profiler_service.config import MemoryWatchSettings
+from profiler_service.config import WatchSettings
 from profiler_service.lookback.ring import Sample, SampleRing
 from profiler_service.models import MemoryReading, Trigger, TriggerKind
 from profiler_service.trigger.outcomes import START_OUTCOMES, Outcome
@@ -48,7 +48,7 @@ GROWTH_MIN_R2 = 0.6  # the rise must look like a line, not one spike in a noisy 
 class MemoryWatch:
     def __init__(
         self,
-        settings: MemoryWatchSettings,
+        settings: WatchSettings,
         controller: CaptureController,
         ring: SampleRing,
         source_of=lambda key: "",

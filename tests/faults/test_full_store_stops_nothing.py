@@ -20,7 +20,7 @@ from fault_helpers import tmpfs
 
 from profiler_service.api.app import create_app
 from profiler_service.capture.controller import CaptureRequest, StartOutcome
-from profiler_service.config import MemoryWatchSettings, Schedule
+from profiler_service.config import Schedule, WatchSettings
 from profiler_service.lifecycle import BackgroundLoop
 from profiler_service.lookback.ring import Sample, SampleRing
 from profiler_service.targets import Target
@@ -109,7 +109,7 @@ def test_the_memory_watch_counts_the_refusal_and_captures_when_space_is_back(mak
     clock = FakeClock()
     ring = SampleRing(300)
     watch = MemoryWatch(
-        MemoryWatchSettings(memory_watch_share=0.9, memory_watch_cooldown_s=600),
+        WatchSettings(memory_watch_share=0.9, memory_watch_cooldown_s=600),
         service.controller,
         ring,
         clock=clock,

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from fakes import RecordingController
 
-from profiler_service.config import MemoryWatchSettings
+from profiler_service.config import WatchSettings
 from profiler_service.lookback import sources
 from profiler_service.lookback.ring import Sample, SampleRing
 from profiler_service.lookback.sources import (
@@ -42,7 +42,7 @@ def test_the_ring_keeps_its_window_and_reads_back_series():
 
 
 def watch(controller, **settings) -> tuple[MemoryWatch, SampleRing]:
-    config = MemoryWatchSettings(
+    config = WatchSettings(
         memory_watch_window_s=10,
         memory_watch_horizon_s=60,
         memory_watch_share=0.9,

@@ -18,7 +18,7 @@ from helpers import free_port
 from s3_server import S3Server, wait_until
 from test_snapshot_store import fail_one, listed_ids, publish_one
 
-from profiler_service.config import Settings, StoreSettings
+from profiler_service.config import Settings, StorageSettings
 from profiler_service.errors import FileNotFound, SnapshotNotFound
 from profiler_service.models import SnapshotStatus, new_snapshot_id
 from profiler_service.store.bucket_client import BucketClient
@@ -335,7 +335,7 @@ def test_store_options_are_secret(monkeypatch):
     assert "hunter2" not in repr(BucketClient("s3://bucket/prefix", {"secret": "hunter2"}))
     monkeypatch.setenv("PROFILER_STORE_OPTIONS", '{"secret": "hunter2"')
     with pytest.raises(ValueError) as excinfo:
-        StoreSettings().store_options_dict()
+        StorageSettings().store_options_dict()
     assert "hunter2" not in str(excinfo.value)
     monkeypatch.setenv("PROFILER_STORE_URL", "just-a-path")
     with pytest.raises(ValueError, match="must be a URL"):

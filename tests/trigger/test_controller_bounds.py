@@ -24,10 +24,10 @@ from profiler_service.capture.controller import (
 from profiler_service.config import (
     BoundsSettings,
     CaptureSettings,
-    MemoryWatchSettings,
     Schedule,
     ScheduleSettings,
     Settings,
+    WatchSettings,
 )
 from profiler_service.durations import parse_duration
 from profiler_service.lookback.ring import SampleRing
@@ -130,7 +130,7 @@ def test_the_watch_and_the_schedules_cannot_exceed_the_bound_past_the_configurat
     controller, held
 ):
     """Settings changed without validation (model_copy) still cannot pass the controller."""
-    too_long = MemoryWatchSettings().model_copy(update={"duration_s": 120.0, "share": 0.5})
+    too_long = WatchSettings().model_copy(update={"duration_s": 120.0, "share": 0.5})
     watch = MemoryWatch(too_long, controller, SampleRing(60))
     watch._capture(_reading())
     assert watch.outcomes[("share", "rejected")] == 1
