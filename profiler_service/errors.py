@@ -7,7 +7,8 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import dataclass
-from enum import StrEnum
+
+from profiler_service.described import Described
 
 
 class ServiceError(Exception):
@@ -166,21 +167,13 @@ class PayloadTooLarge(ServiceError):
     status_code = 413
 
 
-class SnapshotErrorCode(StrEnum):
+class SnapshotErrorCode(Described):
     """A failed snapshot's `error.code`, each with what it means.
 
     The value is what `snapshot.json`, the API and `profiler_capture_errors_total{error}` carry;
     the description is the reference page's (docs/reference/errors-and-outcomes.md), so a code
     cannot be added without saying what it means.
     """
-
-    description: str
-
-    def __new__(cls, value: str, description: str) -> SnapshotErrorCode:
-        member = str.__new__(cls, value)
-        member._value_ = value
-        member.description = description
-        return member
 
     TARGET_UNREACHABLE = (
         "target_unreachable",

@@ -5,12 +5,12 @@ from __future__ import annotations
 import re
 import secrets
 from datetime import UTC, datetime
-from enum import StrEnum
 
 from pydantic import BaseModel, Field, computed_field
 
 from profiler_service.analysis.across.verification import StepChange, Verification
 from profiler_service.analysis.models import Finding, Summary
+from profiler_service.described import Described
 from profiler_service.errors import SnapshotErrorCode
 from profiler_service.lookback.models import LeadUp
 
@@ -44,43 +44,34 @@ def as_utc(value: datetime) -> datetime:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
-class SnapshotStatus(StrEnum):
-    CAPTURING = "capturing"
-    ANALYZING = "analyzing"
-    READY = "ready"
-    FAILED = "failed"
-    INTERRUPTED = "interrupted"
+class SnapshotStatus(Described):
+    """A snapshot's `status`, each with what it means."""
+
+    CAPTURING = ("capturing", "The profiler is tracing the job.")
+    ANALYZING = ("analyzing", "The capture is on disk; XProf's converters are reading it.")
+    READY = ("ready", "Analysed and published: listed, and a run for XProf/TensorBoard.")
+    FAILED = (
+        "failed",
+        "Ended with `error.code` and `error.detail`; kept files under `STORE/failed/<id>/run/`.",
+    )
+    INTERRUPTED = ("interrupted", "The service stopped mid-way; marked at the next start.")
 
     @property
     def in_flight(self) -> bool:
         return self in (SnapshotStatus.CAPTURING, SnapshotStatus.ANALYZING)
 
 
-STATUS_MEANINGS = {
-    SnapshotStatus.CAPTURING: "The profiler is tracing the job.",
-    SnapshotStatus.ANALYZING: "The capture is on disk; XProf's converters are reading it.",
-    SnapshotStatus.READY: "Analysed and published: listed, and a run for XProf/TensorBoard.",
-    SnapshotStatus.FAILED: "Ended with `error.code` and `error.detail`; kept files under "
-    "`STORE/failed/<id>/run/`.",
-    SnapshotStatus.INTERRUPTED: "The service stopped mid-way; marked at the next start.",
-}
+class TriggerKind(Described):
+    """What started a capture (`trigger.kind`), each with what it means."""
 
-
-class TriggerKind(StrEnum):
-    API = "api"
-    CLI = "cli"
-    WEBHOOK = "webhook"
-    SCHEDULE = "schedule"
-    MEMORY_WATCH = "memory_watch"
-
-
-TRIGGER_MEANINGS = {
-    TriggerKind.API: "`POST /profile`.",
-    TriggerKind.CLI: "`profiler-service capture`.",
-    TriggerKind.WEBHOOK: "A Grafana or Alertmanager alert (`trigger.labels`, `annotations`, ...).",
-    TriggerKind.SCHEDULE: "A scheduled capture (`schedules`).",
-    TriggerKind.MEMORY_WATCH: "The memory watch, before an out-of-memory kill (`trigger.memory`).",
-}
+    API = ("api", "`POST /profile`.")
+    CLI = ("cli", "`profiler-service capture`.")
+    WEBHOOK = ("webhook", "A Grafana or Alertmanager alert (`trigger.labels`, `annotations`, ...).")
+    SCHEDULE = ("schedule", "A scheduled capture (`schedules`).")
+    MEMORY_WATCH = (
+        "memory_watch",
+        "The memory watch, before an out-of-memory kill (`trigger.memory`).",
+    )
 
 
 class MemoryReading(BaseModel):

@@ -6,37 +6,40 @@ Prometheus counted; the index keeps them as a column so the ledger reads no snap
 from __future__ import annotations
 
 from collections.abc import Sequence
-from enum import StrEnum
 
 from pydantic import BaseModel, Field
 
 from profiler_service.analysis.models import Finding, HostActivity, Impact, Summary
+from profiler_service.described import Described
 
-__all__ = ["CAUSE_MEANINGS", "CaptureWaste", "IdleCause", "capture_waste"]
-
-
-class IdleCause(StrEnum):
-    """Why a GPU-hour was idle, as the ledger names it."""
-
-    INPUT = "input"
-    PYTHON = "python"
-    LAUNCHES = "launches"
-    COPIES = "copies"
-    NOTHING_TRACED = "nothing_traced"
-    NO_CAPTURE = "no_capture"
+__all__ = ["CaptureWaste", "IdleCause", "capture_waste"]
 
 
-CAUSE_MEANINGS = {
-    IdleCause.INPUT: "The host waited on tf.data (the step's get-next, or tf.data's own threads "
-    "preparing later elements).",
-    IdleCause.PYTHON: "Python ran, or ops were dispatched eagerly one by one.",
-    IdleCause.LAUNCHES: "TF ops ran on the host and launched kernels: the GPU waited on launches.",
-    IdleCause.COPIES: "The host copied data to or from the GPU.",
-    IdleCause.NOTHING_TRACED: "The host's traced events show nothing: untraced Python, I/O, "
-    "or waiting (checkpoints, evaluation, a slow worker).",
-    IdleCause.NO_CAPTURE: "No capture of the job lies within `hub_ledger_capture_horizon_s` of "
-    "these hours (or none of its captures traced a GPU): nothing explains them.",
-}
+class IdleCause(Described):
+    """Why a GPU-hour was idle, as the ledger names it, each with what it means."""
+
+    INPUT = (
+        "input",
+        "The host waited on tf.data (the step's get-next, or tf.data's own threads preparing "
+        "later elements).",
+    )
+    PYTHON = ("python", "Python ran, or ops were dispatched eagerly one by one.")
+    LAUNCHES = (
+        "launches",
+        "TF ops ran on the host and launched kernels: the GPU waited on launches.",
+    )
+    COPIES = ("copies", "The host copied data to or from the GPU.")
+    NOTHING_TRACED = (
+        "nothing_traced",
+        "The host's traced events show nothing: untraced Python, I/O, or waiting (checkpoints, "
+        "evaluation, a slow worker).",
+    )
+    NO_CAPTURE = (
+        "no_capture",
+        "No capture of the job lies within `hub_ledger_capture_horizon_s` of these hours (or "
+        "none of its captures traced a GPU): nothing explains them.",
+    )
+
 
 # The host lanes of gpu_activity.py, as the ledger's causes (tf.data's background threads are
 # the input pipeline too).

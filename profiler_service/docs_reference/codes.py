@@ -1,8 +1,9 @@
 """docs/reference/errors-and-outcomes.md: statuses, failure codes, API errors, alert outcomes.
 
-Each table comes from where the codes are defined: `SnapshotStatus` and `TriggerKind` with their
-meanings (models.py), `SnapshotErrorCode` and `ServiceError`'s subclasses (errors.py, and the
-hub's in hub/routing.py), the API's own handlers (api/errors.py), and the webhook outcomes
+Each table comes from where the codes are defined, each member carrying its meaning
+(`Described`, described.py): `SnapshotStatus` and `TriggerKind` (models.py), `SnapshotErrorCode`
+and `ServiceError`'s subclasses (errors.py, and the hub's in hub/routing.py), the API's own
+handlers (api/errors.py), the trigger outcomes (trigger/outcomes.py) and the alerts' reasons
 (trigger/alert_log.py).
 """
 
@@ -13,10 +14,12 @@ import importlib.util
 import inspect
 
 from profiler_service.api.errors import HANDLER_ERRORS
+from profiler_service.described import Described
 from profiler_service.docs_reference.markdown import code, table
 from profiler_service.errors import ServiceError, SnapshotErrorCode
-from profiler_service.models import STATUS_MEANINGS, TRIGGER_MEANINGS, SnapshotStatus, TriggerKind
-from profiler_service.trigger.outcomes import OUTCOME_MEANINGS, Outcome
+from profiler_service.models import SnapshotStatus, TriggerKind
+from profiler_service.trigger.alert_log import Reason
+from profiler_service.trigger.outcomes import Outcome
 
 INTRO = """# Errors and outcomes
 
@@ -33,11 +36,11 @@ def render() -> str:
             "## Snapshot status\n",
             "A snapshot's `status` goes `capturing → analyzing → ready`, or ends `failed` "
             "(with `error`) or `interrupted`.\n",
-            table(["status", "meaning"], _meanings(SnapshotStatus, STATUS_MEANINGS)),
+            table(["status", "meaning"], _meanings(SnapshotStatus)),
             "## Failure codes\n",
             "A failed snapshot's `error.code`; `error.detail` is a sentence naming the address, "
             "path or limit involved. `profiler_capture_errors_total{error}` counts them.\n",
-            table(["code", "meaning"], [(code(c.value), c.description) for c in SnapshotErrorCode]),
+            table(["code", "meaning"], _meanings(SnapshotErrorCode)),
             "## HTTP errors\n",
             'Every error answer is JSON `{"error": CODE, "detail": SENTENCE}` (some add fields, '
             "such as `checks` on `/readyz`).\n",
@@ -52,24 +55,22 @@ def render() -> str:
             "`profiler_schedule_captures_total{target,outcome}` and the memory watch's in "
             "`profiler_memory_watch_captures_total{reason,outcome}` (those two: `captured`, "
             "`skipped_busy`, `rejected`).\n",
-            table(["outcome", "meaning"], _meanings(Outcome, OUTCOME_MEANINGS)),
+            table(["outcome", "meaning"], _meanings(Outcome)),
+            "An alert not captured says why in its `reason` beside the outcome: one of these, "
+            "or, where the controller refused the capture, the API's error code "
+            "([HTTP errors](#http-errors)).\n",
+            table(["reason", "meaning"], _meanings(Reason)),
             "## Trigger kinds\n",
             "What started a capture: a snapshot's `trigger.kind`, the `trigger` label of "
             "`profiler_captures_total`.\n",
-            table(["trigger", "meaning"], _meanings(TriggerKind, TRIGGER_MEANINGS)),
+            table(["trigger", "meaning"], _meanings(TriggerKind)),
         ]
     )
 
 
-def _meanings(enum: type, meanings: dict) -> list[tuple[str, str]]:
-    missing = [m.value for m in enum if m not in meanings]
-    if missing:
-        raise ValueError(
-            f"{enum.__module__}.{enum.__name__} members without a meaning: {missing}; add them "
-            "to the meanings beside it (STATUS_MEANINGS, TRIGGER_MEANINGS, OUTCOME_MEANINGS), "
-            "then run scripts/gen-docs"
-        )
-    return [(code(m.value), meanings[m]) for m in enum]
+def _meanings(enum: type[Described]) -> list[tuple[str, str]]:
+    """Each member's value and what it means (a `Described` member cannot lack it)."""
+    return [(code(m.value), m.description) for m in enum]
 
 
 def _subclasses(cls: type) -> list[type]:

@@ -19,12 +19,12 @@ import threading
 from collections import deque
 from collections.abc import Iterable
 from datetime import datetime
-from enum import StrEnum
 from pathlib import Path
 from typing import IO
 
 from pydantic import BaseModel, Field
 
+from profiler_service.described import Described
 from profiler_service.models import utcnow
 from profiler_service.trigger.outcomes import Outcome
 
@@ -37,19 +37,47 @@ MAX_RECORDS_IN_MEMORY = 1000
 MAX_FILE_BYTES = 4 * 1024 * 1024
 
 
-class Reason(StrEnum):
+class Reason(Described):
     """Why an alert was not captured, beside its outcome. A capture the controller refused
     carries the API's error code instead (`capture_in_progress`, `unknown_target`...)."""
 
-    UNKNOWN_STATUS = "unknown_status"
-    NO_MATCHING_TARGET = "no_matching_target"
-    INVALID_DURATION = "invalid_duration"
-    COOLDOWN = "cooldown"
-    MIN_INTERVAL = "min_interval"
+    UNKNOWN_STATUS = (
+        "unknown_status",
+        "The alert's status is neither `firing` nor `resolved` (`rejected`).",
+    )
+    NO_MATCHING_TARGET = (
+        "no_matching_target",
+        "No configured target matches the alert (`rejected`); the detail lists the labels "
+        "tried, the targets and the rules.",
+    )
+    INVALID_DURATION = (
+        "invalid_duration",
+        "The alert's `profile_duration` label or annotation does not parse, or lies outside "
+        "the bounds (`rejected`).",
+    )
+    COOLDOWN = (
+        "cooldown",
+        "The same alert (fingerprint) was captured within `webhook_cooldown_s` (`deduplicated`).",
+    )
+    MIN_INTERVAL = (
+        "min_interval",
+        "Another alert started a capture within `webhook_min_interval_s` (`throttled`).",
+    )
     # The fleet hub's
-    NO_MATCHING_SIDECAR = "no_matching_sidecar"
-    AMBIGUOUS_TARGET = "ambiguous_target"
-    NO_ANSWER = "no_answer"
+    NO_MATCHING_SIDECAR = (
+        "no_matching_sidecar",
+        "The fleet hub's: no registered sidecar captures what the alert names (`no_sidecar`).",
+    )
+    AMBIGUOUS_TARGET = (
+        "ambiguous_target",
+        "The fleet hub's: several registered sidecars capture what the alert names; the detail "
+        "names them (`no_sidecar`).",
+    )
+    NO_ANSWER = (
+        "no_answer",
+        "The fleet hub's: the sidecar that captures the alert's target did not answer, or "
+        "answered an error (`sidecar_unreachable`).",
+    )
 
 
 class AlertOutcome(BaseModel):
