@@ -247,4 +247,4 @@ def _build(parts: TriggerParts) -> AlertTrigger:
     return trigger
 
 
-PLUGIN = TriggerPlugin("alerts", _build)
+PLUGIN = TriggerPlugin(TriggerKind.WEBHOOK, _build)

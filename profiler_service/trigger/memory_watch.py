@@ -214,4 +214,4 @@ def _build(parts: TriggerParts) -> MemoryWatch | None:
     return watch
 
 
-PLUGIN = TriggerPlugin("memory_watch", _build)
+PLUGIN = TriggerPlugin(TriggerKind.MEMORY_WATCH, _build)

@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar, cast
 
+from profiler_service.models import TriggerKind
+
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
@@ -50,7 +52,7 @@ T = TypeVar("T", bound=BuiltTrigger)
 
 @dataclass(frozen=True)
 class TriggerPlugin(Generic[T]):
-    name: str  # the service's name for it
+    kind: TriggerKind  # the captures it starts (`trigger.kind`): its name in the service
     build: Callable[[TriggerParts], T | None]  # None: off by its settings
 
 
@@ -59,13 +61,13 @@ class Triggers:
     plugin builds it: `service.triggers.get(alerts.PLUGIN)` is an `AlertTrigger | None`."""
 
     def __init__(self) -> None:
-        self._built: dict[str, BuiltTrigger] = {}
+        self._built: dict[TriggerKind, BuiltTrigger] = {}
 
     def add(self, plugin: TriggerPlugin[T], built: T) -> None:
-        self._built[plugin.name] = built
+        self._built[plugin.kind] = built
 
     def get(self, plugin: TriggerPlugin[T]) -> T | None:
-        return cast("T | None", self._built.get(plugin.name))  # only add() wrote it: a T
+        return cast("T | None", self._built.get(plugin.kind))  # only add() wrote it: a T
 
     def all(self) -> list[BuiltTrigger]:
         return list(self._built.values())

@@ -99,5 +99,6 @@ class CaptureScheduler(LoopOwner):
 
 
 PLUGIN = TriggerPlugin(
-    "scheduler", lambda parts: CaptureScheduler(parts.settings.schedule, parts.controller)
+    TriggerKind.SCHEDULE,
+    lambda parts: CaptureScheduler(parts.settings.schedule, parts.controller),
 )
