@@ -135,10 +135,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if regressed is None:
         print(f"cannot gate: {metric.value} is missing from one side", file=sys.stderr)
         return 2
-    ratio = comparison.ratio(metric)
-    verdict = "REGRESSION" if regressed else "ok"
-    line = f"{verdict}: {metric.value} is {ratio:.1%} of the baseline (limit {1 + threshold:.0%})"
+    ratio, name = comparison.ratio(metric), metric.value
     change = comparison.step_change
+    if metric is GateMetric.STEP_TIME and change and change.examples_per_step:
+        ratio, name = 1 + (change.change_share or 0.0), f"{name} per example"  # batch changed
+    verdict = "REGRESSION" if regressed else "ok"
+    line = f"{verdict}: {name} is {ratio:.1%} of the baseline (limit {1 + threshold:.0%})"
     if metric is GateMetric.STEP_TIME and change and change.change_interval_95:
         lo, hi = change.change_interval_95
         line += f"; 95% interval of the change {lo:+.1%} to {hi:+.1%}"

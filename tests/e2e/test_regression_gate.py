@@ -1,13 +1,17 @@
-"""Comparisons and the CI gate on real captures: same job twice, and a deliberately slower one.
+"""Comparisons and the CI gate on real captures: same job twice, a deliberately slower one, and
+one that reads a larger batch.
 
-The slower job does counted extra work, eight times the records a step decoded alike (a 2 ms
-sleep each, which a busy CPU does not lengthen), and the snapshots count it: their Python decoder
-calls a step (31.5-32.6 and 240-258 seen). Its step time was 7.9-9.0x the fast job's and its
-input time 8.2-9.3x (idle and beside a process burning a core); asked: more than 3x. The same job
-twice is asked to stay within 50 %, not the gate's 10 %: two captures seconds apart, whose ratio
-was 0.93-1.06 here, on a machine that other work shares and can load between them. The gate's
-own 110 % is tested where no load reaches it: on copies of a real snapshot with its step time
-set to 109 % and 112 % of the baseline's, and on a snapshot against itself with the sidecar's
+The slower job's reader takes eight times as long a record (a 16 ms sleep, not 2 ms, which a
+busy CPU does not lengthen) at the same batch, and the snapshots count the records: their
+Python decoder calls a step (31.5-32.6 seen). Its step time was 7.9-9.0x the fast job's and its
+input time 8.2-9.3x with eight times the records a step (idle and beside a process burning a
+core); asked: more than 3x. The larger batch's job reads eight times the records a step at
+the same speed, and its markers say so (`ProfilerStepCallback(examples=256)`): compared by time
+per example it is no regression, though its step is several times longer. The same job twice
+is asked to stay within 50 %, not the gate's 10 %: two captures seconds apart, whose ratio was
+0.93-1.06 here, on a machine that other work shares and can load between them. The gate's own
+110 % is tested where no load reaches it: on copies of a real snapshot with its step time set
+to 109 % and 112 % of the baseline's, and on a snapshot against itself with the sidecar's
 default threshold.
 """
 
@@ -26,14 +30,26 @@ from helpers import QUIET_TF, free_port, start_job
 from profiler_service.analysis.readers.op_stats import PYTHON_OP_TYPES
 
 FAST_RECORDS = 32  # a step of the session's input-bound job (the demo job's default batch)
-SLOW_RECORDS = 8 * FAST_RECORDS
+LARGE_BATCH = 8 * FAST_RECORDS
+SLOW_DECODE_MS = 8 * 2.0  # the demo's reader: 2 ms a record
 
 
 @pytest.fixture(scope="module")
 def slow_job():
-    """The input-bound job reading 8x the records a step (a regression to catch)."""
+    """The input-bound job with a reader 8x slower a record (a regression to catch)."""
     job = start_job(
-        *("--workload", "input-bound", "--batch-size", str(SLOW_RECORDS)),
+        *("--workload", "input-bound", "--decode-ms", str(SLOW_DECODE_MS)),
+        *("--profiler-port", str(free_port())),
+    )
+    yield job
+    job.stop()
+
+
+@pytest.fixture(scope="module")
+def large_batch_job():
+    """The input-bound job reading 8x the records a step at the same speed (no regression)."""
+    job = start_job(
+        *("--workload", "input-bound", "--batch-size", str(LARGE_BATCH)),
         *("--profiler-port", str(free_port())),
     )
     yield job
@@ -86,8 +102,8 @@ def test_same_job_twice_is_no_regression_and_a_slower_reader_is(
         # The slow job's steps take ~650 ms: 4 s holds enough of them.
         first, second, slow = capture("fast"), capture("fast"), capture("slow", "4s")
         # The work a step, counted: the records each job was told to read.
-        for snapshot, told in ((first, FAST_RECORDS), (second, FAST_RECORDS), (slow, SLOW_RECORDS)):
-            assert records_per_step(snapshot) == pytest.approx(told, rel=0.25), snapshot["id"]
+        for snapshot in (first, second, slow):
+            assert records_per_step(snapshot) == pytest.approx(FAST_RECORDS, rel=0.25)
 
         # The gate's own threshold, 10 % by default, on a snapshot against itself: exactly 1.
         itself = client.get(
@@ -111,7 +127,7 @@ def test_same_job_twice_is_no_regression_and_a_slower_reader_is(
             f"/profiles/{slow['id']}/compare", params={"baseline": first["id"]}
         ).json()
         ratio = worse["metrics"]["step_time"]["head"] / worse["metrics"]["step_time"]["base"]
-        assert ratio > 3, ratio  # 8x the records; the step is mostly waiting on them
+        assert ratio > 3, ratio  # 8x the time a record; the step is mostly waiting on them
         assert worse["regressed"]["step_time"] is True
         assert worse["max_regression"] == pytest.approx(0.10)
         # The time went to input, which is where the slower reader is.
@@ -141,6 +157,37 @@ def test_same_job_twice_is_no_regression_and_a_slower_reader_is(
     assert bad.returncode == 1, bad.stdout + bad.stderr
     assert "REGRESSION: step_time" in bad.stdout
     assert "step_time" in bad.stdout.splitlines()[2] and bad.stdout.splitlines()[2].endswith("<-")
+
+
+def test_a_larger_batch_is_compared_by_time_per_example(
+    input_bound_job, large_batch_job, service_factory
+):
+    service = service_factory(
+        [f"fast={input_bound_job.address}", f"large={large_batch_job.address}"]
+    )
+    with service.client() as client:
+        bodies = []
+        for target, duration in (("fast", "2s"), ("large", "4s")):  # its steps take ~600 ms
+            body = client.post(
+                "/profile", params={"duration": duration, "wait": "true", "target": target}
+            ).json()
+            assert body["status"] == "ready", body.get("error")
+            bodies.append(body)
+        small, large = bodies
+        # The markers carry each job's batch, and the work a step is counted to agree.
+        assert small["summary"]["step_time"]["examples_per_step"] == FAST_RECORDS
+        assert large["summary"]["step_time"]["examples_per_step"] == LARGE_BATCH
+        assert records_per_step(large) == pytest.approx(LARGE_BATCH, rel=0.25)
+        compared = client.get(
+            f"/profiles/{large['id']}/compare", params={"baseline": small["id"]}
+        ).json()
+    steps = compared["metrics"]["step_time"]
+    assert steps["head"] / steps["base"] > 3  # each step is several times longer...
+    assert compared["regressed"]["step_time"] is False  # ...but no slower per example
+    assert any("32 -> 256 examples a step" in note for note in compared["notes"]), compared
+    ok = gate(small["id"], large["id"], "--url", service.url, "--max-regression", "10%")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "ok: step_time per example is " in ok.stdout
 
 
 def test_baseline_of_a_target_is_used_by_default_and_exported(input_bound_job, service_factory):

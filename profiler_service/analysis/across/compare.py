@@ -85,11 +85,14 @@ class Comparison(BaseModel):
         captures of the unchanged job differ by, wholly above no change), so two captures of an
         unchanged job do not fail a gate and a real regression past the threshold is caught
         (bench/bench_verification.py measures both). Without an interval (a capture of one
-        step), and for the other metrics, the bare ratio decides."""
+        step), the change alone decides (per example where the batch changed), and for the
+        other metrics the bare ratio."""
         change = self.step_change
         if metric is GateMetric.STEP_TIME and change and change.change_interval_95:
             past = change.change_share is not None and change.change_share > max_regression
             return past and change.slower
+        if metric is GateMetric.STEP_TIME and change and change.examples_per_step:
+            return change.change_share is not None and change.change_share > max_regression
         return regressed(self.ratio(metric), max_regression)
 
 
