@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -127,6 +128,53 @@ def step_job_args(config: dict, fix: str = "") -> list[str]:
     return args + ([f"--{fix}"] if fix else [])
 
 
+@contextmanager
+def started_job(config: dict, args: list[str], store: Path,
+                script: str = "job.py") -> Iterator[tuple[subprocess.Popen, str]]:  # fmt: skip
+    """A fresh job of the family (`script` with `args`, oneDNN as `config` says) once it says
+    READY: the process, whose stdout then carries its clock, and its agent's URL; its stderr
+    goes to `store`/job.log, quoted where it never starts. Killed at the block's end."""
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    if "onednn" in config:
+        env["TF_ENABLE_ONEDNN_OPTS"] = str(config["onednn"])
+    store.mkdir(parents=True, exist_ok=True)
+    log = store / "job.log"
+    with log.open("w") as stderr:
+        job = subprocess.Popen(
+            [sys.executable, str(HERE / "calibration" / script), *args,
+             "--store", str(store), "--seconds", "900"],
+            stdout=subprocess.PIPE, stderr=stderr, text=True, env=env,
+        )  # fmt: skip
+    try:
+        assert job.stdout is not None
+        line = next((x for x in job.stdout if x.startswith("READY")), None)
+        if line is None:
+            raise RuntimeError(f"job {args} did not start: {log.read_text()[-2000:]}")
+        yield job, json.loads(line.split(" ", 1)[1])["agent_url"]
+    finally:
+        job.kill()
+        job.wait()
+
+
+def capture_ready(url: str) -> dict:
+    """A 2 s capture through the job's agent, taken again once where the agent dropped it:
+    the ready snapshot's JSON."""
+    import httpx
+
+    body: dict = {}
+    for attempt in range(2):
+        try:
+            body = httpx.post(f"{url}/profile", timeout=300,
+                              params={"duration": "2s", "wait": "true"}).json()  # fmt: skip
+        except httpx.HTTPError:
+            if attempt:
+                raise
+            continue
+        if body.get("status") == "ready":
+            return body
+    raise RuntimeError(f"capture through {url}: {body.get('error')}")
+
+
 def run_job(
     config: dict,
     fix: str,
@@ -139,23 +187,11 @@ def run_job(
     """A fresh job of `config` with `fix` applied: its step time by its own clock over
     `clock_s` once warm (no profiler running: what the user's job does), and, where `capture`,
     its snapshot of a 2 s capture taken after that."""
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    if "onednn" in config:
-        env["TF_ENABLE_ONEDNN_OPTS"] = str(config["onednn"])
     args = job_args(config, fix) if script == "job.py" else step_job_args(config, fix)
-    job = subprocess.Popen(
-        [sys.executable, str(HERE / "calibration" / script), *args,
-         "--store", str(store), "--seconds", "300"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
-    )  # fmt: skip
-    try:
-        assert job.stdout is not None
-        line = next((x for x in job.stdout if x.startswith("READY")), None)
-        if line is None:
-            raise RuntimeError(f"job {config} {fix} did not start")
-        url = json.loads(line.split(" ", 1)[1])["agent_url"]
+    with started_job(config, args, store, script) as (job, url):
         started = time.monotonic()
         steps, seconds = 0, 0.0
+        assert job.stdout is not None
         for line in job.stdout:  # "CLOCK steps seconds", one a second
             if not line.startswith("CLOCK"):
                 continue
@@ -167,25 +203,7 @@ def run_job(
                 break
         if not steps:
             raise RuntimeError(f"job {config} {fix} counted no step")
-        body = None
-        if capture:
-            import httpx
-
-            for attempt in range(2):  # a capture the job's agent dropped is taken again
-                try:
-                    body = httpx.post(f"{url}/profile", timeout=300,
-                                      params={"duration": "2s", "wait": "true"}).json()  # fmt: skip
-                except httpx.HTTPError:
-                    if attempt:
-                        raise
-                    continue
-                if body.get("status") == "ready":
-                    break
-            if body is None or body.get("status") != "ready":
-                raise RuntimeError(f"capture of {config} {fix}: {body and body.get('error')}")
-    finally:
-        job.kill()
-        job.wait()
+        body = capture_ready(url) if capture else None
     return 1000 * seconds / steps, body
 
 

@@ -21,17 +21,14 @@ import argparse
 import contextlib
 import json
 import math
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import httpx
-from bench_calibration import HERE, job_args
+from bench_calibration import capture_ready, job_args, started_job
 from bench_common import record
 
 from profiler_service.analysis.across.capture_noise import BETWEEN_CAPTURES_SD, between_captures_sd
@@ -46,41 +43,10 @@ JOB = {"decode": "python-sleep", "sleep-ms": 1.0, "width": 64, "cores": 2}
 def running_job(config: dict, store: Path, warm_s: float,
                 extra: tuple[str, ...] = ()) -> Iterator[Callable[[], Snapshot]]:  # fmt: skip
     """A fresh job of `config`, `warm_s` into its training: yields a function that takes a 2 s
-    capture of it through its agent (taken again once where the agent dropped it)."""
-    store.mkdir(parents=True, exist_ok=True)
-    log = store / "job.log"
-    job = subprocess.Popen(
-        [sys.executable, str(HERE / "calibration" / "job.py"), *job_args(config), *extra,
-         "--store", str(store), "--seconds", "900"],
-        stdout=subprocess.PIPE, stderr=log.open("w"), text=True,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
-    )  # fmt: skip
-    try:
-        assert job.stdout is not None
-        line = next((x for x in job.stdout if x.startswith("READY")), None)
-        if line is None:
-            raise RuntimeError(f"job {config} did not start: {log.read_text()[-2000:]}")
-        url = json.loads(line.split(" ", 1)[1])["agent_url"]
+    capture of it through its agent."""
+    with started_job(config, [*job_args(config), *extra], store) as (_, url):
         time.sleep(warm_s)  # the clock's lines wait in the pipe: nobody reads them
-
-        def take() -> Snapshot:
-            body: dict = {}
-            for attempt in range(2):
-                try:
-                    body = httpx.post(f"{url}/profile", timeout=300,
-                                      params={"duration": "2s", "wait": "true"}).json()  # fmt: skip
-                except httpx.HTTPError:
-                    if attempt:
-                        raise
-                    continue
-                if body.get("status") == "ready":
-                    return Snapshot.model_validate(body)
-            raise RuntimeError(f"capture of {config}: {body.get('error')}")
-
-        yield take
-    finally:
-        job.kill()
-        job.wait()
+        yield lambda: Snapshot.model_validate(capture_ready(url))
 
 
 def restart_pairs(n: int, slower: list[float], tmp: Path, warm_s: float) -> dict:
