@@ -1,7 +1,7 @@
 """The regression gate at the user's threshold, on real captures: how often two captures of an
 unchanged job are flagged (A/A), how often a job made 10 % slower is caught, with the step
 change's interval from the captures' own steps alone, widened by the noise between captures the
-job's untraced steps show (analysis/across/capture_noise.py), or by the assumed default; and by
+job's untraced steps show (across/capture_noise.py), or by the assumed default; and by
 two decision rules.
 
 A/A and slowed pairs are of one kind (`--kind`), on the calibration family's job
@@ -31,9 +31,10 @@ from pathlib import Path
 from bench_calibration import capture_ready, job_args, started_job
 from bench_common import record
 
-from profiler_service.analysis.across.capture_noise import BETWEEN_CAPTURES_SD, between_captures_sd
-from profiler_service.analysis.across.verification import StepChange, step_change
+from profiler_service.across.capture_noise import BETWEEN_CAPTURES_SD, between_captures_sd
+from profiler_service.across.verification import step_change
 from profiler_service.models import Snapshot
+from profiler_service.verification_record import StepChange
 
 BASE_BATCH = 40
 JOB = {"decode": "python-sleep", "sleep-ms": 1.0, "width": 64, "cores": 2}

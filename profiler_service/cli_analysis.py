@@ -32,7 +32,7 @@ def get(base: str, path: str, token: str | None, timeout: float, **params: str):
 
 
 def print_snapshot(snapshot, store_root: Path) -> None:
-    from profiler_service.analysis.text_report import format_snapshot
+    from profiler_service.exporters.text_report import format_snapshot
 
     print(format_snapshot(snapshot))
     if snapshot.files:
@@ -45,7 +45,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     import tempfile
 
     from profiler_service.analysis.runner.analyzer import AnalysisFailed, XprofAnalyzer
-    from profiler_service.analysis.text_report import format_findings, format_summary
+    from profiler_service.exporters.text_report import format_findings, format_summary
 
     if args.run is None and args.path.is_dir() and not any(args.path.glob("*.xplane.pb")):
         from profiler_service.analysis.runner.corpus import find_runs
@@ -122,8 +122,8 @@ def analyze_runs(args: argparse.Namespace, runs: list[Path]) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     """Exit 0: within the threshold; 1: regressed; 2: cannot tell (missing, not analysed)."""
-    from profiler_service.analysis.across.compare import GateMetric, compare, parse_threshold
-    from profiler_service.analysis.text_report import format_comparison
+    from profiler_service.across.compare import GateMetric, compare, parse_threshold
+    from profiler_service.exporters.text_report import format_comparison
 
     metric = GateMetric(args.metric)
     threshold = parse_threshold(args.max_regression)

@@ -8,11 +8,11 @@ from datetime import UTC, datetime
 
 from pydantic import BaseModel, Field, computed_field
 
-from profiler_service.analysis.across.verification import StepChange, Verification
 from profiler_service.analysis.models import Finding, Summary
 from profiler_service.described import Described
 from profiler_service.errors import SnapshotErrorCode
 from profiler_service.lookback.models import LeadUp
+from profiler_service.verification_record import StepChange, Verification
 
 SNAPSHOT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 _SNAPSHOT_ID = re.compile(SNAPSHOT_ID_PATTERN)
@@ -199,7 +199,7 @@ class Snapshot(SnapshotHead):
     summary: Summary | None = None
     findings: list[Finding] = Field(default_factory=list)
     # The job's previous ready snapshot (the same namespace, workload and target), and what
-    # became of the findings of its last one that raised any (analysis/across/verification.py).
+    # became of the findings of its last one that raised any (across/verification.py).
     previous_id: str | None = None
     verified_against: str | None = None
     verification: list[Verification] = Field(default_factory=list)

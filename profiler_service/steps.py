@@ -83,7 +83,7 @@ def training_step(
 
     `examples`: the examples one training step takes (its batch size). The trace carries no
     batch size of its own; with it, two captures whose batches differ are compared by time per
-    example (analysis/across/comparability.py), so a smaller batch never reads as a fix.
+    example (across/comparability.py), so a smaller batch never reads as a fix.
     """
     _serve_metrics_once()
     return _Step(step_num, name, steps, examples)

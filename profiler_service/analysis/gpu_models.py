@@ -13,8 +13,12 @@ Kernel's `..._xdl_...` and `wmma`, MIOpen's `igemm`/`xdlops` convolutions. Real 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from profiler_service.analysis.models import Summary
 
 __all__ = [
     "COPY_DIRECTION",
@@ -27,6 +31,7 @@ __all__ = [
     "TENSOR_CORE_OPS",
     "Vendor",
     "compute_capability",
+    "describe_devices",
     "model_name",
     "sixteen_bit_time",
     "vendor_of",
@@ -184,3 +189,33 @@ def sixteen_bit_time(vendor: Vendor, cc: tuple[int, int]) -> tuple[float, float,
         if known_vendor is vendor and cc >= since:
             found = (on_units, off_units, figures)
     return found
+
+
+# Model names as the summary gives them, shortened for a table's cell ("GeForce RTX 2060").
+_VENDOR_PREFIXES = ("GeForce ", "Tesla ", "NVIDIA ")
+_TIMES = "\N{MULTIPLICATION SIGN}"
+
+
+def describe_devices(summary: Summary) -> str:
+    """`1×GPU RTX 2060 (7.5)`, `8×GPU V100-16GB (7.0), 2 active`, or the hardware type."""  # noqa: RUF002
+    gpus = summary.gpu.devices if summary.gpu else []
+    if not gpus:
+        kind = summary.utilisation.hardware_type or ""
+        return {"CPU_ONLY": "CPU", "": "?"}.get(kind, kind)
+    groups = Counter((_short_model(d.model), d.compute_capability) for d in gpus)
+    active = sum(1 for d in gpus if d.kernels.count)
+    parts = []
+    for (model, capability), count in groups.items():
+        name = f"{count}{_TIMES}GPU" + (f" {model}" if model else "")
+        parts.append(name + (f" ({capability})" if capability else ""))
+    text = " + ".join(parts)
+    if active < len(gpus):
+        text += f", {active} active"
+    return text
+
+
+def _short_model(model: str | None) -> str | None:
+    for prefix in _VENDOR_PREFIXES:
+        if model and model.startswith(prefix):
+            return model.removeprefix(prefix)
+    return model

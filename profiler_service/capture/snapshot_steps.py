@@ -9,8 +9,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from profiler_service.analysis.across.capture_noise import between_captures_sd
-from profiler_service.analysis.across.verification import step_change, verify
+from profiler_service.across.capture_noise import between_captures_sd
+from profiler_service.across.verification import step_change, verify
 from profiler_service.lookback.models import CaptureWindow, PendingLeadUp
 from profiler_service.models import Snapshot, utcnow
 from profiler_service.store import SnapshotStore
@@ -63,7 +63,7 @@ def complete_lead_up(snapshot: Snapshot, pending: PendingLeadUp | None) -> None:
 
 def verify_against_history(store: SnapshotStore, snapshot: Snapshot) -> None:
     """Name the job's previous snapshot, and check the findings of its last one that raised
-    any against this one (analysis/across/verification.py). A store that cannot be read leaves the
+    any against this one (across/verification.py). A store that cannot be read leaves the
     snapshot unverified, never failed."""
     try:
         history = store.job_history(snapshot)

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import httpx
 
-from profiler_service.analysis.text_report import format_snapshot
 from profiler_service.capture.cost import BEFORE_MIN_S
+from profiler_service.exporters.text_report import format_snapshot
 from profiler_service.models import Snapshot, SnapshotStatus
 
 _START_TIMEOUT_S = 180

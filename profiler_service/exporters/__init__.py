@@ -1,1 +1,2 @@
-"""Exporters: what the service hands to other tools (links, Prometheus metrics, Grafana)."""
+"""Exporters: what the service hands to people and other tools (links, the report as HTML and
+as text, Prometheus metrics, Grafana)."""

@@ -31,10 +31,10 @@ from urllib.parse import parse_qs, quote, urlsplit
 
 import httpx
 
-from profiler_service.analysis.across.verification import headline
+from profiler_service.across.verification import headline
 from profiler_service.analysis.rule import rank
-from profiler_service.analysis.text_report import describe_saving
 from profiler_service.config import GrafanaSettings
+from profiler_service.exporters.text_report import describe_saving
 from profiler_service.lifecycle import BackgroundLoop, LoopOwner
 from profiler_service.models import Snapshot, SnapshotStatus, utcnow
 

@@ -7,20 +7,20 @@ from functools import cache
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from profiler_service.analysis.across.compare import Comparison, GateMetric
-from profiler_service.analysis.across.verification import headline
+from profiler_service.across.compare import Comparison, GateMetric
+from profiler_service.across.verification import headline
 from profiler_service.analysis.models import Finding
 from profiler_service.analysis.renamed_fields import percent
-from profiler_service.analysis.text_report import (
+from profiler_service.config import ReportSettings
+from profiler_service.exporters import charts
+from profiler_service.exporters.flame_graph import USER_COLOUR, flame_graph_svg
+from profiler_service.exporters.links import snapshot_links
+from profiler_service.exporters.text_report import (
     describe_cost,
     describe_saving,
     format_ms,
     framework_label,
 )
-from profiler_service.config import ReportSettings
-from profiler_service.exporters import charts
-from profiler_service.exporters.flame_graph import USER_COLOUR, flame_graph_svg
-from profiler_service.exporters.links import snapshot_links
 from profiler_service.models import Snapshot
 
 SEVERITY_COLOURS = {"critical": "#b71c1c", "warning": "#e65100", "info": "#1565c0"}

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from urllib.parse import urlencode
 
-from profiler_service.analysis.across.compare import regressed
+from profiler_service.across.compare import regressed
 from profiler_service.config import ReportSettings
 from profiler_service.exporters import fleet_charts
 from profiler_service.exporters.report import SEVERITY_COLOURS, templates

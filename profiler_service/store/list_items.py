@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from profiler_service.analysis.across.verification import StepChange, Verification
 from profiler_service.analysis.models import Severity
 from profiler_service.models import Snapshot, SnapshotHead
+from profiler_service.verification_record import StepChange, Verification
 
 __all__ = ["COUNT_CAP", "FindingBrief", "ListedSnapshot", "list_item_json"]
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from helpers import capture_once, run_cli
 
+from profiler_service.analysis.gpu_models import describe_devices
 from profiler_service.analysis.models import (
     GpuActivity,
     GpuDevice,
@@ -21,7 +22,6 @@ from profiler_service.analysis.models import (
     Utilisation,
 )
 from profiler_service.analysis.runner.corpus import find_runs, read_tensorflow_verdict, short_name
-from profiler_service.analysis.text_report import describe_devices
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "gpu-captures"
 AOBERAI = FIXTURES / "aoberai-chess-engine"

@@ -34,7 +34,7 @@ from profiler_service.analysis.models import (
 )
 from profiler_service.analysis.readers.gpu_activity import SLICES, read_gpu_activity
 from profiler_service.analysis.summary import AnalysisResult, analyse_run
-from profiler_service.analysis.text_report import describe_saving
+from profiler_service.exporters.text_report import describe_saving
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "gpu-captures"
 RTX_2060 = FIXTURES / "aoberai-chess-engine"
@@ -419,7 +419,7 @@ def test_the_report_shows_each_gpu_and_a_lane_per_gpu_and_host(tmp_path):
 
 
 def test_the_command_line_summary_names_the_gpu_and_the_hosts_part(tmp_path):
-    from profiler_service.analysis.text_report import format_summary
+    from profiler_service.exporters.text_report import format_summary
 
     lines = format_summary(analyse(HIGHLY_INPUT, tmp_path).summary)
     gpu_line = next(line for line in lines if line.startswith("GPUs:"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from profiler_service.analysis.models import Summary
 from profiler_service.analysis.readers import memory_events
-from profiler_service.analysis.text_report import format_summary
+from profiler_service.exporters.text_report import format_summary
 
 
 def test_a_capture_without_memory_events_says_what_to_do_in_one_line():

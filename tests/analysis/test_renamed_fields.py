@@ -18,7 +18,7 @@ from profiler_service.analysis.models import (
     Utilisation,
 )
 from profiler_service.analysis.renamed_fields import RENAMED, SINCE, percent_to_share
-from profiler_service.analysis.text_report import format_summary
+from profiler_service.exporters.text_report import format_summary
 from profiler_service.models import Snapshot
 
 RELEASES = Path(__file__).resolve().parents[1] / "fixtures" / "releases"

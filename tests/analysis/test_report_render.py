@@ -26,11 +26,11 @@ from profiler_service.analysis.models import (
     Utilisation,
 )
 from profiler_service.analysis.readers import memory_events
-from profiler_service.analysis.text_report import format_findings, format_summary
 from profiler_service.config import ReportSettings
 from profiler_service.exporters import charts
 from profiler_service.exporters.charts import format_bytes
 from profiler_service.exporters.report import render_report, templates
+from profiler_service.exporters.text_report import format_findings, format_summary
 from profiler_service.lookback.models import LeadUp, Series
 from profiler_service.models import (
     CaptureOptions,

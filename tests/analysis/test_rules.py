@@ -63,7 +63,7 @@ from profiler_service.analysis.models import (
     TopOp,
     Utilisation,
 )
-from profiler_service.analysis.text_report import describe_saving
+from profiler_service.exporters.text_report import describe_saving
 
 # The registry and the names agree: every `Rule` has its rule, and no rule is unnamed.
 EXPECTED_RULES = set(Rule)

@@ -11,7 +11,7 @@ import time
 import httpx
 from helpers import free_port, start_job, wait_until
 
-from profiler_service.analysis.text_report import describe_cost
+from profiler_service.exporters.text_report import describe_cost
 from profiler_service.models import CaptureCost
 
 

@@ -12,14 +12,10 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
-from profiler_service.analysis.across.verification import (
-    FixStatus,
-    PredictionCheck,
-    Verification,
-)
 from profiler_service.api.app import create_app
 from profiler_service.models import SnapshotError, SnapshotStatus, TriggerKind, utcnow
 from profiler_service.targets import in_process_target
+from profiler_service.verification_record import FixStatus, PredictionCheck, Verification
 
 # What Prometheus 2.42 sends when it scrapes.
 PROMETHEUS_ACCEPT = (

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
+from profiler_service.analysis.gpu_models import describe_devices
 from profiler_service.analysis.input_evidence import InputBoundEvidence
 from profiler_service.analysis.renamed_fields import percent
 from profiler_service.analysis.rule import Rule
-from profiler_service.analysis.text_report import describe_devices
 
 if TYPE_CHECKING:
     from profiler_service.analysis.runner.analyzer import XprofAnalyzer
@@ -32,7 +32,6 @@ _LAYOUT_PARTS = ("plugins", "profile")
 # TF's overview statement: "Your program is HIGHLY input-bound because ..." (also NOT,
 # MODERATELY, POTENTIALLY; TPUs' statements differ and give no word).
 _STATEMENT = re.compile(r"Your program is (HIGHLY|MODERATELY|POTENTIALLY|NOT) input-bound")
-# Model names as the summary gives them, shortened for a column ("GeForce RTX 2060").
 
 
 class FindingBrief(BaseModel):

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 
-from profiler_service.analysis.across.compare import (
+from profiler_service.across.compare import (
     Comparison,
     GateMetric,
     compare,

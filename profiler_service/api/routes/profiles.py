@@ -9,7 +9,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Response
 from fastapi.responses import FileResponse, HTMLResponse, StreamingResponse
 
-from profiler_service.analysis.across.compare import compare
+from profiler_service.across.compare import compare
 from profiler_service.analysis.models import Severity
 from profiler_service.analysis.readers.python_stacks import read_library_roots
 from profiler_service.api.core import SnapshotReader

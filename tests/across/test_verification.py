@@ -8,13 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from profiler_service.analysis.across.verification import (
-    FixStatus,
-    PredictionCheck,
-    headline,
-    step_change,
-    verify,
-)
+from profiler_service.across.verification import headline, step_change, verify
 from profiler_service.analysis.findings import estimate
 from profiler_service.analysis.models import (
     Finding,
@@ -27,10 +21,11 @@ from profiler_service.analysis.models import (
     StepTime,
     Summary,
 )
-from profiler_service.analysis.text_report import format_snapshot
 from profiler_service.capture.snapshot_steps import verify_against_history
+from profiler_service.exporters.text_report import format_snapshot
 from profiler_service.models import CaptureOptions, Snapshot, SnapshotStatus, Trigger
 from profiler_service.store.snapshot_store import SnapshotStore
+from profiler_service.verification_record import FixStatus, PredictionCheck
 
 T0 = datetime(2026, 12, 5, 12, 0, tzinfo=UTC)
 
@@ -218,7 +213,7 @@ def test_the_first_snapshot_of_a_job_has_nothing_to_verify(make_service):
 
 
 def test_the_step_time_gate_decides_past_the_threshold_and_beyond_the_noise():
-    from profiler_service.analysis.across.compare import GateMetric, compare
+    from profiler_service.across.compare import GateMetric, compare
 
     def pair(base_ms: list[float], head_ms: list[float]):
         return compare(snapshot(1, captured(base_ms), []), snapshot(2, captured(head_ms), []))

@@ -10,13 +10,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from profiler_service.analysis.across.capture_noise import (
+from profiler_service.across.capture_noise import (
     BETWEEN_CAPTURES_SD,
     MAD_TO_SD,
     between_captures_sd,
 )
-from profiler_service.analysis.across.compare import GateMetric, compare
-from profiler_service.analysis.across.verification import step_change
+from profiler_service.across.compare import GateMetric, compare
+from profiler_service.across.verification import step_change
 from profiler_service.analysis.models import StepBreakdown, StepSample, StepTime, Summary
 from profiler_service.lookback.models import LeadUp, Series
 from profiler_service.models import CaptureOptions, Snapshot, SnapshotStatus

@@ -9,11 +9,12 @@ from enum import StrEnum
 
 from pydantic import BaseModel, Field
 
-from profiler_service.analysis.across.capture_noise import between_captures_sd
-from profiler_service.analysis.across.verification import StepChange, step_change
+from profiler_service.across.capture_noise import between_captures_sd
+from profiler_service.across.verification import step_change
 from profiler_service.analysis.models import StepBreakdown
 from profiler_service.analysis.renamed_fields import percent
 from profiler_service.models import Snapshot
+from profiler_service.verification_record import StepChange
 
 # A top op counts as "grown" when its self time per step grows by more than this share...
 OP_GROWTH_SHARE = 0.20

@@ -11,49 +11,25 @@ of a step changed, most likely the batch: TensorFlow's trace carries no batch si
 job is compared by its throughput, which only it can count. Where the job's step markers say
 how many examples a step takes (`training_step(i, examples=...)`), the batch is known: two
 captures whose batches differ are then compared by time per example, a difference accounted
-for (`ACCOUNTED`), and the guess from the parts is not made.
+for (`verification_record.ACCOUNTED`), and the guess from the parts is not made.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from enum import StrEnum
-
-from pydantic import BaseModel
 
 from profiler_service.analysis.models import Summary
+from profiler_service.verification_record import Difference, DifferenceKind
 
-__all__ = ["ACCOUNTED", "Difference", "DifferenceKind", "differences", "examples_changed"]
+__all__ = ["differences", "examples_changed"]
 
 # A step that moved by more than this share (two captures of an unchanged job differ by a few
 # percent: bench_verification)...
 SCALED_STEP_SHARE = 0.15
 # ...with its input wait and its own compute each within this share of the step's ratio.
 SCALED_PARTS_SPREAD = 0.15
-
-
-class DifferenceKind(StrEnum):
-    FRAMEWORK = "framework"
-    DEVICES = "devices"
-    CORES = "cores"
-    HOSTS = "hosts"
-    SCALED = "scaled"  # every part of the step moved alike: its work changed (the batch)
-    EXAMPLES = "examples"  # the markers say the batch changed: compared by time per example
-
-
-# Differences the comparison allows for: the step change is then measured like with like.
-ACCOUNTED = frozenset({DifferenceKind.EXAMPLES})
 # Batches within this share of each other are one batch (a last partial batch in the median).
 EXAMPLES_SAME_SHARE = 0.01
-
-
-class Difference(BaseModel):
-    kind: DifferenceKind
-    detail: str
-
-    @property
-    def accounted(self) -> bool:
-        return self.kind in ACCOUNTED
 
 
 def examples_changed(base: Summary, head: Summary) -> tuple[float, float] | None:

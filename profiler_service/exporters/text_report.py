@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import textwrap
-from collections import Counter
 
-from profiler_service.analysis.across.compare import Comparison, GateMetric
-from profiler_service.analysis.across.verification import headline
+from profiler_service.across.compare import Comparison, GateMetric
+from profiler_service.across.verification import headline
+from profiler_service.analysis.gpu_models import describe_devices
 from profiler_service.analysis.input_impact import ACTION_LABELS
 from profiler_service.analysis.models import Finding, HostActivity, Summary
 from profiler_service.analysis.readers.framework import Framework
@@ -15,8 +15,6 @@ from profiler_service.analysis.renamed_fields import percent
 from profiler_service.models import CaptureCost, Snapshot
 
 _MARK = {"critical": "CRITICAL", "warning": "WARNING ", "info": "INFO    "}
-_VENDOR_PREFIXES = ("GeForce ", "Tesla ", "NVIDIA ")
-_TIMES = "\N{MULTIPLICATION SIGN}"
 
 
 def framework_label(summary: Summary) -> str | None:
@@ -66,31 +64,6 @@ def format_summary(summary: Summary) -> list[str]:
             f"{RECORDING_VARIABLE}=true in the job before TensorFlow is imported."
         )
     return lines
-
-
-def describe_devices(summary: Summary) -> str:
-    """`1×GPU RTX 2060 (7.5)`, `8×GPU V100-16GB (7.0), 2 active`, or the hardware type."""  # noqa: RUF002
-    gpus = summary.gpu.devices if summary.gpu else []
-    if not gpus:
-        kind = summary.utilisation.hardware_type or ""
-        return {"CPU_ONLY": "CPU", "": "?"}.get(kind, kind)
-    groups = Counter((_short_model(d.model), d.compute_capability) for d in gpus)
-    active = sum(1 for d in gpus if d.kernels.count)
-    parts = []
-    for (model, capability), count in groups.items():
-        name = f"{count}{_TIMES}GPU" + (f" {model}" if model else "")
-        parts.append(name + (f" ({capability})" if capability else ""))
-    text = " + ".join(parts)
-    if active < len(gpus):
-        text += f", {active} active"
-    return text
-
-
-def _short_model(model: str | None) -> str | None:
-    for prefix in _VENDOR_PREFIXES:
-        if model and model.startswith(prefix):
-            return model.removeprefix(prefix)
-    return model
 
 
 def format_ms(value: float | None) -> str:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import random
 
-from profiler_service.analysis.across.comparability import DifferenceKind, differences
-from profiler_service.analysis.across.verification import FixStatus, step_change, verify
+from profiler_service.across.comparability import differences
+from profiler_service.across.verification import step_change, verify
 from profiler_service.analysis.device_models import GpuActivity, GpuDevice
 from profiler_service.analysis.models import (
     Finding,
@@ -19,6 +19,7 @@ from profiler_service.analysis.models import (
     StepTime,
     Summary,
 )
+from profiler_service.verification_record import DifferenceKind, FixStatus
 
 
 def summary(step_ms: float, input_ms: float, cores: float = 2.0, gpus: list[str] | None = None,

@@ -5,7 +5,8 @@ Each finding of either snapshot gets a status (`resolved`: it no longer fires; `
 job's step time before and after, and the change with its 95 % interval from the per-step samples
 of both captures (a bootstrap of the ratio of the means: each capture's steps resampled with
 replacement). A resolved finding's measured saving stands beside its predicted one
-(`finding.impact`), so a prediction can be checked and a fix proven.
+(`finding.impact`), so a prediction can be checked and a fix proven. What a snapshot records of
+it (`Verification`, `StepChange`) is in verification_record.py.
 
 A prediction is checked (`prediction`: within, below or above its range, the measured saving's
 95 % interval against it) where the step's change is that finding's: it alone resolved, or, none
@@ -23,18 +24,17 @@ from __future__ import annotations
 import math
 import random
 import statistics
-from enum import StrEnum
 
-from pydantic import BaseModel, Field
-
-from profiler_service.analysis.across.comparability import (
-    Difference,
-    differences,
-    examples_changed,
-)
+from profiler_service.across.comparability import differences, examples_changed
 from profiler_service.analysis.input_impact import ACTION_LABELS, modelled_actions
 from profiler_service.analysis.models import ActionSaving, Finding, Impact, Summary
 from profiler_service.analysis.pipeline_advice import advise
+from profiler_service.verification_record import (
+    FixStatus,
+    PredictionCheck,
+    StepChange,
+    Verification,
+)
 
 MIN_STEPS = 2  # per capture, for an interval
 BOOTSTRAP_RESAMPLES = 1000
@@ -42,74 +42,6 @@ Z_95 = 1.96
 # A finding that still fires is `regressed` when the share of step time at stake grew by this
 # much (absolute) or more.
 REGRESSED_SHARE = 0.05
-
-
-class FixStatus(StrEnum):
-    RESOLVED = "resolved"
-    PERSISTS = "persists"
-    REGRESSED = "regressed"
-    NEW = "new"
-
-
-class PredictionCheck(StrEnum):
-    """Where the measured saving fell against the earlier finding's predicted range."""
-
-    WITHIN = "within"
-    BELOW = "below"  # saved less than the least predicted
-    ABOVE = "above"  # saved more than the most predicted
-
-
-class StepChange(BaseModel):
-    """The job's step time between two captures: `change_share` = after / before - 1."""
-
-    step_ms_before: float | None = None
-    step_ms_after: float | None = None
-    change_share: float | None = None
-    change_interval_95: tuple[float, float] | None = None  # None: too few steps, see `note`
-    # What two captures of the unchanged job differ by (log sd of a capture's mean step), in
-    # the interval, and where it was read (capture_noise.py); None: the steps' own noise only.
-    between_captures_sd: float | None = None
-    between_captures_source: str | None = None
-    # What differs between the two captures' jobs and work (comparability.py): where anything
-    # the comparison does not account for does, no prediction is checked against this change.
-    differences: list[Difference] = Field(default_factory=list)
-    # The examples a step took before and after, where the batch changed (the markers say):
-    # `change_share` and its interval are then of the time per example.
-    examples_per_step: tuple[float, float] | None = None
-    note: str | None = None
-
-    @property
-    def like_with_like(self) -> bool:
-        """Nothing differs that the comparison does not account for."""
-        return all(d.accounted for d in self.differences)
-
-    @property
-    def slower(self) -> bool:
-        """Slower beyond the noise: the whole interval above 0."""
-        return self.change_interval_95 is not None and self.change_interval_95[0] > 0
-
-    @property
-    def faster(self) -> bool:
-        return self.change_interval_95 is not None and self.change_interval_95[1] < 0
-
-
-class Verification(BaseModel):
-    rule: str
-    status: FixStatus
-    step_ms_before: float | None = None
-    step_ms_after: float | None = None
-    change_share: float | None = None
-    change_interval_95: tuple[float, float] | None = None
-    predicted_saving_share: float | None = None  # the earlier finding's impact
-    predicted_saving_range: tuple[float, float] | None = None
-    # 1 - after / before, for a finding the earlier snapshot raised: what its fix (or whatever
-    # changed) saved, beside what was predicted
-    measured_saving_share: float | None = None
-    # None: nothing predicted or measured, or the step's change not this finding's (see above)
-    prediction: PredictionCheck | None = None
-    # The changes of the recommendation the later capture shows made (`python+prefetch`): the
-    # prediction is theirs, not the whole recommendation's. None: one change, or not seen.
-    action: str | None = None
 
 
 def check_prediction(

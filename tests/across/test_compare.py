@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from profiler_service.analysis.across.compare import GateMetric, compare, parse_threshold
+from profiler_service.across.compare import GateMetric, compare, parse_threshold
 from profiler_service.analysis.models import (
     Finding,
     OpCategory,
