@@ -77,12 +77,14 @@ CASES: list[tuple[dict, list[str]]] = [
 
 
 # The step family's corpora: the development one (its cases in its pairs), on which
-# `fit_steps` set the eager and retracing models' constants, and the reported one, captured
-# after they were committed, from the cases below (new jobs: none of the development's).
-STEP_DEVELOPMENT_CORPUS = HERE / "calibration" / "corpus-steps.json"
-STEP_CORPUS = HERE / "calibration" / "corpus-steps-2.json"
+# `fit_steps` set the eager and retracing models' constants (from corpus-steps.json) and the
+# XLA model's (from corpus-xla.json); the reported corpora were captured after they were
+# committed, from new jobs (none of the development's).
+STEP_DEVELOPMENT_CORPORA = [HERE / "calibration" / f"corpus-{name}.json"
+                            for name in ("steps", "xla")]  # fmt: skip
+STEP_REPORTED_CORPORA = [HERE / "calibration" / f"corpus-steps-{n}.json" for n in (2, 3)]
 # The step family (bench/calibration/step_job.py): each broken job, its fix (a flag of the job)
-# and the finding the fix answers.
+# and the finding the fix answers. Those of corpus-steps-2.json:
 STEP_CASES: list[tuple[dict, str, str]] = [
     ({"mode": "eager", "ops": 25, "batch": 16, "width": 96, "cores": 2}, "graph",
      "eager_execution"),
@@ -109,6 +111,62 @@ STEP_CASES: list[tuple[dict, str, str]] = [
     ({"mode": "retrace", "retrace-every": 10, "layers": 4, "width": 256, "batch": 64,
       "cores": 2}, "tensor-arg", "retracing"),
 ]  # fmt: skip
+# The XLA family's development cases (corpus-xla.json). An XLA job needs more sizes (half its
+# batch) than the shapes it meets in a run (steps / recompile-every), or it stops compiling.
+XLA_CASES: list[tuple[dict, str, str]] = [
+    ({"mode": "xla", "recompile-every": 1, "layers": 4, "width": 256, "batch": 256, "cores": 2},
+     "padded", "xla_recompilation"),
+    ({"mode": "xla", "recompile-every": 4, "relaxed": True, "layers": 2, "width": 512,
+      "batch": 192, "cores": 2}, "padded", "xla_recompilation"),
+    ({"mode": "xla", "recompile-every": 8, "layers": 6, "width": 384, "batch": 256, "cores": 1},
+     "padded", "xla_recompilation"),
+    ({"mode": "xla", "recompile-every": 16, "relaxed": True, "layers": 8, "width": 512,
+      "batch": 512, "cores": 2, "onednn": 1}, "padded", "xla_recompilation"),
+    ({"mode": "xla", "recompile-every": 2, "relaxed": True, "layers": 3, "width": 128,
+      "batch": 256, "cores": 1}, "padded", "xla_recompilation"),
+    ({"mode": "xla", "recompile-every": 12, "layers": 4, "width": 768, "batch": 128, "cores": 2,
+      "onednn": 0}, "padded", "xla_recompilation"),
+    # Added after the six above: every call traces and compiles (no steady call), the rest
+    # form's cases, of which the six held one.
+    ({"mode": "xla", "recompile-every": 1, "layers": 2, "width": 128, "batch": 256, "cores": 1},
+     "padded", "xla_recompilation"),
+    ({"mode": "xla", "recompile-every": 1, "layers": 6, "width": 512, "batch": 320, "cores": 2,
+      "onednn": 1}, "padded", "xla_recompilation"),
+    ({"mode": "xla", "recompile-every": 1, "layers": 3, "width": 384, "batch": 288, "cores": 2},
+     "padded", "xla_recompilation"),
+]  # fmt: skip
+# Those of corpus-steps-3.json, captured after the XLA model's constants were committed: new
+# jobs of all three kinds.
+STEP_CASES_3: list[tuple[dict, str, str]] = [
+    ({"mode": "eager", "ops": 30, "batch": 24, "width": 80, "cores": 1}, "graph",
+     "eager_execution"),
+    ({"mode": "eager", "ops": 18, "batch": 48, "width": 192, "cores": 2, "onednn": 1}, "graph",
+     "eager_execution"),
+    ({"mode": "eager", "ops": 10, "batch": 128, "width": 320, "cores": 1}, "graph",
+     "eager_execution"),
+    ({"mode": "eager", "ops": 45, "batch": 4, "width": 24, "cores": 2}, "graph",
+     "eager_execution"),
+    ({"mode": "eager", "ops": 6, "batch": 192, "width": 448, "cores": 2, "onednn": 0}, "graph",
+     "eager_execution"),
+    ({"mode": "retrace", "retrace-every": 1, "layers": 3, "width": 320, "batch": 48, "cores": 1},
+     "tensor-arg", "retracing"),
+    ({"mode": "retrace", "retrace-every": 5, "layers": 7, "width": 160, "batch": 96, "cores": 2},
+     "tensor-arg", "retracing"),
+    ({"mode": "retrace", "retrace-every": 8, "layers": 3, "width": 448, "batch": 64, "cores": 2,
+      "onednn": 1}, "tensor-arg", "retracing"),
+    ({"mode": "xla", "recompile-every": 1, "relaxed": True, "layers": 5, "width": 192,
+      "batch": 320, "cores": 2}, "padded", "xla_recompilation"),
+    ({"mode": "xla", "recompile-every": 3, "layers": 3, "width": 448, "batch": 224, "cores": 1},
+     "padded", "xla_recompilation"),
+    ({"mode": "xla", "recompile-every": 6, "relaxed": True, "layers": 6, "width": 320,
+      "batch": 384, "cores": 2, "onednn": 1}, "padded", "xla_recompilation"),
+    ({"mode": "xla", "recompile-every": 10, "layers": 5, "width": 640, "batch": 160, "cores": 2},
+     "padded", "xla_recompilation"),
+    ({"mode": "xla", "recompile-every": 20, "relaxed": True, "layers": 4, "width": 896,
+      "batch": 256, "cores": 1, "onednn": 0}, "padded", "xla_recompilation"),
+]  # fmt: skip
+# Each capturable step corpus: where it is kept, and its cases.
+STEP_CORPUS_CASES = {"xla": XLA_CASES, "steps-3": STEP_CASES_3}
 # What the eager and tracing models read of a summary; the rest (XProf's tables, the stacks,
 # each step) is left out of the corpus.
 STEP_SUMMARY_PARTS = ("step_time", "eager", "tf_functions", "process_cpu", "framework")
@@ -124,7 +182,7 @@ def job_args(config: dict, fix: str = "") -> list[str]:
 
 def step_job_args(config: dict, fix: str = "") -> list[str]:
     """bench/calibration/step_job.py's arguments for `config` with `fix` (a flag of it)."""
-    args = [f"--{k}={v}" for k, v in config.items() if k != "onednn"]
+    args = [f"--{k}" if v is True else f"--{k}={v}" for k, v in config.items() if k != "onednn"]
     return args + ([f"--{fix}"] if fix else [])
 
 
@@ -263,13 +321,14 @@ def build_corpus(warm_s: float, clock_s: float, repeats: int) -> dict:
             "clock_s": clock_s, "pairs": pairs}  # fmt: skip
 
 
-def build_step_corpus(warm_s: float, clock_s: float, repeats: int) -> dict:
+def build_step_corpus(cases: list[tuple[dict, str, str]], warm_s: float, clock_s: float,
+                      repeats: int) -> dict:  # fmt: skip
     """The step family's pairs, each arm `repeats` fresh jobs timed by their own clock; the
     broken arm's first also captured: its finding (with the evidence the model reads) and the
     summary's parts the model reads."""
     pairs = []
     with tempfile.TemporaryDirectory(prefix="bench-calibration-steps-") as tmp:
-        for n, (config, fix, rule) in enumerate(STEP_CASES):
+        for n, (config, fix, rule) in enumerate(cases):
             arms = {}
             for arm_fix in ("", fix):
                 runs = [run_job(config, arm_fix, Path(tmp) / f"s{n}-{arm_fix}-{r}", warm_s,
@@ -409,12 +468,21 @@ def fit(pairs: list[dict]) -> dict:
             "SAVING_SPREAD": (round(low, 3), round(high, 3))}  # fmt: skip
 
 
+# A pair whose steady calls take less of the step than this says nothing of their cost: one
+# point of error in its saving moves the cost it gives by more than 0.2.
+STEADY_SHARE_TO_FIT = 0.05
+
+
 def fit_steps(pairs: list[dict]) -> dict:
     """The step family's constants, from each pair's own figures: the eager wrapper's cost an
     op (its kernels' time a step less its step after the fix, by the job's clock scaled to the
-    captured step, over its ops a step) and the share of a retraced step's rest (beside the
-    marked tracing) that one trace removes; each the median, and the least to most."""
-    overheads, rests = [], []
+    captured step, over its ops a step); the share of a retraced step's rest (beside the
+    marked tracing) that one trace removes; for XLA, what one padded shape costs against the
+    steady calls (the calls' share less the saving, over their steady share; where they take
+    `STEADY_SHARE_TO_FIT` of the step) and, where no call was steady, the share of the rest one
+    shape removes (beside the marked compiling and tracing); each the median, and the least
+    to most."""
+    overheads, rests, xla_rests, steady_costs = [], [], [], []
     for pair in pairs:
         kept = pair["step_ms_after"] / pair["step_ms_before"]
         eager = pair["summary"].get("eager")
@@ -425,6 +493,14 @@ def fit_steps(pairs: list[dict]) -> dict:
         elif pair["rule"] == "retracing":
             marked = pair["finding"]["impact_share"]
             rests.append((1 - kept - marked) / (1 - marked))
+        elif pair["rule"] == "xla_recompilation":
+            evidence = pair["finding"]["evidence"]
+            marked = min(0.999, pair["finding"]["impact_share"] + evidence["tracing_share"])
+            if not evidence.get("steady_share"):  # the model's rest form
+                xla_rests.append((1 - kept - marked) / (1 - marked))
+            elif evidence["steady_share"] >= STEADY_SHARE_TO_FIT:
+                steady_costs.append((evidence["calls_share"] - (1 - kept))
+                                    / evidence["steady_share"])  # fmt: skip
 
     def spread(values: list[float], digits: int) -> tuple[float, tuple[float, float]]:
         return round(statistics.median(values), digits), (
@@ -432,9 +508,17 @@ def fit_steps(pairs: list[dict]) -> dict:
             round(max(values), digits),
         )
 
-    (overhead, overhead_range), (rest, rest_range) = spread(overheads, 4), spread(rests, 3)
-    return {"EAGER_OP_OVERHEAD_MS": overhead, "EAGER_OP_OVERHEAD_RANGE_MS": overhead_range,
-            "RETRACE_REST_REMOVED": rest, "RETRACE_REST_REMOVED_RANGE": rest_range}  # fmt: skip
+    fitted = {}
+    for name, values, digits in (("EAGER_OP_OVERHEAD_MS", overheads, 4),
+                                 ("RETRACE_REST_REMOVED", rests, 3),
+                                 ("XLA_STEADY_COST", steady_costs, 3),
+                                 ("XLA_REST_REMOVED", xla_rests, 3)):  # fmt: skip
+        if values:
+            point, (low, high) = spread(values, digits)
+            fitted[name] = point
+            fitted[name.replace("_MS", "") + "_RANGE" + ("_MS" if name.endswith("_MS") else "")] = (
+                low, high)
+    return fitted
 
 
 def report(pairs: list[dict], title: str, judge=None) -> dict[str, dict]:
@@ -464,14 +548,15 @@ def main() -> int:
     parser.add_argument("--clock-s", type=float, default=6.0, help="steps timed by the job")
     parser.add_argument("--repeats", type=int, default=2, help="fresh jobs per arm")
     parser.add_argument("--corpus", type=Path, default=CORPUS, help="where the corpus is kept")
-    parser.add_argument(
-        "--steps", action="store_true", help="capture the step family's corpus (eager, tracing)"
-    )
+    parser.add_argument("--steps", choices=sorted(STEP_CORPUS_CASES),
+                        help="capture this step-family corpus (eager, tracing, XLA)")  # fmt: skip
     args = parser.parse_args()
     if args.steps:
-        steps = build_step_corpus(args.warm_s, args.clock_s, args.repeats)
-        STEP_CORPUS.write_text(json.dumps(steps, indent=1) + "\n")
-        return report_steps(steps)
+        steps = build_step_corpus(STEP_CORPUS_CASES[args.steps], args.warm_s, args.clock_s,
+                                  args.repeats)  # fmt: skip
+        path = HERE / "calibration" / f"corpus-{args.steps}.json"
+        path.write_text(json.dumps(steps, indent=1) + "\n")
+        return report_steps()
     if args.from_corpus:
         corpus = json.loads(args.corpus.read_text())
     else:
@@ -493,19 +578,27 @@ def main() -> int:
     with constants(**halves):
         report(held_out, "held-out half (reported)")
     record_aims("calibration held-out", rows["all"])
-    if STEP_CORPUS.exists():
-        report_steps(json.loads(STEP_CORPUS.read_text()))
+    report_steps()
     return 0
 
 
-def report_steps(corpus: dict) -> int:
-    """The eager and tracing models on the step family: their constants fitted on the
-    development corpus, all of the reported one reported."""
-    development = json.loads(STEP_DEVELOPMENT_CORPUS.read_text())["pairs"]
-    print(f"\nfitted on {STEP_DEVELOPMENT_CORPUS.name}: {fit_steps(development)}")
-    print(f"{len(corpus['pairs'])} step-family pairs measured on {corpus['machine']}")
-    rows = report(corpus["pairs"], f"all of {STEP_CORPUS.name} (reported)", predict_step)
-    record_aims("calibration, steps", rows["all"])
+def step_pairs(paths: list[Path]) -> list[dict]:
+    """The pairs of those step corpora that exist."""
+    return [p for path in paths if path.exists() for p in json.loads(path.read_text())["pairs"]]
+
+
+def report_steps() -> int:
+    """The eager, tracing and XLA models on the step family: their constants fitted on the
+    development corpora, all of each reported one reported."""
+    names = " and ".join(path.name for path in STEP_DEVELOPMENT_CORPORA if path.exists())
+    print(f"\nfitted on {names}: {fit_steps(step_pairs(STEP_DEVELOPMENT_CORPORA))}")
+    for path in STEP_REPORTED_CORPORA:
+        if not path.exists():
+            continue
+        corpus = json.loads(path.read_text())
+        print(f"{len(corpus['pairs'])} step-family pairs measured on {corpus['machine']}")
+        rows = report(corpus["pairs"], f"all of {path.name} (reported)", predict_step)
+        record_aims(f"calibration, {path.stem}", rows["all"])
     return 0
 
 

@@ -244,6 +244,10 @@ class TfFunctionCalls(BaseModel):
     traced_call_ms: float | None = None
     untraced_call_ms: float | None = None
     untraced_run_ms: float | None = None
+    # A call that neither traced nor compiled, on average: what every call costs once the
+    # function keeps one trace and one shape (None where no call was such).
+    steady_call_ms: float | None = None
+    calls_ms: float = 0.0  # all its calls' time in the capture
     traced_in_all: int | None = None  # TF's own count of its traces, at its last call
     jit_compile: bool = False
     compiles: int = 0  # XLA compilations during its calls

@@ -67,21 +67,33 @@ def test_traced_calls_cost_their_time_outside_the_kernels_and_compiles_are_timed
     p.event("__inference_xla_fn_77:__inference_xla_fn_77", 32, 42)
     p.event("HLO passes through layout assignment", 33, 2)
     p.event("CpuCompiler::RunBackend", 40, 32)
+    # Call 4: not traced (one trace for all shapes), but a new shape compiled: 10 ms of 20.
+    p.event("xla_fn", 80, 20, tf_function_call="notTraced-xla", tracing_count=2)
+    p.event("EagerKernelExecute", 80.5, 19)
+    p.event("__inference_xla_fn_77:__inference_xla_fn_77", 81, 18)
+    p.event("CpuCompiler::RunBackend", 85, 6)
+    # Call 5: neither traced nor compiled: what every call costs with one shape.
+    p.event("xla_fn", 110, 2, tf_function_call="notTraced-xla", tracing_count=2)
+    p.event("EagerKernelExecute", 110.2, 1.6)
     # An unrelated event on another thread, inside call 1's time.
     p.event("EagerKernelExecute", 1, 5, line=1)
     events = read_host_events(p.write(tmp_path / "host.xplane.pb"))
-    assert len(events.calls) == 4 and len(events.compiles) == 1
+    assert len(events.calls) == 6 and len(events.compiles) == 2
     functions = summarise_tf_functions(events, "host")
-    assert functions is not None and functions.span_ms == 75.0
+    assert functions is not None and functions.span_ms == 112.0
     by_name = {f.name: f for f in functions.functions}
     assert set(by_name) == {"step_fn", "xla_fn"}, "inner_fn ran inside step_fn's tracing"
     step = by_name["step_fn"]
     assert (step.calls, step.traces, step.traced_in_all, step.jit_compile) == (2, 1, 5, False)
     assert step.tracing_ms == 8.0  # 10 ms call - 2 ms running; the other thread's not counted
+    assert (step.calls_ms, step.steady_call_ms) == (11.0, 1.0)
     xla = by_name["xla_fn"]
-    assert (xla.calls, xla.traces, xla.compiles, xla.jit_compile) == (1, 1, 1, True)
+    assert (xla.calls, xla.traces, xla.compiles, xla.jit_compile) == (3, 1, 2, True)
     assert xla.tracing_ms == 2.0  # 45 - 43
-    assert xla.compile_ms == 40.0  # 32 -> 72: conversion, HLO passes and the backend
+    assert xla.compile_ms == 50.0  # 32 -> 72: conversion, HLO passes and the backend; 81 -> 91
+    assert xla.calls_ms == 67.0
+    assert xla.untraced_call_ms == 11.0, "one call that compiled, one that did not"
+    assert xla.steady_call_ms == 2.0, "only the call that neither traced nor compiled"
     assert functions.functions[0].name == "xla_fn", "the costliest first"
 
 

@@ -885,13 +885,40 @@ def test_the_retracing_model_keeps_one_trace_and_what_new_functions_cost_beside_
     )
 
 
-def test_the_compile_model_keeps_one_compile():
+def test_the_xla_model_runs_every_call_as_its_steady_calls_ran_at_the_padding_cost():
+    """Where some calls neither traced nor compiled, the fix makes every call cost theirs."""
     summary = Summary(step_time=StepTime(count=20, avg_ms=40.0))
+    evidence = {"calls_share": 0.9, "steady_share": 0.2, "tracing_share": 0.1}
     found = Finding(rule="xla_recompilation", severity=Severity.WARNING, title="",
-                    impact_share=0.5)  # fmt: skip
+                    evidence=evidence, impact_share=0.5)  # fmt: skip
     got = estimate(found, summary)
-    assert got.saving_share == pytest.approx(0.475) and got.step_ms_after == pytest.approx(21.0)
-    assert got.saving_range == (pytest.approx(0.4), pytest.approx(0.95))  # + 90 % of the rest
+    cost, (least, most) = tensorflow.XLA_STEADY_COST, tensorflow.XLA_STEADY_COST_RANGE
+    assert got.saving_share == pytest.approx(0.9 - 0.2 * cost, abs=1e-4)
+    assert got.step_ms_after == pytest.approx(40 * (0.1 + 0.2 * cost), abs=0.01)
+    assert got.saving_range == (pytest.approx(0.9 - 0.2 * most, abs=1e-4),
+                                pytest.approx(0.9 - 0.2 * least, abs=1e-4))  # fmt: skip
+
+
+def test_without_steady_calls_the_xla_model_removes_compiling_tracing_and_part_of_the_rest():
+    """Every call traced and compiled: the marked time goes, and a fitted share of the rest."""
+    summary = Summary(step_time=StepTime(count=20, avg_ms=40.0))
+    rest, (least, most) = tensorflow.XLA_REST_REMOVED, tensorflow.XLA_REST_REMOVED_RANGE
+    found = Finding(rule="xla_recompilation", severity=Severity.WARNING, title="",
+                    evidence={"tracing_share": 0.1}, impact_share=0.5)  # fmt: skip
+    got = estimate(found, summary)
+    assert got.saving_share == pytest.approx(0.6 + 0.4 * rest, abs=1e-4)
+    assert got.saving_range == (pytest.approx(0.6 + 0.4 * least, abs=1e-4),
+                                pytest.approx(0.6 + 0.4 * most, abs=1e-4))  # fmt: skip
+
+
+def test_xprofs_compile_time_goes_and_the_rest_of_the_step_stays():
+    """XProf's breakdown puts the input and the compute beside the compiling: they stay."""
+    summary = Summary(step_time=StepTime(count=20, avg_ms=40.0))
+    found = Finding(rule="compile_time", severity=Severity.WARNING, title="", impact_share=0.3)
+    got = estimate(found, summary)
+    assert got.saving_share == pytest.approx(0.3) and got.step_ms_after == pytest.approx(28.0)
+    most = 0.3 + 0.7 * tensorflow.XLA_REST_REMOVED
+    assert got.saving_range == (pytest.approx(0.3), pytest.approx(most, abs=1e-4))
 
 
 def test_the_device_wait_model_gives_the_gpus_busy_share_after_the_fix():

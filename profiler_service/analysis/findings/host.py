@@ -10,7 +10,7 @@ from profiler_service.analysis.findings.advice import JAX_INPUT, JAX_STEP, JAX_S
 from profiler_service.analysis.findings.impact import removed, unmeasured
 from profiler_service.analysis.findings.input_pipeline import gpu_input_verdict
 from profiler_service.analysis.findings.registry import rule, share
-from profiler_service.analysis.findings.tensorflow import tracing
+from profiler_service.analysis.findings.tensorflow import compiling
 from profiler_service.analysis.models import (
     Finding,
     Impact,
@@ -218,7 +218,7 @@ def between_steps(summary: Summary) -> Finding | None:
 @rule(
     Rule.COMPILE_TIME,
     evidence=CompileTimeEvidence,
-    impact=tracing,
+    impact=compiling,
     advice=COMPILE_TIME_ADVICE,
 )
 def compile_time(summary: Summary) -> Finding | None:

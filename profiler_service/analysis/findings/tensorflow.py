@@ -10,7 +10,6 @@ from __future__ import annotations
 from pydantic import Field
 
 from profiler_service.analysis.findings.advice import Advice
-from profiler_service.analysis.findings.impact import removed
 from profiler_service.analysis.findings.memory import memory_saving
 from profiler_service.analysis.findings.registry import rule
 from profiler_service.analysis.models import (
@@ -67,7 +66,20 @@ class XlaRecompilationEvidence(Evidence):
     compile_ms_per_compile: float = Field(description="the mean time of one compilation")
     compile_share: float = Field(description="their share (0-1) of the capture")
     traces: int = Field(description="its calls that traced it again")
+    tracing_share: float | None = Field(
+        None,
+        description="its calls' time tracing (graph building, beside the compiling), as a "
+        "share (0-1) of the capture",
+    )
     calls: int = Field(description="its calls in the capture")
+    calls_share: float | None = Field(
+        None, description="its calls' whole time, as a share (0-1) of the capture"
+    )
+    steady_share: float | None = Field(
+        None,
+        description="what its calls would take were each a call that neither traced nor "
+        "compiled (their mean), as a share (0-1) of the capture; none where no call was",
+    )
     xprof_compile_ms_avg: float = Field(
         description="XProf's compile time a step, for comparison (often 0.0 where it misses it)"
     )
@@ -95,36 +107,6 @@ class StepTemporariesEvidence(Evidence):
     ops: list[StepTemporariesOp] = Field(description="the ops allocating the most per step")
 
 
-# Tracing, compiling and recompiling in the steady state: a fixed signature keeps one trace.
-TRACING_REMOVED = 0.95
-TRACING_REMOVED_MIN = 0.8
-# A step that traces again also pays for it outside the events that mark the tracing (the
-# function cache's lookups, the concrete function's instantiation, XLA's launch of a new
-# executable): the most a fix saves includes this share of the rest of the step. Measured on
-# fixed twins: 33 % of the rest (retracing, 15 -> 0.61 ms, 94 % marked) and 74 % (XLA
-# recompilation, 350 -> 12 ms, 87 % marked); a margin above the most seen.
-TRACING_UNMARKED_SHARE = 0.9
-
-
-def tracing(finding: Finding, summary: Summary) -> Impact:
-    """The share of step time spent tracing or compiling graphs again (`impact_share`): a fixed
-    signature or fixed shapes keep one trace, so `TRACING_REMOVED` of it is saved, at least
-    `TRACING_REMOVED_MIN`; at most all of it and `TRACING_UNMARKED_SHARE` of the rest of the
-    step, which pays for the retrace outside the events that mark it."""
-    at_stake = finding.impact_share
-    impact = removed(
-        summary,
-        at_stake,
-        TRACING_REMOVED,
-        TRACING_REMOVED_MIN,
-        f"The fix keeps one trace: the {at_stake:.0%} of step time spent building "
-        "and compiling graphs again goes, less the rare trace a new input still costs.",
-    )
-    most = min(1.0, at_stake + (1 - at_stake) * TRACING_UNMARKED_SHARE)
-    impact.saving_range = (impact.saving_range[0], round(most, 4))
-    return impact
-
-
 # A tf.function traced again also pays outside the tracing its events mark: its first run
 # instantiates and optimises the new concrete function, and every call looks up a cache that
 # grows by one function a trace. One trace removes this share of the step's rest (beside the
@@ -134,6 +116,40 @@ def tracing(finding: Finding, summary: Summary) -> Impact:
 # was not fitted on.
 RETRACE_REST_REMOVED = 0.417
 RETRACE_REST_REMOVED_RANGE = (0.131, 0.829)
+# An XLA function given one shape runs every call as its calls that neither traced nor
+# compiled ran (`steady_share`), times this: the padding's compute (every batch run at the full
+# size) and what else the fix costs. The median and least to most over the 5 XLA pairs of
+# bench/calibration/corpus-xla.json whose steady calls take 5 % of the step or more
+# (`bench_calibration.fit_steps`: each pair's calls' share less its measured saving, over its
+# steady share); reported on corpus-steps-3.json, which it was not fitted on.
+XLA_STEADY_COST = 1.262
+XLA_STEADY_COST_RANGE = (0.943, 1.471)
+# Where no call ran steady (each traced and compiled), the marked compiling and tracing go whole
+# and this share of the rest: the new executables' first runs and lookups, less the padding.
+# The median and least to most over the 4 such pairs of the same corpus.
+XLA_REST_REMOVED = 0.785
+XLA_REST_REMOVED_RANGE = (0.642, 0.922)
+
+
+def one_trace(marked: float, rest_removed: float, rest_range: tuple[float, float],
+              summary: Summary, basis: str) -> Impact:  # fmt: skip
+    """A function given one trace (or one shape): the `marked` share of step time (its events'
+    tracing or compiling) goes whole, and `rest_removed` of the rest (least to most:
+    `rest_range`), what those events do not mark."""
+    marked = min(max(marked, 0.0), 1.0)
+    now = summary.step_time.avg_ms
+
+    def saving(rest: float) -> float:
+        return round(min(1.0, max(0.0, marked + (1 - marked) * rest)), 4)
+
+    point = saving(rest_removed)
+    return Impact(
+        step_ms_now=now,
+        step_ms_after=round(now * (1 - point), 3) if now else None,
+        saving_share=point,
+        saving_range=(saving(rest_range[0]), saving(rest_range[1])),
+        basis=basis,
+    )
 
 
 def retrace(finding: Finding, summary: Summary) -> Impact:
@@ -141,13 +157,6 @@ def retrace(finding: Finding, summary: Summary) -> Impact:
     marked tracing's share of step time (`impact_share`) goes whole, and of the rest
     `RETRACE_REST_REMOVED` (least to most: `RETRACE_REST_REMOVED_RANGE`, fitted), what the new
     functions cost to run the first time and to find among the traced ones."""
-    marked = min(max(finding.impact_share, 0.0), 1.0)
-    now = summary.step_time.avg_ms
-
-    def saving(rest_removed: float) -> float:
-        return round(marked + (1 - marked) * rest_removed, 4)
-
-    point = saving(RETRACE_REST_REMOVED)
     evidence = finding.evidence
     calls = ""
     if evidence.get("traced_call_ms") and evidence.get("untraced_call_ms"):
@@ -156,14 +165,71 @@ def retrace(finding: Finding, summary: Summary) -> Impact:
             f"{evidence['untraced_call_ms']:.3g} ms ({evidence.get('untraced_run_ms') or 0:.3g} "
             "ms of it running the graph)."
         )
-    return Impact(
-        step_ms_now=now,
-        step_ms_after=round(now * (1 - point), 3) if now else None,
-        saving_share=point,
-        saving_range=tuple(saving(u) for u in RETRACE_REST_REMOVED_RANGE),
-        basis=f"The fix keeps one trace: the {marked:.0%} of step time spent building graphs "
-        f"goes, and about {RETRACE_REST_REMOVED:.0%} of the rest, which the new functions cost "
-        "to run first and to look up." + calls,
+    return one_trace(
+        finding.impact_share,
+        RETRACE_REST_REMOVED,
+        RETRACE_REST_REMOVED_RANGE,
+        summary,
+        f"The fix keeps one trace: the {finding.impact_share:.0%} of step time spent building "
+        f"graphs goes, and about {RETRACE_REST_REMOVED:.0%} of the rest, which the new functions "
+        "cost to run first and to look up." + calls,
+    )
+
+
+def compiling(finding: Finding, summary: Summary) -> Impact:
+    """Compilation XProf's step breakdown shows (`impact_share`) gone: the step's other parts
+    (input, compute) stay, so the point is that share; at most it and `XLA_REST_REMOVED` of the
+    rest, what the XLA family's recompiling steps lost beside their marked compiling. Not
+    fitted: TF 2.21's CPU captures show no compile time in XProf's breakdown (0.0), so no CPU
+    pair measures this rule."""
+    marked = min(max(finding.impact_share, 0.0), 1.0)
+    return one_trace(
+        marked,
+        0.0,
+        (0.0, XLA_REST_REMOVED),
+        summary,
+        f"The fix keeps one shape: the {marked:.0%} of step time XProf counts as compilation "
+        f"goes; at most also {XLA_REST_REMOVED:.0%} of the rest, as new executables cost "
+        "beside their compiling.",
+    )
+
+
+def recompile(finding: Finding, summary: Summary) -> Impact:
+    """An XLA function given one shape. Where some of its calls
+    neither traced nor compiled, the fix makes every call such a call: its calls' share of step
+    time (`calls_share`) becomes their steady share (`steady_share`) times `XLA_STEADY_COST`
+    (least to most: `XLA_STEADY_COST_RANGE`, fitted), the padding's compute. Otherwise its
+    marked compiling (`impact_share`) and tracing (`tracing_share`) go whole, and of the rest
+    `XLA_REST_REMOVED` (least to most: `XLA_REST_REMOVED_RANGE`, fitted)."""
+    evidence = finding.evidence
+    steady, calls = evidence.get("steady_share"), evidence.get("calls_share")
+    if steady and calls:
+        now = summary.step_time.avg_ms
+
+        def saving(cost: float) -> float:
+            return round(min(1.0, max(-1.0, calls - steady * cost)), 4)
+
+        point = saving(XLA_STEADY_COST)
+        return Impact(
+            step_ms_now=now,
+            step_ms_after=round(now * (1 - point), 3) if now else None,
+            saving_share=point,
+            # the costlier fix saves the least
+            saving_range=(saving(XLA_STEADY_COST_RANGE[1]), saving(XLA_STEADY_COST_RANGE[0])),
+            basis=f"The fix keeps one shape: the function's calls, {calls:.0%} of step time, "
+            f"each cost what a call that neither traced nor compiled cost ({steady:.0%} of "
+            f"step time for them all), {XLA_STEADY_COST:.2g}x for the padding.",
+        )
+    tracing = evidence.get("tracing_share") or 0.0
+    traced = f" and {tracing:.0%} tracing" if tracing >= 0.005 else ""
+    return one_trace(
+        finding.impact_share + tracing,
+        XLA_REST_REMOVED,
+        XLA_REST_REMOVED_RANGE,
+        summary,
+        f"The fix keeps one shape: the {finding.impact_share:.0%} of step time compiling"
+        f"{traced} goes, and about {XLA_REST_REMOVED:.0%} of the rest (the new executables' "
+        "first runs and lookups, less the padding's compute).",
     )
 
 
@@ -302,7 +368,7 @@ def retracing(summary: Summary) -> Finding | None:
 @rule(
     Rule.XLA_RECOMPILATION,
     evidence=XlaRecompilationEvidence,
-    impact=tracing,
+    impact=recompile,
     advice=XLA_RECOMPILATION_ADVICE,
 )
 def xla_recompilation(summary: Summary) -> Finding | None:
@@ -341,7 +407,10 @@ def xla_recompilation(summary: Summary) -> Finding | None:
             compile_ms_per_compile=round(f.compile_ms / f.compiles, 3),
             compile_share=cost,
             traces=f.traces,
+            tracing_share=_share(f.tracing_ms, whole),
             calls=f.calls,
+            calls_share=_share(f.calls_ms, whole),
+            steady_share=_share(f.steady_call_ms * f.calls, whole) if f.steady_call_ms else None,
             xprof_compile_ms_avg=summary.step_time.breakdown_avg.compile_ms,
         ).model_dump(),
         recommendation=f"The shapes `{f.name}` is called with keep changing, and {why}. "

@@ -8,8 +8,10 @@ function before running it: its cost is the call's time outside the kernel execu
 new shape: from the compiled op's start (the function's own op on the calling thread, or, in
 Keras's `jit_compile` step, an asynchronous op on an executor thread) to the end of the
 compiler's backend (`CpuCompiler::RunBackend`, `GpuCompiler::RunBackend`), a span no other event
-marks; the backend's event names the XLA module, hence the function. Warm-up
-traces before the capture are not in it, so a job that traced once before is silent here.
+marks; the backend's event names the XLA module, hence the function. A call that neither
+traced nor compiled (none of its function's compiles started during it) is steady: what every
+call costs once the function keeps one trace and one shape. Warm-up traces before the capture
+are not in it, so a job that traced once before is silent here.
 """
 
 from __future__ import annotations
@@ -72,6 +74,7 @@ def summarise_tf_functions(events: HostEvents, host: str) -> TfFunctions | None:
         mode = str(call.stats.get("tf_function_call", ""))
         f = record(call.name)
         f.calls += 1
+        f.calls_ms = round(f.calls_ms + _ms(call.end_ps - call.start_ps), 3)
         f.jit_compile = f.jit_compile or mode.endswith("-xla")
         count = call.stats.get("tracing_count")
         if isinstance(count, int) and count:
@@ -87,6 +90,8 @@ def summarise_tf_functions(events: HostEvents, host: str) -> TfFunctions | None:
             f.tracing_ms = round(f.tracing_ms + _ms(tracing_ps), 3)
     compiled_in = enclosing(events.compiled_ops, events.compiles)
     called_in = enclosing(top_calls, events.compiles)
+    during = _calls_during(top_calls)
+    compiling: set[Span] = set()  # calls during which their function compiled
     previous_end: dict[Span, int] = {}
     for compile_span, op, call in zip(events.compiles, compiled_in, called_in, strict=True):
         start = compile_span.start_ps
@@ -103,9 +108,19 @@ def summarise_tf_functions(events: HostEvents, host: str) -> TfFunctions | None:
         f = record(name)
         f.jit_compile = True
         f.compiles += 1
+        compiled_during = call if call is not None else during(name, compile_span.start_ps)
+        if compiled_during is not None:
+            compiling.add(compiled_during)
         in_steps[name][1] += inside_step(compile_span)
         f.compile_ms = round(f.compile_ms + _ms(compile_span.end_ps - start), 3)
+    steady_ps: dict[str, list[int]] = defaultdict(list)
+    for call in top_calls:
+        if call not in compiling and not str(call.stats.get("tf_function_call", "")).startswith(
+            "traced"
+        ):
+            steady_ps[call.name].append(call.end_ps - call.start_ps)
     for name, f in functions.items():
+        f.steady_call_ms = _mean_ms(steady_ps[name])
         f.traced_call_ms = _mean_ms(traced_ps[name])
         f.untraced_call_ms = _mean_ms(untraced_ps[name])
         f.untraced_run_ms = _mean_ms(untraced_run_ps[name])
@@ -118,6 +133,24 @@ def summarise_tf_functions(events: HostEvents, host: str) -> TfFunctions | None:
         functions.values(), key=lambda f: (-(f.tracing_ms + f.compile_ms), -f.calls, f.name)
     )
     return TfFunctions(host=host, span_ms=_ms(events.span_ps), functions=ranked[:MAX_FUNCTIONS])
+
+
+def _calls_during(calls: list[Span]) -> Callable[[str, int], Span | None]:
+    """The call of a function running at a time, on any thread: Keras compiles its step on an
+    executor thread, outside the call's own events."""
+    by_name: dict[str, list[Span]] = defaultdict(list)
+    for call in sorted(calls, key=lambda c: c.start_ps):
+        by_name[call.name].append(call)
+    starts = {name: [c.start_ps for c in spans] for name, spans in by_name.items()}
+
+    def during(name: str, at_ps: int) -> Span | None:
+        i = bisect_right(starts.get(name, []), at_ps) - 1
+        if i < 0:
+            return None
+        call = by_name[name][i]
+        return call if at_ps <= call.end_ps else None
+
+    return during
 
 
 def _inside_steps(steps: list[Span]) -> Callable[[Span], int]:
