@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import psutil
 from prometheus_client import CollectorRegistry
@@ -46,17 +46,13 @@ from profiler_service.targets import TargetKind
 from profiler_service.trigger import alerts, memory_watch, schedule
 from profiler_service.trigger.alerts import AlertTrigger
 from profiler_service.trigger.memory_watch import MemoryWatch
-from profiler_service.trigger.plugin import TriggerParts, TriggerPlugin, Triggers
+from profiler_service.trigger.plugin import TriggerParts, Triggers, plugins
 from profiler_service.trigger.schedule import CaptureScheduler
 
 if TYPE_CHECKING:
     from profiler_service.capture.continuous import ContinuousCapturer
     from profiler_service.registration import HubRegistration
     from profiler_service.store.mirror_sync import MirrorSync
-
-
-# Every trigger, built in this order by `build_service` (trigger/plugin.py).
-TRIGGERS: tuple[TriggerPlugin[Any], ...] = (alerts.PLUGIN, schedule.PLUGIN, memory_watch.PLUGIN)
 
 
 @dataclass
@@ -67,9 +63,9 @@ class Service:
     store: SnapshotStore
     controller: CaptureController
     metrics: ServiceMetrics | None = None  # GET /metrics; built by build_service
-    # What asks for captures besides the API, by plugin (TRIGGERS): alerts (POST
-    # /webhooks/...), scheduler (runs only when schedules are set), memory_watch (listens to
-    # the sampler, when on).
+    # What asks for captures besides the API, by plugin (trigger/plugin.py's `plugins()`):
+    # alerts (POST /webhooks/...), scheduler (runs only when schedules are set), memory_watch
+    # (listens to the sampler, when on).
     triggers: Triggers = field(default_factory=Triggers)
     annotator: GrafanaAnnotator | None = None  # when a Grafana URL and token are set
     sampler: Sampler | None = None  # the look-back ring's
@@ -90,7 +86,7 @@ class Service:
             parts += [self.sampler, self.continuous, *running, self.registration]
         self.lifecycle.start(parts)
 
-    # The triggers the API and the tests name.
+    # The triggers the API and the tests name; any other is `triggers.get(its PLUGIN)`.
     @property
     def alerts(self) -> AlertTrigger | None:
         return self.triggers.get(alerts.PLUGIN)
@@ -199,7 +195,7 @@ def build_service(
         lifecycle=lifecycle,
     )
     parts = TriggerParts(settings, controller, store, sampler, lifecycle)
-    for plugin in TRIGGERS:
+    for plugin in plugins():  # every trigger/ module's PLUGIN, in TriggerKind's order
         built = plugin.build(parts)
         if built is not None:
             service.triggers.add(plugin, built)

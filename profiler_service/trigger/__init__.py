@@ -1,1 +1,2 @@
-"""Triggers: what starts a capture (HTTP request today; webhooks and schedules build on it)."""
+"""Triggers: what starts a capture besides the API and the CLI (webhooks, schedules, the memory
+watch), each a module with its `PLUGIN` (plugin.py)."""

@@ -1,18 +1,23 @@
 """What a trigger brings to the service: how it is built from the service's parts, and, once
 built, its metrics (`collect`) and, when it runs something of its own (the scheduler's loop),
-its life (`start`/`stop`: a `lifecycle.Component`). `service.py` builds every trigger of its one
-list (`TRIGGERS`), starts those with a life with the rest, and registers their metrics.
+its life (`start`/`stop`: a `lifecycle.Component`). `service.py` builds every trigger
+`plugins()` finds, starts those with a life with the rest, and registers their metrics.
 
-A new trigger is three files: its module (the trigger, its `PLUGIN`, its metrics; its outcomes
-are `outcomes.Outcome`'s), its settings group (config/, named on the `Settings` root), and the
-line that lists it in `service.TRIGGERS`.
+A trigger is registered by its kind: `plugins()` imports every module of `trigger/` and takes
+each one's `PLUGIN`, in `TriggerKind`'s order, one plugin a kind. A new trigger is its module
+(the trigger, its `PLUGIN`, its metrics; its outcomes are `outcomes.Outcome`'s), its test, and
+its `TriggerKind` member (models.py: the value its snapshots carry and what it means); a
+trigger with settings of its own adds its group in config/ too. tests/trigger/test_plugins.py
+checks that every kind but the API's and the CLI's has its plugin.
 """
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Generic, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 
 from profiler_service.models import TriggerKind
 
@@ -25,7 +30,11 @@ if TYPE_CHECKING:
     from profiler_service.lookback.sampler import Sampler
     from profiler_service.store import SnapshotStore
 
-__all__ = ["BuiltTrigger", "TriggerParts", "TriggerPlugin", "Triggers"]
+__all__ = ["NOT_PLUGINS", "BuiltTrigger", "TriggerParts", "TriggerPlugin", "Triggers", "plugins"]
+
+# The kinds no plugin starts: the API's route and the CLI's command start their captures
+# themselves.
+NOT_PLUGINS = frozenset({TriggerKind.API, TriggerKind.CLI})
 
 
 @dataclass(frozen=True)
@@ -71,3 +80,23 @@ class Triggers:
 
     def all(self) -> list[BuiltTrigger]:
         return list(self._built.values())
+
+
+def plugins() -> tuple[TriggerPlugin[Any], ...]:
+    """Every trigger of this package, in `TriggerKind`'s order (the order the service builds
+    them): each module's `PLUGIN`. Two plugins of one kind, or a plugin of a kind that
+    starts its captures itself (`NOT_PLUGINS`), are refused."""
+    import profiler_service.trigger as package
+
+    found: dict[TriggerKind, TriggerPlugin[Any]] = {}
+    for module in pkgutil.iter_modules(package.__path__):
+        name = f"{package.__name__}.{module.name}"
+        plugin = getattr(importlib.import_module(name), "PLUGIN", None)
+        if not isinstance(plugin, TriggerPlugin):
+            continue
+        if plugin.kind in NOT_PLUGINS:
+            raise TypeError(f"trigger/{module.name}.py: {plugin.kind} captures start elsewhere")
+        if plugin.kind in found:
+            raise TypeError(f"trigger/{module.name}.py: a second plugin of kind {plugin.kind}")
+        found[plugin.kind] = plugin
+    return tuple(found[kind] for kind in TriggerKind if kind in found)
