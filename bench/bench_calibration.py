@@ -76,13 +76,14 @@ CASES: list[tuple[dict, list[str]]] = [
 ]  # fmt: skip
 
 
-# The step family's corpora: the development one (its cases in its pairs), on which
-# `fit_steps` set the eager and retracing models' constants (from corpus-steps.json) and the
-# XLA model's (from corpus-xla.json); the reported corpora were captured after they were
-# committed, from new jobs (none of the development's).
+# The step family's corpora. Each round fitted the models (`fit_steps`) on the corpora before
+# and was reported on a corpus captured after the fit was committed, from new jobs: the eager
+# and retracing models on corpus-steps.json, reported on -2; the XLA model on corpus-xla.json,
+# reported on -3; the eager model's kernel factor and every range's spread on all four,
+# reported on -4.
 STEP_DEVELOPMENT_CORPORA = [HERE / "calibration" / f"corpus-{name}.json"
-                            for name in ("steps", "xla")]  # fmt: skip
-STEP_REPORTED_CORPORA = [HERE / "calibration" / f"corpus-steps-{n}.json" for n in (2, 3)]
+                            for name in ("steps", "steps-2", "xla", "steps-3")]  # fmt: skip
+STEP_REPORTED_CORPORA = [HERE / "calibration" / "corpus-steps-4.json"]
 # The step family (bench/calibration/step_job.py): each broken job, its fix (a flag of the job)
 # and the finding the fix answers. Those of corpus-steps-2.json:
 STEP_CASES: list[tuple[dict, str, str]] = [
@@ -165,8 +166,40 @@ STEP_CASES_3: list[tuple[dict, str, str]] = [
     ({"mode": "xla", "recompile-every": 20, "relaxed": True, "layers": 4, "width": 896,
       "batch": 256, "cores": 1, "onednn": 0}, "padded", "xla_recompilation"),
 ]  # fmt: skip
+# Those of corpus-steps-4.json, captured after every step constant and spread was fitted on
+# the four corpora before: new jobs of all three kinds.
+STEP_CASES_4: list[tuple[dict, str, str]] = [
+    ({"mode": "eager", "ops": 22, "batch": 12, "width": 112, "cores": 2}, "graph",
+     "eager_execution"),
+    ({"mode": "eager", "ops": 14, "batch": 96, "width": 256, "cores": 1, "onednn": 1}, "graph",
+     "eager_execution"),
+    ({"mode": "eager", "ops": 7, "batch": 160, "width": 416, "cores": 2}, "graph",
+     "eager_execution"),
+    ({"mode": "eager", "ops": 60, "batch": 6, "width": 40, "cores": 1, "onednn": 0}, "graph",
+     "eager_execution"),
+    ({"mode": "eager", "ops": 9, "batch": 224, "width": 352, "cores": 1}, "graph",
+     "eager_execution"),
+    ({"mode": "retrace", "retrace-every": 2, "layers": 5, "width": 224, "batch": 40, "cores": 2},
+     "tensor-arg", "retracing"),
+    ({"mode": "retrace", "retrace-every": 7, "layers": 2, "width": 576, "batch": 80, "cores": 1},
+     "tensor-arg", "retracing"),
+    ({"mode": "retrace", "retrace-every": 1, "layers": 9, "width": 96, "batch": 24, "cores": 2,
+      "onednn": 0}, "tensor-arg", "retracing"),
+    ({"mode": "retrace", "retrace-every": 12, "layers": 6, "width": 288, "batch": 56,
+      "cores": 2}, "tensor-arg", "retracing"),
+    ({"mode": "xla", "recompile-every": 1, "layers": 4, "width": 320, "batch": 352, "cores": 1},
+     "padded", "xla_recompilation"),
+    ({"mode": "xla", "recompile-every": 2, "relaxed": True, "layers": 4, "width": 256,
+      "batch": 288, "cores": 2}, "padded", "xla_recompilation"),
+    ({"mode": "xla", "recompile-every": 5, "layers": 7, "width": 288, "batch": 200, "cores": 2,
+      "onednn": 1}, "padded", "xla_recompilation"),
+    ({"mode": "xla", "recompile-every": 9, "relaxed": True, "layers": 3, "width": 704,
+      "batch": 192, "cores": 2}, "padded", "xla_recompilation"),
+    ({"mode": "xla", "recompile-every": 14, "layers": 5, "width": 512, "batch": 240, "cores": 1},
+     "padded", "xla_recompilation"),
+]  # fmt: skip
 # Each capturable step corpus: where it is kept, and its cases.
-STEP_CORPUS_CASES = {"xla": XLA_CASES, "steps-3": STEP_CASES_3}
+STEP_CORPUS_CASES = {"xla": XLA_CASES, "steps-3": STEP_CASES_3, "steps-4": STEP_CASES_4}
 # What the eager and tracing models read of a summary; the rest (XProf's tables, the stacks,
 # each step) is left out of the corpus.
 STEP_SUMMARY_PARTS = ("step_time", "eager", "tf_functions", "process_cpu", "framework")
@@ -418,16 +451,30 @@ def split(pairs: list[dict]) -> tuple[list[dict], list[dict]]:
 
 @contextmanager
 def constants(**values):
+    """The models' constants set to `values` for the block (each in the module that holds it)."""
     from profiler_service.analysis import input_impact
+    from profiler_service.analysis.findings import eager, tensorflow
 
-    kept = {name: getattr(input_impact, name) for name in values}
+    home = {name: next(m for m in (input_impact, eager, tensorflow) if hasattr(m, name))
+            for name in values}  # fmt: skip
+    kept = {name: getattr(home[name], name) for name in values}
     for name, value in values.items():
-        setattr(input_impact, name, value)
+        setattr(home[name], name, value)
     try:
         yield
     finally:
         for name, value in kept.items():
-            setattr(input_impact, name, value)
+            setattr(home[name], name, value)
+
+
+def spread80(residuals: list[float]) -> tuple[float, float]:
+    """Split conformal: of n residuals (measured - predicted), the floor((n + 1) 0.1)-th and
+    ceil((n + 1) 0.9)-th smallest bound a new pair's with 80 % probability (the pairs
+    exchangeable)."""
+    ordered, n = sorted(residuals), len(residuals)
+    low = ordered[max(0, math.floor((n + 1) * 0.1) - 1)]
+    high = ordered[min(n - 1, math.ceil((n + 1) * 0.9) - 1)]
+    return round(low, 3), round(high, 3)
 
 
 def fit(pairs: list[dict]) -> dict:
@@ -459,13 +506,8 @@ def fit(pairs: list[dict]) -> dict:
                   GIL_WAIT_SHARE=gil)  # fmt: skip
     with constants(GIL_WAIT_SHARE=gil, GIL_CONVOY_SHARE=convoy, SAVING_SPREAD=(0.0, 0.0)):
         residuals = [predict(p).measured - predict(p).point for p in pairs]
-    # Split conformal: of n residuals, the floor((n + 1) 0.1)-th and ceil((n + 1) 0.9)-th
-    # smallest bound a new pair's with 80 % probability (the pairs exchangeable).
-    ordered, n = sorted(residuals), len(residuals)
-    low = ordered[max(0, math.floor((n + 1) * 0.1) - 1)]
-    high = ordered[min(n - 1, math.ceil((n + 1) * 0.9) - 1)]
     return {"GIL_WAIT_SHARE": gil, "GIL_CONVOY_SHARE": convoy,
-            "SAVING_SPREAD": (round(low, 3), round(high, 3))}  # fmt: skip
+            "SAVING_SPREAD": spread80(residuals)}  # fmt: skip
 
 
 # A pair whose steady calls take less of the step than this says nothing of their cost: one
@@ -474,22 +516,23 @@ STEADY_SHARE_TO_FIT = 0.05
 
 
 def fit_steps(pairs: list[dict]) -> dict:
-    """The step family's constants, from each pair's own figures: the eager wrapper's cost an
-    op (its kernels' time a step less its step after the fix, by the job's clock scaled to the
-    captured step, over its ops a step); the share of a retraced step's rest (beside the
-    marked tracing) that one trace removes; for XLA, what one padded shape costs against the
-    steady calls (the calls' share less the saving, over their steady share; where they take
-    `STEADY_SHARE_TO_FIT` of the step) and, where no call was steady, the share of the rest one
-    shape removes (beside the marked compiling and tracing); each the median, and the least
-    to most."""
-    overheads, rests, xla_rests, steady_costs = [], [], [], []
+    """The step family's constants, from each pair's own figures. Eager: what a graph keeps of
+    the kernels' time and the eager wrapper's cost an op, by least squares on each pair's step
+    after the fix (by the job's clock, scaled to the captured step) against its kernels' time
+    and its ops a step. Retracing: the median share of a retraced step's rest (beside the
+    marked tracing) that one trace removed. XLA: the median cost of one padded shape against
+    the steady calls (the calls' share less the saving, over their steady share; where they
+    take `STEADY_SHARE_TO_FIT` of the step) and, where no call was steady, the median share of
+    the rest one shape removed (beside the marked compiling and tracing). Then each model's
+    spread of measured - predicted savings over its pairs that holds 80 % of them."""
+    eager_rows, rests, xla_rests, steady_costs = [], [], [], []
     for pair in pairs:
         kept = pair["step_ms_after"] / pair["step_ms_before"]
         eager = pair["summary"].get("eager")
         if pair["rule"] == "eager_execution" and eager:
             captured = pair["step_ms_captured"]
             kernels = eager["kernel_ms_per_step"] * captured / eager["step_ms"]
-            overheads.append((kernels - kept * captured) / eager["ops_per_step"])
+            eager_rows.append((kernels, eager["ops_per_step"], kept * captured))
         elif pair["rule"] == "retracing":
             marked = pair["finding"]["impact_share"]
             rests.append((1 - kept - marked) / (1 - marked))
@@ -501,23 +544,26 @@ def fit_steps(pairs: list[dict]) -> dict:
             elif evidence["steady_share"] >= STEADY_SHARE_TO_FIT:
                 steady_costs.append((evidence["calls_share"] - (1 - kept))
                                     / evidence["steady_share"])  # fmt: skip
-
-    def spread(values: list[float], digits: int) -> tuple[float, tuple[float, float]]:
-        return round(statistics.median(values), digits), (
-            round(min(values), digits),
-            round(max(values), digits),
-        )
-
-    fitted = {}
-    for name, values, digits in (("EAGER_OP_OVERHEAD_MS", overheads, 4),
-                                 ("RETRACE_REST_REMOVED", rests, 3),
-                                 ("XLA_STEADY_COST", steady_costs, 3),
-                                 ("XLA_REST_REMOVED", xla_rests, 3)):  # fmt: skip
-        if values:
-            point, (low, high) = spread(values, digits)
-            fitted[name] = point
-            fitted[name.replace("_MS", "") + "_RANGE" + ("_MS" if name.endswith("_MS") else "")] = (
-                low, high)
+    # after = K kernels - O ops: the normal equations of the two unknowns
+    kk = sum(k * k for k, _, _ in eager_rows)
+    ko = sum(k * o for k, o, _ in eager_rows)
+    oo = sum(o * o for _, o, _ in eager_rows)
+    ky = sum(k * y for k, _, y in eager_rows)
+    oy = sum(o * y for _, o, y in eager_rows)
+    det = kk * oo - ko * ko
+    fitted = {
+        "EAGER_KERNEL_KEPT": round((ky * oo - oy * ko) / det, 3),
+        "EAGER_OP_OVERHEAD_MS": round((ky * ko - oy * kk) / det, 5),
+        "RETRACE_REST_REMOVED": round(statistics.median(rests), 3),
+        "XLA_STEADY_COST": round(statistics.median(steady_costs), 3),
+        "XLA_REST_REMOVED": round(statistics.median(xla_rests), 3),
+    }
+    spreads = {"eager_execution": "EAGER_SAVING_SPREAD", "retracing": "RETRACE_SAVING_SPREAD",
+               "xla_recompilation": "XLA_SAVING_SPREAD"}  # fmt: skip
+    with constants(**fitted, **{name: (0.0, 0.0) for name in spreads.values()}):
+        held = [(pair["rule"], predict_step(pair)) for pair in pairs]
+    for rule_name, name in spreads.items():
+        fitted[name] = spread80([h.measured - h.point for r, h in held if r == rule_name])
     return fitted
 
 

@@ -876,13 +876,12 @@ def test_the_retracing_model_keeps_one_trace_and_what_new_functions_cost_beside_
     summary = Summary(step_time=StepTime(count=20, avg_ms=40.0))
     found = Finding(rule="retracing", severity=Severity.WARNING, title="", impact_share=0.5)
     got = estimate(found, summary)
-    rest, (least, most) = tensorflow.RETRACE_REST_REMOVED, tensorflow.RETRACE_REST_REMOVED_RANGE
-    assert got.saving_share == pytest.approx(0.5 + 0.5 * rest, abs=1e-4)
+    rest, (below, above) = tensorflow.RETRACE_REST_REMOVED, tensorflow.RETRACE_SAVING_SPREAD
+    point = 0.5 + 0.5 * rest
+    assert got.saving_share == pytest.approx(point, abs=1e-4)
     assert got.step_ms_after == pytest.approx(40 * (0.5 - 0.5 * rest), abs=0.01)
-    assert got.saving_range == (
-        pytest.approx(0.5 + 0.5 * least, abs=1e-4),
-        pytest.approx(0.5 + 0.5 * most, abs=1e-4),
-    )
+    assert got.saving_range == (pytest.approx(point + below, abs=1e-4),
+                                pytest.approx(min(1.0, point + above), abs=1e-4))  # fmt: skip
 
 
 def test_the_xla_model_runs_every_call_as_its_steady_calls_ran_at_the_padding_cost():
@@ -892,23 +891,25 @@ def test_the_xla_model_runs_every_call_as_its_steady_calls_ran_at_the_padding_co
     found = Finding(rule="xla_recompilation", severity=Severity.WARNING, title="",
                     evidence=evidence, impact_share=0.5)  # fmt: skip
     got = estimate(found, summary)
-    cost, (least, most) = tensorflow.XLA_STEADY_COST, tensorflow.XLA_STEADY_COST_RANGE
-    assert got.saving_share == pytest.approx(0.9 - 0.2 * cost, abs=1e-4)
+    cost, (below, above) = tensorflow.XLA_STEADY_COST, tensorflow.XLA_SAVING_SPREAD
+    point = 0.9 - 0.2 * cost
+    assert got.saving_share == pytest.approx(point, abs=1e-4)
     assert got.step_ms_after == pytest.approx(40 * (0.1 + 0.2 * cost), abs=0.01)
-    assert got.saving_range == (pytest.approx(0.9 - 0.2 * most, abs=1e-4),
-                                pytest.approx(0.9 - 0.2 * least, abs=1e-4))  # fmt: skip
+    assert got.saving_range == (pytest.approx(point + below, abs=1e-4),
+                                pytest.approx(point + above, abs=1e-4))  # fmt: skip
 
 
 def test_without_steady_calls_the_xla_model_removes_compiling_tracing_and_part_of_the_rest():
     """Every call traced and compiled: the marked time goes, and a fitted share of the rest."""
     summary = Summary(step_time=StepTime(count=20, avg_ms=40.0))
-    rest, (least, most) = tensorflow.XLA_REST_REMOVED, tensorflow.XLA_REST_REMOVED_RANGE
     found = Finding(rule="xla_recompilation", severity=Severity.WARNING, title="",
                     evidence={"tracing_share": 0.1}, impact_share=0.5)  # fmt: skip
     got = estimate(found, summary)
-    assert got.saving_share == pytest.approx(0.6 + 0.4 * rest, abs=1e-4)
-    assert got.saving_range == (pytest.approx(0.6 + 0.4 * least, abs=1e-4),
-                                pytest.approx(0.6 + 0.4 * most, abs=1e-4))  # fmt: skip
+    point = 0.6 + 0.4 * tensorflow.XLA_REST_REMOVED
+    below, above = tensorflow.XLA_SAVING_SPREAD
+    assert got.saving_share == pytest.approx(point, abs=1e-4)
+    assert got.saving_range == (pytest.approx(point + below, abs=1e-4),
+                                pytest.approx(min(1.0, point + above), abs=1e-4))  # fmt: skip
 
 
 def test_xprofs_compile_time_goes_and_the_rest_of_the_step_stays():

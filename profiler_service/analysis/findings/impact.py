@@ -45,6 +45,12 @@ def removed(summary: Summary, at_stake: float, point: float, low: float, basis: 
     )
 
 
+def spread_about(point: float, spread: tuple[float, float]) -> tuple[float, float]:
+    """A saving's range: its point plus the spread of measured - predicted savings that held
+    80 % of the pairs its model was fitted on; never above all of the step."""
+    return (round(min(1.0, point + spread[0]), 4), round(min(1.0, point + spread[1]), 4))
+
+
 def nothing(summary: Summary, why: str) -> Impact:
     now = summary.step_time.avg_ms
     return Impact(

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from profiler_service.analysis.findings.advice import Advice
+from profiler_service.analysis.findings.impact import spread_about
 from profiler_service.analysis.findings.memory import memory_saving
 from profiler_service.analysis.findings.registry import rule
 from profiler_service.analysis.models import (
@@ -110,53 +111,41 @@ class StepTemporariesEvidence(Evidence):
 # A tf.function traced again also pays outside the tracing its events mark: its first run
 # instantiates and optimises the new concrete function, and every call looks up a cache that
 # grows by one function a trace. One trace removes this share of the step's rest (beside the
-# marked tracing), the median and least to most over the 6 retracing pairs of
-# bench/calibration/corpus-steps.json (`bench_calibration.fit_steps`: each pair's measured
-# saving less its marked share, over the rest); reported on corpus-steps-2.json, which it
-# was not fitted on.
-RETRACE_REST_REMOVED = 0.417
-RETRACE_REST_REMOVED_RANGE = (0.131, 0.829)
+# marked tracing): the median over the 15 retracing pairs of bench/calibration/corpus-steps.json,
+# -2 and -3 (`bench_calibration.fit_steps`: each pair's measured saving less its marked share,
+# over the rest). Reported on corpus-steps-4.json, which it was not fitted on.
+RETRACE_REST_REMOVED = 0.422
 # An XLA function given one shape runs every call as its calls that neither traced nor
 # compiled ran (`steady_share`), times this: the padding's compute (every batch run at the full
-# size) and what else the fix costs. The median and least to most over the 5 XLA pairs of
-# bench/calibration/corpus-xla.json whose steady calls take 5 % of the step or more
-# (`bench_calibration.fit_steps`: each pair's calls' share less its measured saving, over its
-# steady share); reported on corpus-steps-3.json, which it was not fitted on.
-XLA_STEADY_COST = 1.262
-XLA_STEADY_COST_RANGE = (0.943, 1.471)
+# size) and what else the fix costs. The median over the XLA pairs of corpus-xla.json and
+# corpus-steps-3.json whose steady calls take 5 % of the step or more (each pair's calls' share
+# less its measured saving, over its steady share). Reported on corpus-steps-4.json.
+XLA_STEADY_COST = 1.101
 # Where no call ran steady (each traced and compiled), the marked compiling and tracing go whole
 # and this share of the rest: the new executables' first runs and lookups, less the padding.
-# The median and least to most over the 4 such pairs of the same corpus.
-XLA_REST_REMOVED = 0.785
-XLA_REST_REMOVED_RANGE = (0.642, 0.922)
+# The median over such pairs of the same corpora.
+XLA_REST_REMOVED = 0.863
+# Each model's range: its point plus the spread of measured - predicted savings over its pairs
+# that holds 80 % of them (split conformal, as the input model's).
+RETRACE_SAVING_SPREAD = (-0.084, 0.098)
+XLA_SAVING_SPREAD = (-0.153, 0.079)
 
 
-def one_trace(marked: float, rest_removed: float, rest_range: tuple[float, float],
-              summary: Summary, basis: str) -> Impact:  # fmt: skip
+def one_trace(marked: float, rest_removed: float, summary: Summary) -> tuple[float, float | None]:
     """A function given one trace (or one shape): the `marked` share of step time (its events'
-    tracing or compiling) goes whole, and `rest_removed` of the rest (least to most:
-    `rest_range`), what those events do not mark."""
+    tracing or compiling) goes whole, and `rest_removed` of the rest, what those events do not
+    mark. The saving and the step after."""
     marked = min(max(marked, 0.0), 1.0)
+    point = round(min(1.0, max(0.0, marked + (1 - marked) * rest_removed)), 4)
     now = summary.step_time.avg_ms
-
-    def saving(rest: float) -> float:
-        return round(min(1.0, max(0.0, marked + (1 - marked) * rest)), 4)
-
-    point = saving(rest_removed)
-    return Impact(
-        step_ms_now=now,
-        step_ms_after=round(now * (1 - point), 3) if now else None,
-        saving_share=point,
-        saving_range=(saving(rest_range[0]), saving(rest_range[1])),
-        basis=basis,
-    )
+    return point, round(now * (1 - point), 3) if now else None
 
 
 def retrace(finding: Finding, summary: Summary) -> Impact:
     """A retraced tf.function given one trace (a tensor argument, an input signature): the
     marked tracing's share of step time (`impact_share`) goes whole, and of the rest
-    `RETRACE_REST_REMOVED` (least to most: `RETRACE_REST_REMOVED_RANGE`, fitted), what the new
-    functions cost to run the first time and to find among the traced ones."""
+    `RETRACE_REST_REMOVED` (fitted), what the new functions cost to run the first time and to
+    find among the traced ones. The range: the point plus `RETRACE_SAVING_SPREAD`."""
     evidence = finding.evidence
     calls = ""
     if evidence.get("traced_call_ms") and evidence.get("untraced_call_ms"):
@@ -165,14 +154,15 @@ def retrace(finding: Finding, summary: Summary) -> Impact:
             f"{evidence['untraced_call_ms']:.3g} ms ({evidence.get('untraced_run_ms') or 0:.3g} "
             "ms of it running the graph)."
         )
-    return one_trace(
-        finding.impact_share,
-        RETRACE_REST_REMOVED,
-        RETRACE_REST_REMOVED_RANGE,
-        summary,
-        f"The fix keeps one trace: the {finding.impact_share:.0%} of step time spent building "
-        f"graphs goes, and about {RETRACE_REST_REMOVED:.0%} of the rest, which the new functions "
-        "cost to run first and to look up." + calls,
+    point, after = one_trace(finding.impact_share, RETRACE_REST_REMOVED, summary)
+    return Impact(
+        step_ms_now=summary.step_time.avg_ms,
+        step_ms_after=after,
+        saving_share=point,
+        saving_range=spread_about(point, RETRACE_SAVING_SPREAD),
+        basis=f"The fix keeps one trace: the {finding.impact_share:.0%} of step time spent "
+        f"building graphs goes, and about {RETRACE_REST_REMOVED:.0%} of the rest, which the new "
+        "functions cost to run first and to look up." + calls,
     )
 
 
@@ -182,54 +172,51 @@ def compiling(finding: Finding, summary: Summary) -> Impact:
     rest, what the XLA family's recompiling steps lost beside their marked compiling. Not
     fitted: TF 2.21's CPU captures show no compile time in XProf's breakdown (0.0), so no CPU
     pair measures this rule."""
-    marked = min(max(finding.impact_share, 0.0), 1.0)
-    return one_trace(
-        marked,
-        0.0,
-        (0.0, XLA_REST_REMOVED),
-        summary,
-        f"The fix keeps one shape: the {marked:.0%} of step time XProf counts as compilation "
-        f"goes; at most also {XLA_REST_REMOVED:.0%} of the rest, as new executables cost "
-        "beside their compiling.",
+    point, after = one_trace(finding.impact_share, 0.0, summary)
+    most, _ = one_trace(finding.impact_share, XLA_REST_REMOVED, summary)
+    return Impact(
+        step_ms_now=summary.step_time.avg_ms,
+        step_ms_after=after,
+        saving_share=point,
+        saving_range=(point, most),
+        basis=f"The fix keeps one shape: the {point:.0%} of step time XProf counts as "
+        f"compilation goes; at most also {XLA_REST_REMOVED:.0%} of the rest, as new executables "
+        "cost beside their compiling.",
     )
 
 
 def recompile(finding: Finding, summary: Summary) -> Impact:
-    """An XLA function given one shape. Where some of its calls
-    neither traced nor compiled, the fix makes every call such a call: its calls' share of step
-    time (`calls_share`) becomes their steady share (`steady_share`) times `XLA_STEADY_COST`
-    (least to most: `XLA_STEADY_COST_RANGE`, fitted), the padding's compute. Otherwise its
-    marked compiling (`impact_share`) and tracing (`tracing_share`) go whole, and of the rest
-    `XLA_REST_REMOVED` (least to most: `XLA_REST_REMOVED_RANGE`, fitted)."""
-    evidence = finding.evidence
+    """An XLA function given one shape. Where some of its calls neither traced nor compiled,
+    the fix makes every call such a call: its calls' share of step time (`calls_share`) becomes
+    their steady share (`steady_share`) times `XLA_STEADY_COST` (fitted), the padding's
+    compute. Otherwise its marked compiling (`impact_share`) and tracing (`tracing_share`) go
+    whole, and of the rest `XLA_REST_REMOVED` (fitted). The range: the point plus
+    `XLA_SAVING_SPREAD`."""
+    evidence, now = finding.evidence, summary.step_time.avg_ms
     steady, calls = evidence.get("steady_share"), evidence.get("calls_share")
     if steady and calls:
-        now = summary.step_time.avg_ms
-
-        def saving(cost: float) -> float:
-            return round(min(1.0, max(-1.0, calls - steady * cost)), 4)
-
-        point = saving(XLA_STEADY_COST)
-        return Impact(
-            step_ms_now=now,
-            step_ms_after=round(now * (1 - point), 3) if now else None,
-            saving_share=point,
-            # the costlier fix saves the least
-            saving_range=(saving(XLA_STEADY_COST_RANGE[1]), saving(XLA_STEADY_COST_RANGE[0])),
-            basis=f"The fix keeps one shape: the function's calls, {calls:.0%} of step time, "
-            f"each cost what a call that neither traced nor compiled cost ({steady:.0%} of "
-            f"step time for them all), {XLA_STEADY_COST:.2g}x for the padding.",
+        point = round(min(1.0, max(-1.0, calls - steady * XLA_STEADY_COST)), 4)
+        after = round(now * (1 - point), 3) if now else None
+        basis = (
+            f"The fix keeps one shape: the function's calls, {calls:.0%} of step time, each "
+            f"cost what a call that neither traced nor compiled cost ({steady:.0%} of step time "
+            f"for them all), {XLA_STEADY_COST:.2g}x for the padding."
         )
-    tracing = evidence.get("tracing_share") or 0.0
-    traced = f" and {tracing:.0%} tracing" if tracing >= 0.005 else ""
-    return one_trace(
-        finding.impact_share + tracing,
-        XLA_REST_REMOVED,
-        XLA_REST_REMOVED_RANGE,
-        summary,
-        f"The fix keeps one shape: the {finding.impact_share:.0%} of step time compiling"
-        f"{traced} goes, and about {XLA_REST_REMOVED:.0%} of the rest (the new executables' "
-        "first runs and lookups, less the padding's compute).",
+    else:
+        tracing = evidence.get("tracing_share") or 0.0
+        point, after = one_trace(finding.impact_share + tracing, XLA_REST_REMOVED, summary)
+        traced = f" and {tracing:.0%} tracing" if tracing >= 0.005 else ""
+        basis = (
+            f"The fix keeps one shape: the {finding.impact_share:.0%} of step time compiling"
+            f"{traced} goes, and about {XLA_REST_REMOVED:.0%} of the rest (the new executables' "
+            "first runs and lookups, less the padding's compute)."
+        )
+    return Impact(
+        step_ms_now=now,
+        step_ms_after=after,
+        saving_share=point,
+        saving_range=spread_about(point, XLA_SAVING_SPREAD),
+        basis=basis,
     )
 
 
