@@ -46,7 +46,7 @@ from profiler_service.targets import TargetKind
 from profiler_service.trigger import alerts, memory_watch, schedule
 from profiler_service.trigger.alerts import AlertTrigger
 from profiler_service.trigger.memory_watch import MemoryWatch
-from profiler_service.trigger.plugin import TriggerParts, Triggers, plugins
+from profiler_service.trigger.plugin import TriggerParts, Triggers, group_of, plugins
 from profiler_service.trigger.schedule import CaptureScheduler
 
 if TYPE_CHECKING:
@@ -194,9 +194,9 @@ def build_service(
         mirror=mirror,
         lifecycle=lifecycle,
     )
-    parts = TriggerParts(settings, controller, store, sampler, lifecycle)
     for plugin in plugins():  # every trigger/ module's PLUGIN, in TriggerKind's order
-        built = plugin.build(parts)
+        group = group_of(settings, plugin.settings)  # the one group it reads
+        built = plugin.build(TriggerParts(group, controller, store, sampler, lifecycle))
         if built is not None:
             service.triggers.add(plugin, built)
     registration = settings.registration

@@ -417,7 +417,7 @@ class ExplainPolicy(LoopOwner):
     @property
     def client(self) -> httpx.Client:
         if self._client is None:
-            self._client = httpx.Client(timeout=self.router.settings.fleet.forward_timeout_s)
+            self._client = httpx.Client(timeout=self.router.fleet.forward_timeout_s)
         return self._client
 
     def counts(self) -> dict[str, int]:

@@ -98,7 +98,9 @@ def build_hub(settings: HubSettings) -> HubService:
     registry = SidecarRegistry(fleet.sidecar_ttl_s)
     alert_log = AlertLog(storage.store / "webhooks" / "alerts.jsonl").open()
     lifecycle.closing(alert_log.close)
-    router = FleetRouter(settings, registry, alert_log)
+    router = FleetRouter(
+        fleet, settings.webhook, settings.bounds, settings.server.hub_token, registry, alert_log
+    )
     index_sync = IndexSync(
         db, bucket, interval_s=fleet.sync_interval_s, full_interval_s=fleet.full_sync_interval_s
     )

@@ -24,8 +24,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+from pydantic import SecretStr
 
-from profiler_service.config import HubSettings
+from profiler_service.config import BoundsSettings, FleetSettings, WebhookSettings
 from profiler_service.errors import Failed, ServiceError
 from profiler_service.hub.registry import SidecarRegistry
 from profiler_service.sidecar_record import SidecarRecord
@@ -71,9 +72,20 @@ class Match:
 
 
 class FleetRouter:
-    def __init__(self, settings: HubSettings, registry: SidecarRegistry, alert_log: AlertLog):
-        self.settings = settings
-        webhook = settings.webhook
+    """The hub's routing of alerts and capture requests: `fleet` its timeout, `webhook` which
+    target an alert names, `bounds` how long a capture waited on may take, `hub_token` what it
+    shows a sidecar (the server's)."""
+
+    def __init__(
+        self,
+        fleet: FleetSettings,
+        webhook: WebhookSettings,
+        bounds: BoundsSettings,
+        hub_token: SecretStr | None,
+        registry: SidecarRegistry,
+        alert_log: AlertLog,
+    ):
+        self.fleet, self.bounds, self.hub_token = fleet, bounds, hub_token
         self.registry = registry
         self.log = alert_log
         self.matcher = TargetMatcher(
@@ -217,8 +229,8 @@ class FleetRouter:
         found = self.match(labels, sidecars, target=target)
         if found.sidecar is None:
             raise NoSidecar(found.how, reason=found.reason)
-        b = self.settings.bounds
-        timeout = self.settings.fleet.forward_timeout_s
+        b = self.bounds
+        timeout = self.fleet.forward_timeout_s
         if wait:  # the sidecar answers once the snapshot is analysed
             timeout += b.duration_max_s + b.capture_grace_s + b.analysis_timeout_s
         url = f"{found.sidecar.url.rstrip('/')}/profile"
@@ -240,7 +252,7 @@ class FleetRouter:
     def client(self) -> httpx.AsyncClient:
         if self._client is None:
             self._client = httpx.AsyncClient(
-                timeout=self.settings.fleet.forward_timeout_s,
+                timeout=self.fleet.forward_timeout_s,
                 limits=httpx.Limits(max_connections=200, max_keepalive_connections=100),
             )
         return self._client
@@ -252,7 +264,7 @@ class FleetRouter:
 
     def auth_headers(self) -> dict[str, str]:
         """What the hub sends a sidecar: its hub token, which sidecars accept."""
-        token = self.settings.server.hub_token
+        token = self.hub_token
         return {"Authorization": f"Bearer {token.get_secret_value()}"} if token else {}
 
 

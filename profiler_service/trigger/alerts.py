@@ -238,13 +238,13 @@ def _trigger(source: Source, alert: WebhookAlert, fingerprint: str) -> Trigger:
     )
 
 
-def _build(parts: TriggerParts) -> AlertTrigger:
+def _build(parts: TriggerParts[SidecarWebhookSettings]) -> AlertTrigger:
     """Always on: the webhook routes answer whether or not an alert rule points at them. Its
     log (STORE/webhooks/alerts.jsonl) is closed with the service."""
     log_path = parts.store.root / "webhooks" / "alerts.jsonl"
-    trigger = AlertTrigger(parts.settings.webhook, parts.controller, AlertLog(log_path).open())
+    trigger = AlertTrigger(parts.settings, parts.controller, AlertLog(log_path).open())
     parts.lifecycle.closing(trigger.close)
     return trigger
 
 
-PLUGIN = TriggerPlugin(TriggerKind.WEBHOOK, _build)
+PLUGIN = TriggerPlugin(TriggerKind.WEBHOOK, SidecarWebhookSettings, _build)

@@ -202,16 +202,16 @@ def _growth_per_s(points: list[tuple[float, float]], minimum: float) -> float | 
     return slope if r2 >= GROWTH_MIN_R2 else 0.0
 
 
-def _build(parts: TriggerParts) -> MemoryWatch | None:
+def _build(parts: TriggerParts[WatchSettings]) -> MemoryWatch | None:
     """On where the look-back sampler runs and `PROFILER_MEMORY_WATCH` is on: it hears every
     sample."""
-    if parts.sampler is None or not parts.settings.watch.enabled:
+    if parts.sampler is None or not parts.settings.enabled:
         return None
     watch = MemoryWatch(
-        parts.settings.watch, parts.controller, parts.sampler.ring, parts.sampler.source_of
+        parts.settings, parts.controller, parts.sampler.ring, parts.sampler.source_of
     )
     parts.sampler.listeners.append(watch)
     return watch
 
 
-PLUGIN = TriggerPlugin(TriggerKind.MEMORY_WATCH, _build)
+PLUGIN = TriggerPlugin(TriggerKind.MEMORY_WATCH, WatchSettings, _build)

@@ -4,7 +4,9 @@ its life (`start`/`stop`: a `lifecycle.Component`). `service.py` builds every tr
 `plugins()` finds, starts those with a life with the rest, and registers their metrics.
 
 A trigger is registered by its kind: `plugins()` imports every module of `trigger/` and takes
-each one's `PLUGIN`, in `TriggerKind`'s order, one plugin a kind. A new trigger is its module
+each one's `PLUGIN`, in `TriggerKind`'s order, one plugin a kind. A plugin names the settings
+group it reads (`TriggerPlugin(kind, ScheduleSettings, build)`): its parts hold that group, found
+on the `Settings` root by its class, not the root. A new trigger is its module
 (the trigger, its `PLUGIN`, its metrics; its outcomes are `outcomes.Outcome`'s), its test, and
 its `TriggerKind` member (models.py: the value its snapshots carry and what it means); a
 trigger with settings of its own adds its group in config/ too. tests/trigger/test_plugins.py
@@ -25,23 +27,34 @@ if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
     from profiler_service.capture.controller import CaptureController
-    from profiler_service.config import Settings
+    from profiler_service.config import Group, Settings
     from profiler_service.lifecycle import Lifecycle
     from profiler_service.lookback.sampler import Sampler
     from profiler_service.store import SnapshotStore
 
-__all__ = ["NOT_PLUGINS", "BuiltTrigger", "TriggerParts", "TriggerPlugin", "Triggers", "plugins"]
+__all__ = [
+    "NOT_PLUGINS",
+    "BuiltTrigger",
+    "TriggerParts",
+    "TriggerPlugin",
+    "Triggers",
+    "group_of",
+    "plugins",
+]
 
 # The kinds no plugin starts: the API's route and the CLI's command start their captures
 # themselves.
 NOT_PLUGINS = frozenset({TriggerKind.API, TriggerKind.CLI})
 
 
-@dataclass(frozen=True)
-class TriggerParts:
-    """What a trigger may be built from."""
+S = TypeVar("S", bound="Group")
 
-    settings: Settings
+
+@dataclass(frozen=True)
+class TriggerParts(Generic[S]):
+    """What a trigger may be built from: its own settings group, not the root's others."""
+
+    settings: S
     controller: CaptureController
     store: SnapshotStore
     sampler: Sampler | None  # the look-back ring's, where it runs
@@ -60,9 +73,10 @@ T = TypeVar("T", bound=BuiltTrigger)
 
 
 @dataclass(frozen=True)
-class TriggerPlugin(Generic[T]):
+class TriggerPlugin(Generic[T, S]):
     kind: TriggerKind  # the captures it starts (`trigger.kind`): its name in the service
-    build: Callable[[TriggerParts], T | None]  # None: off by its settings
+    settings: type[S]  # the group it reads, found on the `Settings` root by its class
+    build: Callable[[TriggerParts[S]], T | None]  # None: off by its settings
 
 
 class Triggers:
@@ -72,23 +86,31 @@ class Triggers:
     def __init__(self) -> None:
         self._built: dict[TriggerKind, BuiltTrigger] = {}
 
-    def add(self, plugin: TriggerPlugin[T], built: T) -> None:
+    def add(self, plugin: TriggerPlugin[T, Any], built: T) -> None:
         self._built[plugin.kind] = built
 
-    def get(self, plugin: TriggerPlugin[T]) -> T | None:
+    def get(self, plugin: TriggerPlugin[T, Any]) -> T | None:
         return cast("T | None", self._built.get(plugin.kind))  # only add() wrote it: a T
 
     def all(self) -> list[BuiltTrigger]:
         return list(self._built.values())
 
 
-def plugins() -> tuple[TriggerPlugin[Any], ...]:
+def group_of(settings: Settings, group: type[S]) -> S:
+    """The root's one group of class `group` (`ScheduleSettings` -> `settings.schedule`)."""
+    names = [name for name, cls in type(settings).groups().items() if cls is group]
+    if len(names) != 1:
+        raise TypeError(f"{type(settings).__name__} has {len(names)} {group.__name__} groups")
+    return cast("S", getattr(settings, names[0]))
+
+
+def plugins() -> tuple[TriggerPlugin[Any, Any], ...]:
     """Every trigger of this package, in `TriggerKind`'s order (the order the service builds
     them): each module's `PLUGIN`. Two plugins of one kind, or a plugin of a kind that
     starts its captures itself (`NOT_PLUGINS`), are refused."""
     import profiler_service.trigger as package
 
-    found: dict[TriggerKind, TriggerPlugin[Any]] = {}
+    found: dict[TriggerKind, TriggerPlugin[Any, Any]] = {}
     for module in pkgutil.iter_modules(package.__path__):
         name = f"{package.__name__}.{module.name}"
         plugin = getattr(importlib.import_module(name), "PLUGIN", None)

@@ -100,5 +100,6 @@ class CaptureScheduler(LoopOwner):
 
 PLUGIN = TriggerPlugin(
     TriggerKind.SCHEDULE,
-    lambda parts: CaptureScheduler(parts.settings.schedule, parts.controller),
+    ScheduleSettings,
+    lambda parts: CaptureScheduler(parts.settings, parts.controller),
 )

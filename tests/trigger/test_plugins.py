@@ -8,15 +8,31 @@ import sys
 import pytest
 
 import profiler_service.trigger as trigger_package
-from profiler_service.config import Schedule
+from profiler_service.config import GrafanaSettings, Schedule, ScheduleSettings, Settings
 from profiler_service.models import TriggerKind
 from profiler_service.trigger import alerts, memory_watch, schedule
-from profiler_service.trigger.plugin import NOT_PLUGINS, plugins
+from profiler_service.trigger.plugin import NOT_PLUGINS, group_of, plugins
 
 
 def test_every_kind_but_the_api_and_the_cli_has_one_plugin_in_its_order():
     assert [p.kind for p in plugins()] == [k for k in TriggerKind if k not in NOT_PLUGINS]
     assert plugins() == (alerts.PLUGIN, schedule.PLUGIN, memory_watch.PLUGIN)
+
+
+def test_each_plugin_is_built_from_its_own_settings_group():
+    """A trigger reads one group, named by its class on the `Settings` root, never the root."""
+    settings = Settings(
+        schedules=[Schedule(target="trainer", interval_s=60)], targets="trainer=grpc://127.0.0.1:9"
+    )
+    assert [p.settings for p in plugins()] == [
+        type(settings.webhook),
+        ScheduleSettings,
+        type(settings.watch),
+    ]
+    assert group_of(settings, ScheduleSettings) is settings.schedule
+    assert group_of(settings, GrafanaSettings) is settings.grafana
+    with pytest.raises(TypeError, match="0 Schedule groups"):
+        group_of(settings, Schedule)  # type: ignore[type-var]
 
 
 def test_a_new_module_with_a_plugin_is_found_and_a_second_of_one_kind_refused(
@@ -30,9 +46,10 @@ def test_a_new_module_with_a_plugin_is_found_and_a_second_of_one_kind_refused(
         for kind, refused in (("SCHEDULE", "a second plugin"), ("API", "start elsewhere")):
             sys.modules.pop(name, None)
             (tmp_path / "extra.py").write_text(
+                "from profiler_service.config import Group\n"
                 "from profiler_service.models import TriggerKind\n"
                 "from profiler_service.trigger.plugin import TriggerPlugin\n"
-                f"PLUGIN = TriggerPlugin(TriggerKind.{kind}, lambda parts: None)\n"
+                f"PLUGIN = TriggerPlugin(TriggerKind.{kind}, Group, lambda parts: None)\n"
             )
             with pytest.raises(TypeError, match=refused):
                 plugins()
