@@ -283,8 +283,8 @@ def report(workload: str, arms: dict[str, Arm]) -> None:
                     ratio <= aim,
                     "x",
                 )
-        share = s.input_pipeline.input_share_pct
-        verdict = f"{s.input_pipeline.classification.value} {share or 0:.0f}%"
+        share = s.input_pipeline.input_share  # a share since 0.2.0; shown as a percentage
+        verdict = f"{s.input_pipeline.classification.value} {(share or 0) * 100:.0f}%"
         fired = ", ".join(f.rule for f in result.findings) or "none"
         if s.input_pipeline.slowest_stage:
             python = ", Python in it" if s.input_pipeline.python_in_pipeline else ""

@@ -3,7 +3,7 @@ which predicts what its fix saves, reads it too."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
@@ -16,9 +16,11 @@ class InputBoundEvidence(Evidence):
     """input_bound: how much of the step waits on input, by whose reading, and what the
     pipeline lacks."""
 
-    input_share_pct: float = Field(
+    old_percentages: ClassVar[dict[str, str]] = {"input_share_pct": "input_share"}
+
+    input_share: float = Field(
         description="the share of step time (XProf), or of the capture the GPU idled in the "
-        "tf.data iterator, spent waiting on input"
+        "tf.data iterator, spent waiting on input (0-1)"
     )
     source: Literal["xprof", "gpu_idle_in_iterator"] = Field(
         "xprof", description="whose reading the share is"

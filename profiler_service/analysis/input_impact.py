@@ -119,7 +119,7 @@ def input_wait(finding: Finding, summary: Summary) -> Impact:
     prefetch where the pipeline was not read); `actions` holds each combination's."""
     now = summary.step_time.avg_ms
     evidence = InputBoundEvidence.model_validate(finding.evidence)
-    wait_share = min(max(evidence.input_share_pct / 100, 0.0), 1.0)
+    wait_share = min(max(evidence.input_share, 0.0), 1.0)
     if not now or wait_share <= 0:
         return Impact(
             step_ms_now=now,

@@ -79,7 +79,7 @@ def finding(rule: str, share: float, **evidence) -> Finding:
 
 def test_each_rule_is_resolved_persists_regressed_or_new():
     before = [
-        finding("input_bound", 0.9, input_share_pct=90.0),
+        finding("input_bound", 0.9, input_share=0.9),
         finding("retracing", 0.10),
         finding("host_overhead", 0.20),
     ]
@@ -111,13 +111,13 @@ def test_a_slower_step_makes_a_persisting_finding_regressed():
 
 def test_the_headline_names_each_status_the_step_change_and_the_prediction():
     change = step_change(captured(noisy(76, 60, 1)), captured(noisy(10, 60, 2)))
-    checked = verify([finding("input_bound", 0.96, input_share_pct=96.0)], [], change)
+    checked = verify([finding("input_bound", 0.96, input_share=0.96)], [], change)
     text = headline("20261205-120000-trainer-aaa", checked)
     assert text.startswith("Since 20261205-120000-trainer-aaa: input_bound resolved")
     assert "(predicted -88%)" in text and "step 75.9 -> 10.1 ms (-87%, 95% interval" in text
     # 96 % saved where a half of the step waited on input: more than its range, named.
     faster = step_change(captured(noisy(76, 60, 1)), captured(noisy(3, 60, 2)))
-    [above] = verify([finding("input_bound", 0.5, input_share_pct=50.0)], [], faster)
+    [above] = verify([finding("input_bound", 0.5, input_share=0.5)], [], faster)
     lo, hi = above.predicted_saving_range
     assert hi < 0.96 and above.prediction is PredictionCheck.ABOVE
     assert f"(saved 96%, above the predicted {lo:.0%}-{hi:.0%}" in headline("x", [above])
@@ -125,9 +125,9 @@ def test_the_headline_names_each_status_the_step_change_and_the_prediction():
 
 def test_a_prediction_is_checked_where_something_changed_and_a_miss_is_named():
     # 100 ms, 90 % of it input wait, over 8 cores: 87.5 % predicted, within the spread.
-    before = [finding("input_bound", 0.9, input_share_pct=90.0)]
+    before = [finding("input_bound", 0.9, input_share=0.9)]
     fixed_by_third = step_change(captured(noisy(100, 60, 1)), captured(noisy(70, 60, 2)))
-    [persists] = verify(before, [finding("input_bound", 0.8, input_share_pct=80.0)], fixed_by_third)
+    [persists] = verify(before, [finding("input_bound", 0.8, input_share=0.8)], fixed_by_third)
     assert persists.status is FixStatus.PERSISTS and persists.prediction is PredictionCheck.BELOW
     lo, hi = persists.predicted_saving_range
     assert 0.3 < lo < 0.875 < hi  # the point, 87.5 %, with the calibrated spread about it
@@ -143,7 +143,7 @@ def test_a_prediction_is_checked_where_something_changed_and_a_miss_is_named():
 
     # Saved more than the whole wait: some other change too.
     fixed_by_half = step_change(captured(noisy(100, 60, 1)), captured(noisy(50, 60, 2)))
-    small = [finding("input_bound", 0.2, input_share_pct=20.0)]
+    small = [finding("input_bound", 0.2, input_share=0.2)]
     [beyond] = verify(small, [], fixed_by_half)
     assert beyond.prediction is PredictionCheck.ABOVE and "above the predicted" in headline(
         "x", [beyond]
@@ -190,7 +190,7 @@ def test_a_snapshot_names_its_jobs_previous_and_is_checked_against_its_last_with
     service = make_service()
     store = service.store
     slow = captured(noisy(76, 40, 1))
-    publish(store, snapshot(1, slow, [finding("input_bound", 0.96, input_share_pct=96.0)]))
+    publish(store, snapshot(1, slow, [finding("input_bound", 0.96, input_share=0.96)]))
     publish(store, snapshot(2, slow, []))  # the same job, nothing found (a quiet hour)
     publish(store, snapshot(3, slow, [], namespace="other"))  # another namespace's job
     publish(store, snapshot(4, slow, [], workload="other"))  # another workload's
@@ -244,7 +244,7 @@ def test_a_fix_is_held_against_the_changes_the_next_capture_shows():
     before = finding(
         "input_bound",
         0.9,
-        input_share_pct=90.0,
+        input_share=0.9,
         python_in_pipeline=True,
         pipeline_lacks=["python", "parallel_calls", "prefetch", "cache"],
     )
@@ -277,7 +277,7 @@ def test_a_change_predicted_to_slow_the_step_is_held_against_that_prediction():
     as the finding said it would be, and held against that."""
     before = Finding(
         rule="input_bound", severity=Severity.WARNING, title="", impact_share=0.9,
-        evidence={"input_share_pct": 90.0, "python_in_pipeline": True,
+        evidence={"input_share": 0.9, "python_in_pipeline": True,
                   "pipeline_lacks": ["python", "parallel_calls", "prefetch"]},
     )  # fmt: skip
     busy = captured([100.0] * 10).model_copy(
@@ -301,5 +301,5 @@ def test_a_change_predicted_to_slow_the_step_is_held_against_that_prediction():
         "x", [checked]
     )
     # Had it predicted a saving, a slower step would not be held against it.
-    [unpredicted] = verify([finding("input_bound", 0.9, input_share_pct=90.0)], [before], change)
+    [unpredicted] = verify([finding("input_bound", 0.9, input_share=0.9)], [before], change)
     assert unpredicted.status is FixStatus.REGRESSED and unpredicted.prediction is None

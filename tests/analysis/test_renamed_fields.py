@@ -9,12 +9,16 @@ from pathlib import Path
 
 import pytest
 
+from profiler_service.analysis.findings import estimate
 from profiler_service.analysis.findings.device import DeviceIdleEvidence
 from profiler_service.analysis.models import (
     Finding,
     GpuDevice,
     HostActivity,
     InputPipeline,
+    Severity,
+    StepTime,
+    Summary,
     Utilisation,
 )
 from profiler_service.analysis.renamed_fields import RENAMED, SINCE, percent_to_share
@@ -56,6 +60,7 @@ def test_a_snapshot_written_by_0_1_0_loads_its_percentages_as_shares():
     evidence = {f.rule: f.evidence for f in snapshot.findings}
     assert evidence["device_idle"]["device_idle_share"] == 0.929
     assert evidence["device_idle"]["idle_while_host_share"]["tf_ops"] == 0.211
+    assert evidence["input_bound"]["input_share"] == 0.088
     assert evidence["kernel_launch_bound"]["gpu_busy_share"] == 0.071
     assert evidence["kernel_launch_bound"]["idle_while_host_ops_share"] == 0.211
     assert evidence["mixed_precision"]["kernel_share"] == 0.069
@@ -67,7 +72,7 @@ def test_a_snapshot_written_by_0_1_0_loads_its_percentages_as_shares():
     for renamed in RENAMED:
         if renamed.model != "HostSummary":  # a capture of one host has none
             assert f'"{renamed.new}"' in written, renamed
-        assert f'"{renamed.old}"' not in written or renamed.old == "input_share_pct", renamed
+        assert f'"{renamed.old}"' not in written, renamed
     again = Snapshot.model_validate_json(written)
     assert (again.summary, again.findings) == (summary, snapshot.findings)
 
@@ -85,6 +90,21 @@ def test_a_gpu_imbalance_finding_of_0_1_0_reads_its_busy_shares():
     old["evidence"] = {"busy_pct": {"/device:GPU:0": 60.0}, "spread_points": 10.0}
     finding = Finding.model_validate(old)
     assert finding.evidence == {"busy_share": {"/device:GPU:0": 0.6}, "spread_points": 10.0}
+
+
+def test_an_input_bound_finding_of_0_1_0_predicts_as_it_did():
+    """input_bound's evidence held `input_share_pct` (0-100), as the calibration corpora still
+    do: built from it (bench_calibration's `predict`), a finding reads the share its fix model
+    reads, and predicts the same saving as from the new spelling."""
+    summary = Summary(step_time=StepTime(count=20, avg_ms=40.0))
+    kept = {"pipeline_lacks": ["parallel_calls", "prefetch"], "python_in_pipeline": False}
+    old = Finding(rule="input_bound", severity=Severity.CRITICAL, title="", impact_share=0.9,
+                  evidence={"input_share_pct": 90.0, **kept})  # fmt: skip
+    new = Finding(rule="input_bound", severity=Severity.CRITICAL, title="", impact_share=0.9,
+                  evidence={"input_share": 0.9, **kept})  # fmt: skip
+    assert old.evidence == new.evidence and old.evidence["input_share"] == 0.9
+    assert estimate(old, summary) == estimate(new, summary)
+    assert estimate(new, summary).saving_share > 0
 
 
 def test_every_rename_is_from_a_percentage_to_a_share_since_this_release():

@@ -123,7 +123,7 @@ FINDINGS = [
         rule="input_bound",
         severity=Severity.CRITICAL,
         title=f"Your input pipeline is the bottleneck {XSS}",
-        evidence={"input_share_pct": 89.5, "stage_time_us": {"preprocessing": 1.0}},
+        evidence={"input_share": 0.895, "stage_time_us": {"preprocessing": 1.0}},
         recommendation="parallelise the map",
         docs="https://www.tensorflow.org/guide/data_performance",
         impact_share=0.895,
@@ -182,7 +182,7 @@ def test_ready_report_puts_findings_before_the_evidence(settings):
     assert 'class="status ready"' in html
     assert "No findings" not in html
     # Evidence lists plain values, not the nested dicts or the unknowns.
-    assert "input share pct</span> <code>89.5</code>" in html
+    assert "input share</span> <code>0.895</code>" in html
     assert "stage_time_us" not in html
     assert "step_time_ms_avg" not in html
     assert 'href="http://xprof:8791/?run=20260105-120000-default-abc123' in html

@@ -230,7 +230,7 @@ def test_input_bound_follows_xprofs_classification(classification, severity):
     else:
         assert finding is not None and finding.severity is severity
         assert finding.impact_share == pytest.approx(0.974)
-        assert finding.evidence["input_share_pct"] == 97.4
+        assert finding.evidence["input_share"] == pytest.approx(0.974)
         assert finding.docs == input_pipeline.DOCS
 
 
@@ -705,7 +705,7 @@ def test_findings_are_ordered_by_what_their_fix_saves_and_nothing_saved_ranks_la
             for name, func in {
                 "memory_growth": fixed("memory_growth", Severity.CRITICAL, 1.0),
                 "retracing": fixed("retracing", Severity.INFO, 0.3),
-                "input_bound": fixed("input_bound", Severity.CRITICAL, 0.6, input_share_pct=60.0),
+                "input_bound": fixed("input_bound", Severity.CRITICAL, 0.6, input_share=0.6),
                 "short_capture": fixed("short_capture", Severity.INFO, 0.0),
                 "host_overhead": fixed("host_overhead", Severity.WARNING, 0.1),
             }.items()
@@ -751,7 +751,7 @@ def test_the_input_wait_model_spreads_the_wait_over_the_jobs_free_cores():
         rule="input_bound",
         severity=Severity.CRITICAL,
         title="",
-        evidence={"input_share_pct": 90.0, "python_in_pipeline": False},
+        evidence={"input_share": 0.9, "python_in_pipeline": False},
     )
     # 72 ms of input a step, 8 of compute: on 2 free cores, a batch every 36 ms, and the
     # step's 80 ms of work spread over them: 40 ms.
@@ -789,7 +789,7 @@ def test_a_prefetch_overlaps_only_on_the_cores_the_compute_leaves_free():
         rule="input_bound",
         severity=Severity.CRITICAL,
         title="",
-        evidence={"input_share_pct": 90.0, "pipeline_lacks": ["parallel_calls", "prefetch"]},
+        evidence={"input_share": 0.9, "pipeline_lacks": ["parallel_calls", "prefetch"]},
     )
 
     def prefetch(used: float) -> float:
@@ -814,7 +814,7 @@ def test_each_change_to_the_pipeline_has_its_own_saving():
         severity=Severity.CRITICAL,
         title="",
         evidence={
-            "input_share_pct": 90.0,
+            "input_share": 0.9,
             "python_in_pipeline": True,
             "pipeline_lacks": ["python", "parallel_calls", "prefetch", "cache"],
         },

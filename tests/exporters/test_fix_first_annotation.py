@@ -19,7 +19,7 @@ def test_the_annotation_names_the_fix_that_saves_most_first():
             rule="input_bound",
             severity=Severity.WARNING,
             title="Input-bound: 60% waiting",
-            evidence={"input_share_pct": 60.0},
+            evidence={"input_share": 0.6},
         ),
     ]
     for f in findings:

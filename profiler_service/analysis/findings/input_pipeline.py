@@ -108,7 +108,7 @@ def input_bound(summary: Summary) -> Finding | None:
         severity=severity,
         title=f"Your input pipeline is the bottleneck: {pct:g}% {waits}{where}",
         evidence=InputBoundEvidence(
-            input_share_pct=pct,
+            input_share=round(pipeline.input_share or 0.0, 6),
             source="gpu_idle_in_iterator" if from_gpu else "xprof",
             xprof_conclusion=summary.input_pipeline.conclusion if from_gpu else None,
             classification=pipeline.classification.value,

@@ -139,7 +139,7 @@ def row_of(result: AnalysisResult) -> dict:
         evidence = InputBoundEvidence.model_validate(found.evidence)
         verdict = {
             "classification": evidence.classification,
-            "input_share_pct": evidence.input_share_pct,
+            "input_share_pct": percent(evidence.input_share),
             "source": evidence.source,
         }
     return {
