@@ -177,6 +177,8 @@ class Utilisation(ReadsOldPercentages):
         "device_duty_cycle_pct": "device_duty_cycle_share",
         "device_idle_pct": "device_idle_share",
         "host_idle_pct": "host_idle_share",
+        "host_eager_pct": "host_eager_share",
+        "device_eager_pct": "device_eager_share",
     }
 
     hardware_type: str | None = None  # CPU_ONLY, GPU, TPU
@@ -184,8 +186,8 @@ class Utilisation(ReadsOldPercentages):
     device_duty_cycle_share: float | None = None
     device_idle_share: float | None = None
     host_idle_share: float | None = None
-    host_eager_pct: float | None = None  # share of host op time executed eagerly
-    device_eager_pct: float | None = None
+    host_eager_share: float | None = None  # of host op time, executed eagerly
+    device_eager_share: float | None = None
     # Device compute time in 16-bit and 32-bit ops, and XProf's sentence when 16-bit is low.
     device_compute_16bit_pct: float | None = None
     device_compute_32bit_pct: float | None = None

@@ -107,6 +107,14 @@ def test_an_input_bound_finding_of_0_1_0_predicts_as_it_did():
     assert estimate(new, summary).saving_share > 0
 
 
+def test_an_eager_finding_of_0_1_0_reads_its_shares():
+    assert Utilisation.model_validate({"host_eager_pct": 12.5}).host_eager_share == 0.125
+    old = {"rule": "eager_execution", "severity": "warning", "title": "t"}
+    old["evidence"] = {"host_eager_pct": 40.0, "device_eager_pct": None}
+    finding = Finding.model_validate(old)
+    assert finding.evidence == {"host_eager_share": 0.4, "device_eager_share": None}
+
+
 def test_every_rename_is_from_a_percentage_to_a_share_since_this_release():
     assert RENAMED
     for renamed in RENAMED:

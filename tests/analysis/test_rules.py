@@ -324,14 +324,14 @@ def test_eager_execution_warns_at_its_threshold_when_steps_were_captured():
         # Host ops take half of each step: XProf's share is of their time, not the step's.
         return cpu(
             step_time=steps(count=count, host_compute_ms=AVG_MS / 2),
-            utilisation=Utilisation(hardware_type="CPU_ONLY", host_eager_pct=pct),
+            utilisation=Utilisation(hardware_type="CPU_ONLY", host_eager_share=pct / 100),
         )
 
     finding = assert_fires("eager_execution", summary(eager.EAGER_WARNING_PCT), Severity.WARNING)
     assert finding.impact_share == pytest.approx(eager.EAGER_WARNING_PCT / 100 / 2)
     assert run("eager_execution", summary(eager.EAGER_WARNING_PCT - 0.01)) is None
     assert run("eager_execution", summary(90.0, count=0)) is None
-    assert run("eager_execution", cpu(step_time=steps())) is None  # host_eager_pct unknown
+    assert run("eager_execution", cpu(step_time=steps())) is None  # host_eager_share unknown
 
 
 @pytest.mark.parametrize(
@@ -623,7 +623,7 @@ def cpu_only_capture() -> Summary:
             device_duty_cycle_share=0.0,
             device_idle_share=1.0,
             host_idle_share=0.03,
-            host_eager_pct=0.0,
+            host_eager_share=0.0,
         ),
         top_ops=[
             op("MemcpyHToD", 0.4, side="Host", op_type="MemcpyHToD", category=OpCategory.MEMORY),

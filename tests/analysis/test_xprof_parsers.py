@@ -229,8 +229,8 @@ def test_overview_reads_utilisation_with_percent_signs():
     assert u.device_duty_cycle_share == 0.0
     assert u.device_idle_share == 1.0
     assert u.host_idle_share == 0.025
-    assert u.host_eager_pct == 12.5
-    assert u.device_eager_pct == 0.0
+    assert u.host_eager_share == 0.125
+    assert u.device_eager_share == 0.0
 
 
 @pytest.mark.parametrize("bottleneck", ["device", "host", "input"])

@@ -4,6 +4,8 @@ graph saves and its advice for JAX."""
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pydantic import Field
 
 from profiler_service.analysis.findings.advice import JAX_STEP, Advice
@@ -16,6 +18,7 @@ from profiler_service.analysis.models import (
     Severity,
     Summary,
 )
+from profiler_service.analysis.renamed_fields import percent
 from profiler_service.analysis.rule import Evidence, Rule
 
 
@@ -23,11 +26,16 @@ class EagerExecutionEvidence(Evidence):
     """eager_execution: ops run eagerly, by XProf's figure (the first two fields) or read from
     the capture's own events (the others)."""
 
-    host_eager_pct: float | None = Field(
-        None, description="from XProf: the share of host op time run eagerly, in %"
+    old_percentages: ClassVar[dict[str, str]] = {
+        "host_eager_pct": "host_eager_share",
+        "device_eager_pct": "device_eager_share",
+    }
+
+    host_eager_share: float | None = Field(
+        None, description="from XProf: the share of host op time run eagerly (0-1)"
     )
-    device_eager_pct: float | None = Field(
-        None, description="from XProf: the share of device op time run eagerly, in %"
+    device_eager_share: float | None = Field(
+        None, description="from XProf: the share of device op time run eagerly (0-1)"
     )
     eager_ops_per_step: float | None = Field(
         None, description="from the events: the ops a step runs eagerly"
@@ -128,7 +136,7 @@ def eager_execution(summary: Summary) -> Finding | None:
     captures), or, read from the capture's own events, at least `EAGER_MIN_OPS_PER_STEP` ops a
     step run eagerly and their dispatch takes at least `EAGER_WARNING_PCT` % of the step.
     """
-    pct = summary.utilisation.host_eager_pct or 0.0
+    pct = percent(summary.utilisation.host_eager_share or 0.0)
     eager = summary.eager
     from_events = (
         eager is not None
@@ -138,7 +146,8 @@ def eager_execution(summary: Summary) -> Finding | None:
     if (pct < EAGER_WARNING_PCT and not from_events) or summary.step_time.count == 0:
         return None
     evidence = EagerExecutionEvidence(
-        host_eager_pct=pct, device_eager_pct=summary.utilisation.device_eager_pct
+        host_eager_share=summary.utilisation.host_eager_share,
+        device_eager_share=summary.utilisation.device_eager_share,
     )
     title = f"{pct:g}% of host op time runs eagerly, one Python call per op"
     if from_events and pct < EAGER_WARNING_PCT:

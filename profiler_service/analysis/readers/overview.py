@@ -132,8 +132,8 @@ def read_overview(tables: list[dict]) -> Overview:
         u.device_duty_cycle_share = percent_to_share(as_float(p.get("device_duty_cycle_percent")))
         u.device_idle_share = percent_to_share(as_float(p.get("device_idle_time_percent")))
         u.host_idle_share = percent_to_share(as_float(p.get("host_idle_time_percent")))
-        u.host_eager_pct = as_float(p.get("host_op_time_eager_percent"))
-        u.device_eager_pct = as_float(p.get("device_op_time_eager_percent"))
+        u.host_eager_share = percent_to_share(as_float(p.get("host_op_time_eager_percent")))
+        u.device_eager_share = percent_to_share(as_float(p.get("device_op_time_eager_percent")))
     precision = table_with(tables, "device_compute_16bit_percent")
     if precision is not None and u.hardware_type not in (None, "CPU_ONLY"):
         u.device_compute_16bit_pct = as_float(precision["p"].get("device_compute_16bit_percent"))
