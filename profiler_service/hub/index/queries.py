@@ -26,6 +26,8 @@ class IndexQueries:
     def list_items(self, q: SnapshotQuery) -> tuple[list[str], int]:
         """One page of list items (JSON texts), newest first, and how many matched (counted
         up to `COUNT_CAP` + 1)."""
+        if _by_findings_alone(q):
+            return self._from_findings(q)
         s = snapshots
         where: list[Any] = [s.c[name] == getattr(q, name) for name in _EQUAL if getattr(q, name)]
         if q.namespaces is not None:
@@ -55,6 +57,44 @@ class IndexQueries:
             total = conn.execute(count).scalar() or 0
         return items, total
 
+    def _from_findings(self, q: SnapshotQuery) -> tuple[list[str], int]:
+        """A rule or a severity filter, alone or with the namespace and the time: the findings'
+        own index ((rule or severity, namespace, created_at, snapshot_id)) walked newest first
+        gives the page's ids and the count, distinct (a snapshot has a row per rule and
+        severity), without reading a snapshot but the page's. The `IN (...)` of the general
+        case probed each snapshot of the namespace, newest first, for a finding (~180 for a
+        page of a rule 28 % of them hold), and counted by probing a snapshot per finding:
+        22 ms p50, 75 ms p99 at a million snapshots (bench/bench_hub_database.py)."""
+        f, s = findings, snapshots
+        value = q.rule if q.rule is not None else q.severity
+        where: list[Any] = [(f.c.rule if q.rule is not None else f.c.severity) == value]
+        if q.namespace:
+            where.append(f.c.namespace == q.namespace)
+        if q.since is not None:
+            where.append(f.c.created_at >= as_utc(q.since))
+        if q.until is not None:
+            where.append(f.c.created_at < as_utc(q.until))
+        newest_first = (f.c.created_at.desc(), f.c.snapshot_id.desc())
+        matched = sa.select(f.c.created_at, f.c.snapshot_id).where(*where).distinct()
+        ids = matched
+        if q.before is not None:
+            created, snapshot_id = q.before
+            ids = ids.where(
+                sa.tuple_(f.c.created_at, f.c.snapshot_id) < (as_utc(created), snapshot_id)
+            )
+        ids = ids.order_by(*newest_first).limit(q.limit).offset(q.offset).subquery()
+        page = (
+            sa.select(s.c.item)
+            .join_from(ids, s, s.c.id == ids.c.snapshot_id)
+            .order_by(ids.c.created_at.desc(), ids.c.snapshot_id.desc())
+        )
+        capped = matched.order_by(*newest_first).limit(COUNT_CAP + 1).subquery()
+        count = sa.select(sa.func.count()).select_from(capped)
+        with self.db.connect() as conn:
+            items = list(conn.execute(page).scalars())
+            total = conn.execute(count).scalar() or 0
+        return items, total
+
     @staticmethod
     def _findings_filters(q: SnapshotQuery, by_namespace: bool) -> list[Any]:
         """The rule and severity filters; `by_namespace`: their findings' own namespace too."""
@@ -69,3 +109,13 @@ class IndexQueries:
                 found = found.where(findings.c.namespace.in_(sorted(q.namespaces)))
             filters.append(snapshots.c.id.in_(found))
         return filters
+
+
+def _by_findings_alone(q: SnapshotQuery) -> bool:
+    """One findings filter (rule or severity) and only what a finding's row holds besides
+    (namespace, time): the findings answer the page and the count alone."""
+    return (
+        (q.rule is None) != (q.severity is None)
+        and q.namespaces is None
+        and not any(getattr(q, name) for name in _EQUAL if name != "namespace")
+    )
