@@ -132,6 +132,8 @@ def build_hub(settings: HubSettings) -> HubService:
     )
     tenants = TenantTokens(fleet.tokens_file) if fleet.tokens_file else None
     metrics = FleetMetrics(collector, loops=lifecycle.loop_health)
+    fleet_sync.after_round.append(metrics.prepare)
+    ledger.after_round.append(metrics.prepare)
     return HubService(
         settings, store, registry, router, fleet_sync, metrics, lifecycle, tenants, peers,
         ledger, explain,

@@ -13,6 +13,7 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 from profiler_service.hub.index.registry_table import BUCKET_REPLICA, RegistryTable
 from profiler_service.hub.index.sync import IndexSync
@@ -52,6 +53,8 @@ class FleetSync(LoopOwner):
         self.last: RefreshStats | None = None
         self.last_success_s: float | None = None
         self.first_done = threading.Event()
+        # called after each round of the loop: the metrics build what the next scrape reads
+        self.after_round: list[Callable[[], None]] = []
         self._loop = BackgroundLoop("fleet-sync", self._round, join_s=30)
 
     def once(self, *, force: bool = False) -> RefreshStats | None:
@@ -115,4 +118,6 @@ class FleetSync(LoopOwner):
 
     def _round(self) -> float:
         self.once()
+        for call in self.after_round:
+            call()
         return self.interval_s

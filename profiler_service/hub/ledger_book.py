@@ -34,10 +34,14 @@ class LedgerBook(LoopOwner):
         self._lock = threading.Lock()  # the built ledgers: held for a lookup, never a build
         self._building = threading.Lock()  # one build at a time
         self._built: dict[float, tuple[float, object, Ledger]] = {}
+        # called after each round of the loop: the metrics encode the new ledger's series
+        self.after_round: list[Callable[[], None]] = []
         self._loop = BackgroundLoop("fleet-ledger", self._round)
 
     def _round(self) -> float:
         self.ledger(self.settings.ledger_metric_window_s, max_age_s=0)
+        for call in self.after_round:
+            call()
         return self.settings.ledger_refresh_s
 
     def ledger(self, window_s: float, max_age_s: float | None = None) -> Ledger:

@@ -17,7 +17,14 @@
     profiler_fleet_sync_duration_seconds, profiler_fleet_sync_timestamp_seconds,
     profiler_fleet_syncs_total, profiler_fleet_sync_failures_total   the bucket's sync
 
-Over the last `DEFAULT_DAYS` of ready snapshots, like the fleet page. A job is its `workload`
+Over the last `DEFAULT_DAYS` of ready snapshots, like the fleet page. The families of a fleet
+view (its jobs' series) and of the ledger are built once per view and ledger, and encoded once
+per format: a scrape encodes only the small families around them (the sidecars, the syncs...).
+At 4,187 jobs a scrape built and encoded 27,570 series every time, 0.5-0.7 s in the text format
+(1.2 s in OpenMetrics), 85 % of it prometheus_client's encoding; reused, 4-7 ms. After each
+round of the sync and of the ledger, `FleetMetrics.prepare` builds and encodes what changed in
+the formats scraped before, so a scrape seldom waits for it (bench/bench_hub_database.py). A
+job is its `workload`
 (views.py; empty for snapshots that name none), not `job`: Prometheus keeps that label for the
 scrape job and would rename ours `exported_job`.
 
@@ -30,7 +37,9 @@ alert labels.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterator
+import logging
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from typing import Protocol
 
@@ -47,6 +56,7 @@ from profiler_service.config import ReportSettings
 from profiler_service.exporters.loop_collector import LoopCollector
 from profiler_service.hub.explain import ExplainPolicy
 from profiler_service.hub.index.fleet_queries import FleetQueries
+from profiler_service.hub.ledger import Ledger
 from profiler_service.hub.ledger_book import LedgerBook
 from profiler_service.hub.registry import SidecarRegistry
 from profiler_service.hub.views import FleetView, FleetViewCache
@@ -56,6 +66,8 @@ from profiler_service.tenancy import EVERYWHERE, Reach
 from profiler_service.trigger.alert_log import AlertLog
 
 __all__ = ["FleetCollector", "FleetMetrics", "SyncState"]
+
+log = logging.getLogger(__name__)
 
 
 class SyncState(Protocol):
@@ -84,6 +96,11 @@ class FleetCollector:
         self.alert_log, self.fleet_sync, self.ledger = alert_log, fleet_sync, ledger
         self.explain = explain
         self.views = FleetViewCache(index, settings, lambda: fleet_sync.baseline_ids)
+        self._lock = threading.Lock()
+        # The families last built, with the view or ledger they were built from: a scrape
+        # yields the same objects until that changes (FleetMetrics encodes each once).
+        self._of_view: tuple[object, list[Metric]] = (None, [])
+        self._of_ledger: tuple[object, list[Metric]] = (None, [])
 
     def view(self) -> FleetView:
         """The fleet view as of the last sync (what the page and each scrape read)."""
@@ -92,10 +109,8 @@ class FleetCollector:
     def collect(self) -> Iterator[Metric]:
         yield self._sidecars()
         yield self._snapshots()
-        view = self.view()
-        yield from self._latest(view)
-        yield self._findings(view)
-        yield from self._ledger()
+        yield from self._view_families(self.view())
+        yield from self._ledger_families()
         yield self._alerts()
         yield from self._explain_asks()
         yield from self._sync()
@@ -120,6 +135,24 @@ class FleetCollector:
         for ns, status, n in self.index.count_by_status():
             snapshots.add_metric([ns or "", status], n)
         return snapshots
+
+    def _view_families(self, view: FleetView) -> list[Metric]:
+        with self._lock:
+            built, families = self._of_view
+            if built is not view:
+                families = [*self._latest(view), self._findings(view)]
+                self._of_view = (view, families)
+            return families
+
+    def _ledger_families(self) -> list[Metric]:
+        book = self.ledger
+        ledger = book.latest(book.settings.ledger_metric_window_s) if book else None
+        with self._lock:
+            built, families = self._of_ledger
+            if built is not ledger or not families:
+                families = list(self._ledger(ledger))
+                self._of_ledger = (ledger, families)
+            return families
 
     def _latest(self, view: FleetView) -> Iterator[Metric]:
         """Each job's latest ready snapshot: its step time, against the baseline's, its
@@ -219,11 +252,9 @@ class FleetCollector:
                 value=sync.last_success_s or 0,
             )
 
-    def _ledger(self) -> Iterator[Metric]:
+    def _ledger(self, ledger: Ledger | None) -> Iterator[Metric]:
         """The ledger the hub last built for its metric window (never built here: a scrape does
         not wait on Prometheus)."""
-        book = self.ledger
-        ledger = book.latest(book.settings.ledger_metric_window_s) if book else None
         hours = GaugeMetricFamily(
             "profiler_fleet_gpu_hours",
             "GPU-hours of each job over the ledger's metric window (hub_ledger_metric_window_s): "
@@ -278,15 +309,70 @@ class FleetMetrics:
         self.registry = registry or CollectorRegistry()
         self.registry.register(collector)
         self.registry.register(LoopCollector(loops))
+        self._lock = threading.Lock()
+        # content type -> (its encoder, id(family) -> (the family, its encoding)): the formats
+        # scraped, each with what its last scrape encoded
+        self._encoded: dict[str, tuple[Callable, dict[int, tuple[Metric, bytes]]]] = {}
 
     def render(self, accept: str | None, reach: Reach = EVERYWHERE) -> tuple[bytes, str]:
         """The exposition; a tenant's holds only its namespaces' series (and the hub's own)."""
         encoder, content_type = choose_encoder(accept or "")
-        if reach.everywhere:
-            return encoder(self.registry), content_type
-        scoped = CollectorRegistry()
-        scoped.register(_Within(self.registry, reach))
-        return encoder(scoped), content_type
+        if not reach.everywhere:
+            scoped = CollectorRegistry()
+            scoped.register(_Within(self.registry, reach))
+            return encoder(scoped), content_type
+        return self._encode(encoder, content_type), content_type
+
+    def prepare(self) -> None:
+        """Build and encode now what the next scrape would (the fleet view after a sync that
+        changed the index, the ledger after a refresh), in the formats scraped before: the
+        sync's and the ledger's threads call this, so that a scrape seldom builds anything.
+        Nothing before the first scrape; a failure (the index down) is the next scrape's."""
+        with self._lock:
+            formats = [(encoder, content_type) for content_type, (encoder, _) in
+                       self._encoded.items()]  # fmt: skip
+        if not formats:
+            return
+        try:
+            self.collector.views.refresh(self.collector.fleet_sync.version)
+            for encoder, content_type in formats:
+                self._encode(encoder, content_type)
+        except Exception as exc:  # the loop calling it is not the one failing
+            log.debug("the fleet metrics could not be prepared: %s", exc)
+
+    def _encode(self, encoder: Callable, content_type: str) -> bytes:
+        """Every family encoded; one the collector yields again (the same object: its view or
+        ledger unchanged) is encoded once per format, then reused."""
+        openmetrics = content_type.startswith("application/openmetrics-text")
+        with self._lock:
+            known = self._encoded.get(content_type, (encoder, {}))[1]
+        blocks, kept = [], {}
+        for family in self.registry.collect():
+            hit = known.get(id(family))
+            if hit is not None and hit[0] is family:
+                block = hit[1]
+            else:
+                block = encoder(_Families([family]))
+                if openmetrics:
+                    block = block.removesuffix(_EOF)
+            kept[id(family)] = (family, block)
+            blocks.append(block)
+        with self._lock:
+            self._encoded[content_type] = (encoder, kept)
+        return b"".join(blocks) + (_EOF if openmetrics else b"")
+
+
+_EOF = b"# EOF\n"
+
+
+class _Families:
+    """Families as an encoder reads a registry."""
+
+    def __init__(self, families: Iterable[Metric]):
+        self.families = families
+
+    def collect(self) -> Iterable[Metric]:
+        return self.families
 
 
 class _Within:

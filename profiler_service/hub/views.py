@@ -103,8 +103,16 @@ class FleetViewCache:
         self._built_s = 0.0
 
     def get(self, version: object) -> FleetView:
+        return self._get(version, self.max_age_s)
+
+    def refresh(self, version: object) -> None:
+        """Rebuild ahead of the readers (hub/metrics.py's `prepare`, after each sync) where the
+        index changed or the view is past half its age, so that they seldom wait for one."""
+        self._get(version, self.max_age_s / 2)
+
+    def _get(self, version: object, max_age_s: float) -> FleetView:
         with self._lock:
-            fresh = time.monotonic() - self._built_s < self.max_age_s
+            fresh = time.monotonic() - self._built_s < max_age_s
             if self._view is None or self._key != version or not fresh:
                 self._view = fleet_view(self.index, self.settings, baselines=self.baselines())
                 self._key, self._built_s = version, time.monotonic()
