@@ -8,9 +8,13 @@ samples: each bucket's samples and their utilisation's sum, and the GPUs present
   where set; else it is read from the samples: a pod seen in three buckets or more filled at
   least one, and its fullest bucket holds bucket / interval samples per GPU. When every such pod
   shows the same interval (within `UNIFORM_SHARE`), that interval counts every pod's samples.
-  When they differ, a second query counts, per GPU, the `hub_ledger_resolution_s` intervals
-  (raised to the longest scrape interval seen) holding a sample: a `present_over_time`
-  subquery, right whatever the interval, about five times the cost (bench/bench_ledger.py).
+  When they differ, each such pod's samples count at its own interval (the median of the pods
+  within `UNIFORM_SHARE` of it), and only the pods seen too briefly to show one are counted by
+  a second query: per GPU, the `hub_ledger_resolution_s` intervals (raised to the longest
+  scrape interval seen) holding a sample, a `present_over_time` subquery narrowed to those
+  pods. Right whatever the intervals; the subquery over every GPU costs about five times the
+  first pass (bench/bench_ledger.py), so it is never asked of the whole fleet unless no pod
+  shows its interval.
 - busy: held x the mean utilisation of the bucket's samples over `hub_gpu_util_max`.
 
 Every range is shortened by 1 ms so that Prometheus 2's closed ranges and Prometheus 3's
@@ -20,7 +24,9 @@ left-open ones count the same samples and neighbouring buckets never share one.
 from __future__ import annotations
 
 import math
+import re
 import statistics
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -92,13 +98,30 @@ def queries(settings: LedgerSettings, bucket_s: int) -> dict[str, str]:
     }
 
 
-def presence_query(settings: LedgerSettings, bucket_s: int, resolution_s: float) -> str:
-    """Per GPU, the resolution intervals of each bucket that hold a sample."""
-    q, bucket = settings.gpu_util_query, _ms(bucket_s - 0.001)
+def presence_query(
+    settings: LedgerSettings, bucket_s: int, resolution_s: float, pods: Iterable[str] = ()
+) -> str:
+    """Per GPU, the resolution intervals of each bucket that hold a sample; of `pods` only
+    where given."""
+    q, bucket = _narrowed(settings, sorted(set(pods))), _ms(bucket_s - 0.001)
     return (
         f"{_by(settings)} (count_over_time(present_over_time({q}[{_ms(resolution_s - 0.001)}])"
         f"[{bucket}:{_ms(resolution_s)}]))"
     )
+
+
+def _narrowed(settings: LedgerSettings, pods: list[str]) -> str:
+    """`hub_gpu_util_query` with a matcher keeping `pods` (all of them where none given)."""
+    q = settings.gpu_util_query
+    if not pods:
+        return q
+    regex = "|".join(re.sub(r"([\\.+*?()|\[\]{}^$])", r"\\\1", pod) for pod in pods)
+    text = regex.replace("\\", "\\\\").replace('"', '\\"')
+    matcher = f'{settings.gpu_pod_label}=~"{text}"'
+    if not q.endswith("}"):
+        return f"{q}{{{matcher}}}"
+    inside = q[q.index("{") + 1 : -1].strip().rstrip(",")
+    return f"{q[: q.index('{')]}{{{inside + ', ' if inside else ''}{matcher}}}"
 
 
 def query_gpu_hours(
@@ -133,19 +156,24 @@ def query_gpu_hours(
             }
         samples = first["util_samples"]
         intervals = _scrape_intervals(samples, first["gpus"], bucket_s)
-        interval, method = _held_method(settings, intervals, presence)
-        if interval is None:
+        plan = _held_plan(settings, samples, intervals, presence)
+        counted = {k: v for k, v in samples.items() if k in plan.interval}
+        if plan.by_presence is not None:
             longest = max(intervals.values(), default=0.0)
             resolution = max(settings.ledger_resolution_s, math.ceil(longest))
-            held = _ask(http, url, presence_query(settings, bucket_s, resolution), window)
-            counted = {k: _values(v) for k, v in _by_key(held, labels).items()}
-            interval, method = resolution, method.format(resolution=resolution)
+            pods = sorted({k[1] for k in plan.by_presence})  # none: every GPU series
+            held = _ask(http, url, presence_query(settings, bucket_s, resolution, pods), window)
+            for key, points in _by_key(held, labels).items():
+                if not plan.by_presence or key in plan.by_presence:
+                    counted[key] = _values(points)
+                    plan.interval[key] = resolution
+            method = plan.method.format(resolution=resolution)
         else:
-            counted = samples
+            method = plan.method
     finally:
         if client is None:
             http.close()
-    return GpuHours(_pods(counted, interval, samples, first["util_sum"], settings), method)
+    return GpuHours(_pods(counted, plan.interval, samples, first["util_sum"], settings), method)
 
 
 def _scrape_intervals(
@@ -161,31 +189,72 @@ def _scrape_intervals(
     return found
 
 
-def _held_method(
-    settings: LedgerSettings, intervals: dict[Key, float], presence: bool
-) -> tuple[float | None, str]:
-    """The scrape interval to count held hours with, or None for the presence query (and the
-    sentence with `{resolution}` left to fill)."""
+@dataclass
+class _HeldPlan:
+    """How held hours are counted: each pod's samples x `interval[pod]`; the pods of
+    `by_presence` (empty: every one) by the presence query instead, where not None. `method`
+    is the ledger's note, `{resolution}` left to fill where the presence query runs."""
+
+    interval: dict[Key, float]
+    by_presence: frozenset[Key] | None
+    method: str
+
+
+def _held_plan(
+    settings: LedgerSettings,
+    samples: dict[Key, dict[int, float]],
+    intervals: dict[Key, float],
+    presence: bool,
+) -> _HeldPlan:
+    """The scrape interval each pod's samples count at, and the pods left to the presence
+    query."""
     if settings.gpu_scrape_interval_s is not None and not presence:
         interval = settings.gpu_scrape_interval_s
-        return interval, f"held hours: samples x {interval:g} s (hub_gpu_scrape_interval_s)"
+        return _HeldPlan(
+            dict.fromkeys(samples, interval),
+            None,
+            f"held hours: samples x {interval:g} s (hub_gpu_scrape_interval_s)",
+        )
     if intervals and not presence:
         typical = statistics.median(intervals.values())
         if all(abs(i - typical) <= UNIFORM_SHARE * typical for i in intervals.values()):
-            return typical, (
-                f"held hours: samples x {typical:g} s, the scrape interval every GPU series showed"
+            why = f"samples x {typical:g} s, the scrape interval every GPU series showed"
+            return _HeldPlan(dict.fromkeys(samples, typical), None, f"held hours: {why}")
+        own = _grouped(intervals)
+        shown = sorted({round(i) for i in intervals.values()})
+        brief = frozenset(k for k in samples if k not in own and k[1])  # a pod's GPUs only
+        method = (
+            "held hours: samples x each pod's own scrape interval (scrape intervals differ: "
+            f"{', '.join(f'{i} s' for i in shown[:5])})"
+        )
+        if brief:
+            method += (
+                f"; {len(brief)} pod{'s' if len(brief) > 1 else ''} seen in fewer than "
+                f"{MIN_BUCKETS} buckets: "
+                "{resolution:g} s intervals holding a sample"
             )
-    shown = sorted({round(i) for i in intervals.values()})
-    why = f"scrape intervals differ ({', '.join(f'{i} s' for i in shown[:5])})" if shown else ""
-    return None, (
-        "held hours: {resolution:g} s intervals holding a sample"
-        + (f"; {why}" if why and not presence else "")
-    )
+        return _HeldPlan(own, brief or None, method)
+    return _HeldPlan({}, frozenset(), "held hours: {resolution:g} s intervals holding a sample")
+
+
+def _grouped(intervals: dict[Key, float]) -> dict[Key, float]:
+    """Each pod's interval as the median of its group: the intervals within UNIFORM_SHARE of
+    the group's shortest (one scrape interval read a little apart from pod to pod)."""
+    ordered = sorted(intervals.items(), key=lambda kv: kv[1])
+    out: dict[Key, float] = {}
+    group: list[tuple[Key, float]] = []
+    for key, interval in [*ordered, (("",), math.inf)]:
+        if group and interval > group[0][1] * (1 + UNIFORM_SHARE):
+            typical = statistics.median(i for _, i in group)
+            out.update(dict.fromkeys((k for k, _ in group), typical))
+            group = []
+        group.append((key, interval))
+    return out
 
 
 def _pods(
     counted: dict[Key, dict[int, float]],
-    interval: float,
+    intervals: dict[Key, float],
     samples: dict[Key, dict[int, float]],
     sums: dict[Key, dict[int, float]],
     settings: LedgerSettings,
@@ -197,6 +266,7 @@ def _pods(
         if not pod:
             continue  # a GPU no pod holds: not a job's
         found = PodGpuHours(namespace or None, pod, model or None)
+        interval = intervals[key]
         pod_sums, pod_samples = sums.get(key, {}), samples.get(key, {})
         for t, count in values.items():
             held = count * interval

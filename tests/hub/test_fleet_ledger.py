@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import httpx
+import numpy as np
 import pytest
-from gpu_fleet import GpuFleet, create_blocks, make_fleet
+from gpu_fleet import GpuFleet, GpuSeries, create_blocks, make_fleet
 from helpers import ServiceProcess, start_hub, wait_until
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -378,20 +379,34 @@ def test_every_way_of_counting_held_hours_agrees_with_the_series(world):
     assert "present_over_time" not in " ".join(queries(ways["shown"][0], 3600).values())
 
 
-def test_a_fleet_scraped_at_two_intervals_counts_held_hours_by_presence(tmp_path, prometheus):
-    """A third of the jobs scraped every 60 s, the rest every 30 s: no one interval counts every
-    pod's samples, so held hours are counted by 60 s intervals holding a sample; the hours still
-    match the series."""
+def test_a_fleet_scraped_at_two_intervals_counts_each_pods_samples_at_its_own(
+    tmp_path, prometheus
+):
+    """A third of the jobs scraped every 60 s, the rest every 30 s, and two pods of 50 minutes
+    (too brief to show their interval): no one interval counts every pod's samples, so each
+    pod's samples count at its own, and the brief pods' GPUs by the 60 s intervals holding one
+    of their samples (the presence subquery, narrowed to them); the hours match the series."""
     end = time.time() - 120
     fleet = make_fleet(9, end=end, days=2, namespaces=3, seed=5, other_interval_s=60)
     assert {s.interval_s for s in fleet.series} == {30, 60}
+    for k, every in enumerate((30, 60)):  # 50 minutes, ending two hours before the end
+        first = (end - 3 * 3600) // every * every
+        times = np.arange(first, first + 3000, every, dtype=np.int64)
+        util = np.full(len(times), 40 + 20 * k, dtype=np.int64)
+        fleet.series.append(GpuSeries("team-00", f"brief.{k}-q7x2z", "brief", 0, "NVIDIA A100",
+                                      times, util, every))  # fmt: skip
     server = prometheus({}, data=create_blocks(fleet, tmp_path / "prometheus"))
     settings = LedgerSettings(hub_prometheus_url=server.url)
     stop = int(time.time() // 60 * 60)
     start = stop - 2 * 86400
     counted = query_gpu_hours(settings, start, stop, 3600)
-    assert "intervals holding a sample" in counted.method and "differ" in counted.method
+    assert "each pod's own scrape interval" in counted.method and "differ" in counted.method
+    assert "pods seen in fewer than 3 buckets: 60 s intervals holding a sample" in counted.method
     held = sum(sum(p.held_s.values()) for p in counted.pods)
     busy = sum(sum(p.busy_s.values()) for p in counted.pods)
     assert held == pytest.approx(sum(s.held_s(start, stop) for s in fleet.series), rel=0.01)
     assert busy == pytest.approx(sum(s.busy_s(start, stop) for s in fleet.series), rel=0.01)
+    for k in range(2):  # the brief pods' own hours, to a minute or two
+        (pod,) = [p for p in counted.pods if p.pod == f"brief.{k}-q7x2z"]
+        (series,) = [s for s in fleet.series if s.pod == pod.pod]
+        assert sum(pod.held_s.values()) == pytest.approx(series.held_s(start, stop), abs=120)
