@@ -2,7 +2,8 @@
 state, syncs that list only what is new.
 
     .venv/bin/python bench/bench_hub_database.py [--snapshots 1000000] [--sidecars 5000]
-        [--sync-snapshots 20000] [--requests 200] [--seed SNAPSHOT_JSON]
+        [--days 730] [--sync-snapshots 20000] [--requests 200] [--scrapes 50]
+        [--seed SNAPSHOT_JSON] [--baseline-code DIR]
 
 Every piece is real, in its own process on loopback: PostgreSQL 15 (`initdb` into a temporary
 folder, tests/postgres_server.py) and `profiler-service hub` replicas over a `file://` bucket.
@@ -12,18 +13,25 @@ folder, tests/postgres_server.py) and `profiler-service hub` replicas over a `fi
    a real Keras job, varied in id, job, namespace, pod, time, step time, status and findings),
    loaded with COPY: a first sync of a million snapshot.json files is measured per snapshot in
    step 5, not run here (46 GB of JSON would not fit this disk).
+   `--days`: the span they are taken over (the fleet view's 7 days hold `--snapshots` x 7 /
+   `--days` of them: 1,000,000 over 730 days and 500,000 over 365 give about the same jobs).
 2. **A replica's start** on that index: the process spawned to `/readyz` answering 200, and to
    its first listing; its RSS after every step below.
 3. **Listings**: `GET /profiles` with each filter, a deep keyset page and a deep offset: p50
    and p99 over `--requests` each, a client on loopback.
-4. **`/fleet`** (the 7-day view; the first build, then p99) and a `/metrics` scrape.
+4. **`/fleet`** (the 7-day view; the first build, then p99) and `/metrics` (the first scrape,
+   then p50 and p99, in the text format and OpenMetrics).
 5. **An incremental sync**: 100 new snapshots in the bucket; the sync's own time (its log line).
 6. **The first sync, once for the fleet, with a replica killed in the middle**: a second
    database and `--sync-snapshots` real-size snapshot.json files with their sidecars'
    manifests; two replicas start together, the one holding the sync's lease is killed (SIGKILL)
    when a third of the fleet is indexed, the other finishes. Checked: every snapshot indexed
    once (rows == snapshots; what the killed one committed plus what the survivor indexed ==
-   snapshots). The rate gives the first sync at `--snapshots`.
+   snapshots). The rate gives the first sync at `--snapshots`. `--sync-snapshots 0` skips it.
+
+`--baseline-code DIR`: steps 2-4 again, first, with a replica running the code of DIR (a
+checkout of the commit to compare with, e.g. `git archive HEAD~1 profiler_service | tar -x -C
+DIR`) on the same index: before and after, side by side, from one run.
 """
 
 from __future__ import annotations
@@ -67,13 +75,13 @@ from profiler_service.hub.index.writes import snapshot_row
 from profiler_service.models import Snapshot
 from profiler_service.store.events import RemoteSnapshot
 
-DAYS = 730
 SNAPSHOT_COLUMNS = [
     "id", "location", "version", "status", "target", "trigger", "pod", "namespace", "workload",
     "created_at", "pinned", "step_time_ms", "bottleneck", "rules", "findings", "gpu_waste", "item",
 ]  # fmt: skip
 ITEM_FIELDS = ("id", "target", "pod", "namespace", "workload", "created_at")
 # The hub's log line of one sync (hub/fleet_sync.py): listed, indexed, its seconds.
+OPENMETRICS = {"Accept": "application/openmetrics-text; version=1.0.0"}
 SYNC_LINE = r"fleet sync: (\d+) snapshots listed \({}\), (\d+) indexed, \d+ dropped in ([\d.]+) s"
 
 
@@ -88,8 +96,11 @@ def variants(template: dict) -> list[tuple[dict, list[dict], dict]]:
     return out
 
 
-def fill_index(url: str, template: dict, n: int, sidecars: int, rng: random.Random) -> float:
-    """COPY `n` rows made from the template's variants; returns the seconds it took."""
+def fill_index(
+    url: str, template: dict, n: int, sidecars: int, rng: random.Random, days: float = 730
+) -> float:
+    """COPY `n` rows made from the template's variants, taken over `days`; returns the seconds
+    it took."""
     kinds = variants(template)
     now = datetime.now(UTC)
     started = time.perf_counter()
@@ -99,7 +110,7 @@ def fill_index(url: str, template: dict, n: int, sidecars: int, rng: random.Rand
             for i in range(first, min(n, first + 100_000)):
                 row, its, item = rng.choice(kinds)
                 j = i % sidecars
-                created = now - timedelta(seconds=rng.uniform(3600, DAYS * 86400))
+                created = now - timedelta(seconds=rng.uniform(3600, days * 86400))
                 target = f"job-{j:04d}"
                 values = {
                     **row,
@@ -147,11 +158,15 @@ def _copy_value(value: object) -> str:
     return str(value).replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n")
 
 
-def start_hub(work: Path, name: str, url: str, store_url: str, **extra: str) -> tuple:
+def start_hub(
+    work: Path, name: str, url: str, store_url: str, code: Path | None = None, **extra: str
+) -> tuple:
+    """`code`: a folder holding the `profiler_service` to run instead of this one."""
     port = free_port()
     log = work / f"{name}.log"
     hub_env = {
         **env(),
+        **({"PYTHONPATH": str(code)} if code else {}),
         "PROFILER_STORE_URL": store_url,
         "PROFILER_HUB_DATABASE_URL": url,
         "PROFILER_HUB_SYNC_INTERVAL_S": "2",
@@ -179,11 +194,13 @@ def ready(proc: subprocess.Popen, base: str, started: float) -> tuple[float, flo
     return at_ready, time.perf_counter() - started
 
 
-def timed(client: httpx.Client, path: str, params: dict, n: int) -> list[float]:
+def timed(
+    client: httpx.Client, path: str, params: dict, n: int, headers: dict | None = None
+) -> list[float]:
     samples = []
     for _ in range(n):
         t = time.perf_counter()
-        answer = client.get(path, params=params)
+        answer = client.get(path, params=params, headers=headers)
         samples.append(time.perf_counter() - t)
         assert answer.status_code == 200, answer.text[:500]
     return samples
@@ -208,6 +225,56 @@ def listings(client: httpx.Client, n: int, now: datetime) -> dict[str, list[floa
         "offset 10,000": {"offset": 10_000},
     }
     return {name: timed(client, "/profiles", params, n) for name, params in cases.items()}
+
+
+def serve(args, work: Path, url: str, bucket: Path, procs: list, name: str, code: Path | None):
+    """Steps 2-4 with a replica of `code` (None: this one): its start, the listings, the fleet
+    view, the scrapes; the replica and its log, still running."""
+    # 2. A replica's start.
+    hub, base, log, started = start_hub(work, name, url, f"file://{bucket}", code)
+    procs.append(hub)
+    at_ready, at_listing = ready(hub, base, started)
+    print(f"replica start: /readyz in {at_ready:.2f} s, first listing in {at_listing:.2f} s")
+    tag = " (baseline)" if code else ""
+    record(f"hub on PostgreSQL: a replica ready{tag}", at_ready, "< 5 s", at_ready < 5, "s")
+    # 3-4. Listings, the fleet view, a scrape.
+    now = datetime.now(UTC)
+    worst = 0.0
+    with httpx.Client(base_url=base, timeout=60) as client:
+        for name, samples in listings(client, args.requests, now).items():
+            print(f"  GET /profiles {name:<22} {percentiles(samples)}")
+            worst = max(worst, sorted(samples)[min(len(samples) - 1, int(len(samples) * 0.99))])
+        first_fleet = timed(client, "/fleet", {}, 1)[0]
+        fleet = timed(client, "/fleet", {}, 20)
+        # The first scrape of each format encodes the view's series; after it, a sync round
+        # (2 s here) keeps them encoded (hub/metrics.py `prepare`), and the scrapes reuse them.
+        first_scrape = timed(client, "/metrics", {}, 1)[0]
+        size = len(client.get("/metrics").content)
+        first_om = timed(client, "/metrics", {}, 1, OPENMETRICS)[0]
+        time.sleep(3)
+        scrape = timed(client, "/metrics", {}, args.scrapes)
+        scrape_om = timed(client, "/metrics", {}, args.scrapes, OPENMETRICS)
+    print(f"  GET /fleet: first build {first_fleet * 1000:.0f} ms; then {percentiles(fleet)}")
+    print(f"  GET /metrics ({size / 2**20:.1f} MiB): first {first_scrape * 1000:.0f} ms; then "
+          f"{percentiles(scrape)}")  # fmt: skip
+    print(f"  GET /metrics, OpenMetrics: first {first_om * 1000:.0f} ms; then "
+          f"{percentiles(scrape_om)}")  # fmt: skip
+    scrape_p99 = sorted(scrape)[min(len(scrape) - 1, int(len(scrape) * 0.99))]
+    record(f"hub on PostgreSQL: /metrics p99{tag}", scrape_p99 * 1000, "< 100 ms", scrape_p99 < 0.1,
+           "ms")  # fmt: skip
+    fleet_p99 = sorted(fleet)[-1]
+    record(
+        f"hub on PostgreSQL: listing p99, worst filter{tag}",
+        worst * 1000,
+        "< 50 ms",
+        worst < 0.05,
+        "ms",
+    )
+    record(
+        f"hub on PostgreSQL: /fleet p99{tag}", fleet_p99 * 1000, "< 200 ms", fleet_p99 < 0.2, "ms"
+    )
+
+    return hub, log
 
 
 def lease_holder(url: str, hubs: list[subprocess.Popen]) -> subprocess.Popen | None:
@@ -239,6 +306,11 @@ def main() -> None:
     parser.add_argument("--sync-snapshots", type=int, default=20_000)
     parser.add_argument("--requests", type=int, default=200, help="per listing query")
     parser.add_argument("--seed", type=Path, help="a real snapshot.json (default: capture one)")
+    parser.add_argument("--scrapes", type=int, default=50, help="per /metrics format")
+    parser.add_argument("--days", type=float, default=730, help="the span of the snapshots")
+    parser.add_argument(
+        "--baseline-code", type=Path, help="a folder holding the profiler_service to compare"
+    )
     args = parser.parse_args()
     procs: list[subprocess.Popen] = []
     server = None
@@ -264,36 +336,19 @@ def run(args, work: Path, server: PostgresServer, procs: list) -> None:
     url = database_url(server.database(), work)
     FleetDatabase(url).migrate()
     libpq = url.replace("postgresql+psycopg://", "postgresql://")
-    took = fill_index(libpq, template, args.snapshots, args.sidecars, rng)
+    took = fill_index(libpq, template, args.snapshots, args.sidecars, rng, args.days)
     size = FleetDatabase(url).size_bytes() or 0
     print(f"index: {args.snapshots:,} snapshots loaded in {took:.0f} s; {size / 2**20:,.0f} MiB")
 
-    # 2. A replica's start.
     bucket = work / "bucket"
     bucket.mkdir()
-    hub, base, log, started = start_hub(work, "hub-a", url, f"file://{bucket}")
-    procs.append(hub)
-    at_ready, at_listing = ready(hub, base, started)
-    print(f"replica start: /readyz in {at_ready:.2f} s, first listing in {at_listing:.2f} s")
-    record("hub on PostgreSQL: a replica ready", at_ready, "< 5 s", at_ready < 5, "s")
-
-    # 3-4. Listings, the fleet view, a scrape.
     now = datetime.now(UTC)
-    worst = 0.0
-    with httpx.Client(base_url=base, timeout=60) as client:
-        for name, samples in listings(client, args.requests, now).items():
-            print(f"  GET /profiles {name:<22} {percentiles(samples)}")
-            worst = max(worst, sorted(samples)[min(len(samples) - 1, int(len(samples) * 0.99))])
-        first_fleet = timed(client, "/fleet", {}, 1)[0]
-        fleet = timed(client, "/fleet", {}, 20)
-        scrape = timed(client, "/metrics", {}, 20)
-    print(f"  GET /fleet: first build {first_fleet * 1000:.0f} ms; then {percentiles(fleet)}")
-    print(f"  GET /metrics: {percentiles(scrape)}")
-    fleet_p99 = sorted(fleet)[-1]
-    record(
-        "hub on PostgreSQL: listing p99, worst filter", worst * 1000, "< 50 ms", worst < 0.05, "ms"
-    )
-    record("hub on PostgreSQL: /fleet p99", fleet_p99 * 1000, "< 200 ms", fleet_p99 < 0.2, "ms")
+    if args.baseline_code:
+        print(f"\n-- the baseline: a replica running {args.baseline_code}")
+        old = serve(args, work, url, bucket, procs, "hub-baseline", args.baseline_code)
+        stop(old[0])
+        print("\n-- this code")
+    hub, log = serve(args, work, url, bucket, procs, "hub-a", None)
 
     # 5. An incremental sync: 100 new snapshots.
     import fsspec
@@ -316,6 +371,8 @@ def run(args, work: Path, server: PostgresServer, procs: list) -> None:
     print(f"database size: {size / 2**20:,.0f} MiB at {args.snapshots:,} snapshots")
 
     # 6. The first sync, once for the fleet, one replica killed in the middle.
+    if not args.sync_snapshots:
+        return
     fleet_bucket = work / "fleet-bucket"
     started = time.perf_counter()
     docs = fill_made(
