@@ -77,7 +77,12 @@ def renamed_fields() -> str:
 
     where = _places(Summary, "summary")
     where |= {model.__name__: f"findings[].evidence ({rule})" for rule, model in EVIDENCE.items()}
-    rows = [(code(where.get(r.model, r.model)), code(r.old), code(r.new), r.since) for r in RENAMED]
+    # The summary's first, then each rule's in the registry's order: not the order the models
+    # happened to be imported in, which differs between entry points (an evidence model that
+    # a reader below the findings imports, input_bound's, is defined earlier under pytest).
+    rule_order = {model.__name__: i for i, model in enumerate(EVIDENCE.values())}
+    renamed = sorted(RENAMED, key=lambda r: rule_order.get(r.model, -1))
+    rows = [(code(where.get(r.model, r.model)), code(r.old), code(r.new), r.since) for r in renamed]
     return (
         "## Renamed fields\n\n"
         "A proportion is a share, 0-1 (`_share`); a percentage is for display only. These fields "
