@@ -161,7 +161,8 @@ def _copy_value(value: object) -> str:
 def start_hub(
     work: Path, name: str, url: str, store_url: str, code: Path | None = None, **extra: str
 ) -> tuple:
-    """`code`: a folder holding the `profiler_service` to run instead of this one."""
+    """`code`: a folder holding the `profiler_service` to run instead of this one (run from
+    there: `-m` puts the working directory first on the path)."""
     port = free_port()
     log = work / f"{name}.log"
     hub_env = {
@@ -179,7 +180,7 @@ def start_hub(
     proc = subprocess.Popen(
         [sys.executable, "-m", "profiler_service.cli", "--log-level", "INFO", "hub",
          "--store", str(work / name), "--port", str(port), "--insecure"],
-        stdout=log.open("w"), stderr=subprocess.STDOUT, env=hub_env,
+        stdout=log.open("w"), stderr=subprocess.STDOUT, env=hub_env, cwd=code,
     )  # fmt: skip
     return proc, f"http://127.0.0.1:{port}", log, started
 
