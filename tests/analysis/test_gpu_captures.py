@@ -59,9 +59,10 @@ def analyse(run: Path, tmp_path: Path) -> AnalysisResult:
 
 
 def verdict_then(run: Path) -> float:
+    """TF's input share of step time at capture time (its `input_percent`, 0-100, as 0-1)."""
     page = overview_page_pb2.OverviewPage()
     page.ParseFromString(next(run.glob("*.overview_page.pb")).read_bytes())
-    return page.input_analysis.input_percent
+    return page.input_analysis.input_percent / 100
 
 
 def by_rule(result: AnalysisResult) -> dict:
@@ -118,7 +119,7 @@ def test_the_input_verdict_agrees_with_tensorflows_at_capture_time(run, tmp_path
     result = analyse(run, tmp_path)
     then = verdict_then(run)
     found = by_rule(result).get("input_bound")
-    if then > input_pipeline.MODERATELY_INPUT_PCT:
+    if then > input_pipeline.MODERATELY_INPUT_SHARE:
         assert found is not None, then
         assert found.evidence["source"] == "gpu_idle_in_iterator"
         # the host's "All Others" advice (Python in the loop) would point the wrong way
@@ -312,7 +313,7 @@ def run(name: str, summary: Summary):
 
 
 def test_mixed_precision_needs_tensor_cores_and_low_16bit_compute():
-    low = precision.LOW_16BIT_PCT
+    low = 100 * precision.LOW_16BIT_SHARE  # XProf's figure is a percentage
     volta = device(compute_capability="7.0", kernel_share=0.6)
     fp32 = {"device_compute_16bit_pct": low - 0.1, "device_compute_32bit_pct": 100 - low}
     assert run("mixed_precision", on_gpu(volta, **fp32)).severity is Severity.WARNING
@@ -321,7 +322,7 @@ def test_mixed_precision_needs_tensor_cores_and_low_16bit_compute():
     pascal = device(compute_capability="6.1", kernel_share=0.6)
     assert run("mixed_precision", on_gpu(pascal, **fp32)) is None
     waiting = device(
-        compute_capability="7.5", kernel_share=(precision.PRECISION_WARNING_KERNEL_PCT - 1) / 100
+        compute_capability="7.5", kernel_share=precision.PRECISION_WARNING_KERNEL_SHARE - 0.01
     )
     assert run("mixed_precision", on_gpu(waiting, **fp32)).severity is Severity.INFO
 
@@ -337,10 +338,10 @@ def test_mixed_precision_reads_kernel_names_where_xprof_gives_no_precision():
 def test_kernel_launch_bound_from_tiny_kernels():
     per_step = gpu_rules.TINY_KERNELS_PER_STEP
     tiny = GpuKernels(count=per_step * 4, median_us=4, short_share=gpu_rules.TINY_KERNEL_SHARE)
-    idle_gpu = device(kernels=tiny, busy_share=(gpu_rules.LAUNCH_BOUND_MAX_BUSY_PCT - 1) / 100)
+    idle_gpu = device(kernels=tiny, busy_share=gpu_rules.LAUNCH_BOUND_MAX_BUSY_SHARE - 0.01)
     assert run("kernel_launch_bound", on_gpu(idle_gpu, steps=4)) is not None
     assert run("kernel_launch_bound", on_gpu(idle_gpu, steps=5)) is None  # too few per step
-    busy_gpu = device(kernels=tiny, busy_share=gpu_rules.LAUNCH_BOUND_MAX_BUSY_PCT / 100)
+    busy_gpu = device(kernels=tiny, busy_share=gpu_rules.LAUNCH_BOUND_MAX_BUSY_SHARE)
     assert run("kernel_launch_bound", on_gpu(busy_gpu, steps=4)) is None
     big = GpuKernels(count=per_step * 4, median_us=40, short_share=0.49)
     assert run("kernel_launch_bound", on_gpu(device(kernels=big, busy_share=0.1), steps=4)) is None
@@ -363,7 +364,7 @@ def test_gpu_imbalance_names_the_busiest_gpu_as_the_slowest():
 
 
 def test_device_idle_and_input_verdict_from_the_gpu_plane():
-    highly = input_pipeline.HIGHLY_INPUT_PCT / 100
+    highly = input_pipeline.HIGHLY_INPUT_SHARE
     waits = device(
         busy_share=0.1,
         idle_share=0.9,
@@ -375,7 +376,7 @@ def test_device_idle_and_input_verdict_from_the_gpu_plane():
     assert run("input_bound", summary).severity is Severity.CRITICAL
     at_line = device(busy_share=0.1, idle_share=0.9, idle_while_host_share={"input": highly})
     assert run("input_bound", on_gpu(at_line)).severity is Severity.WARNING
-    moderately = input_pipeline.MODERATELY_INPUT_PCT / 100
+    moderately = input_pipeline.MODERATELY_INPUT_SHARE
     low = device(idle_share=0.9, idle_while_host_share={"input": moderately})
     assert run("input_bound", on_gpu(low)) is None
 

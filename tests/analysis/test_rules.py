@@ -320,17 +320,18 @@ def test_host_overhead_is_info_at_the_moderate_share_only_when_xprof_says_potent
 
 
 def test_eager_execution_warns_at_its_threshold_when_steps_were_captured():
-    def summary(pct: float, count: int = 10) -> Summary:
+    def summary(share: float, count: int = 10) -> Summary:
         # Host ops take half of each step: XProf's share is of their time, not the step's.
         return cpu(
             step_time=steps(count=count, host_compute_ms=AVG_MS / 2),
-            utilisation=Utilisation(hardware_type="CPU_ONLY", host_eager_share=pct / 100),
+            utilisation=Utilisation(hardware_type="CPU_ONLY", host_eager_share=share),
         )
 
-    finding = assert_fires("eager_execution", summary(eager.EAGER_WARNING_PCT), Severity.WARNING)
-    assert finding.impact_share == pytest.approx(eager.EAGER_WARNING_PCT / 100 / 2)
-    assert run("eager_execution", summary(eager.EAGER_WARNING_PCT - 0.01)) is None
-    assert run("eager_execution", summary(90.0, count=0)) is None
+    threshold = eager.EAGER_WARNING_SHARE
+    finding = assert_fires("eager_execution", summary(threshold), Severity.WARNING)
+    assert finding.impact_share == pytest.approx(threshold / 2)
+    assert run("eager_execution", summary(threshold - 0.0001)) is None
+    assert run("eager_execution", summary(0.9, count=0)) is None
     assert run("eager_execution", cpu(step_time=steps())) is None  # host_eager_share unknown
 
 
@@ -369,16 +370,15 @@ def test_short_capture_is_info_below_min_steps():
 def test_device_idle_warns_then_goes_critical_on_a_gpu():
     def summary(idle: float) -> Summary:
         return gpu(
-            utilisation=Utilisation(
-                hardware_type="GPU", device_type="GPU", device_idle_share=idle / 100
-            )
+            utilisation=Utilisation(hardware_type="GPU", device_type="GPU", device_idle_share=idle)
         )
 
-    warning = assert_fires("device_idle", summary(device.DEVICE_IDLE_WARNING_PCT), Severity.WARNING)
-    assert warning.impact_share == pytest.approx(device.DEVICE_IDLE_WARNING_PCT / 100)
-    assert run("device_idle", summary(device.DEVICE_IDLE_WARNING_PCT - 0.01)) is None
-    assert_fires("device_idle", summary(device.DEVICE_IDLE_CRITICAL_PCT), Severity.CRITICAL)
-    assert_fires("device_idle", summary(device.DEVICE_IDLE_CRITICAL_PCT - 0.01), Severity.WARNING)
+    warning_at, critical_at = device.DEVICE_IDLE_WARNING_SHARE, device.DEVICE_IDLE_CRITICAL_SHARE
+    warning = assert_fires("device_idle", summary(warning_at), Severity.WARNING)
+    assert warning.impact_share == pytest.approx(warning_at)
+    assert run("device_idle", summary(warning_at - 0.0001)) is None
+    assert_fires("device_idle", summary(critical_at), Severity.CRITICAL)
+    assert_fires("device_idle", summary(critical_at - 0.0001), Severity.WARNING)
     assert run("device_idle", gpu()) is None  # idle time unknown
 
 

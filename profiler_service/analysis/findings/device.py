@@ -131,8 +131,8 @@ HOST_DEVICE_TRANSFER_ADVICE = Advice(
 )
 
 
-DEVICE_IDLE_CRITICAL_PCT = 50.0
-DEVICE_IDLE_WARNING_PCT = 20.0
+DEVICE_IDLE_CRITICAL_SHARE = 0.50
+DEVICE_IDLE_WARNING_SHARE = 0.20
 OP_DOMINATES_SHARE = 0.5
 COMMUNICATION_WARNING_SHARE = 0.15
 TRANSFER_WARNING_SHARE = 0.15
@@ -236,8 +236,8 @@ DEVICE_IDLE_ADVICE = Advice(jax=_jax_idle_advice, jax_title=_jax_idle_title)
     advice=DEVICE_IDLE_ADVICE,
 )
 def device_idle(summary: Summary) -> Finding | None:
-    """The accelerator is idle at least `DEVICE_IDLE_WARNING_PCT` % of the time (warning),
-    `DEVICE_IDLE_CRITICAL_PCT` % (critical); silent on CPU-only captures and on GPU captures
+    """The accelerator is idle at least `DEVICE_IDLE_WARNING_SHARE` of the time (warning),
+    `DEVICE_IDLE_CRITICAL_SHARE` (critical); silent on CPU-only captures and on GPU captures
     whose GPU trace is empty (`device_trace_missing`). On a GPU, XProf
     gives no idle share: it is read from the GPU's own plane (the GPUs that ran kernels, on
     average), with what the host did during the gaps, and advice for the largest part.
@@ -246,17 +246,16 @@ def device_idle(summary: Summary) -> Finding | None:
     gpu = summary.gpu
     if not _has_device(summary) or share is None:
         return None
-    idle = percent(share)
-    if idle < DEVICE_IDLE_WARNING_PCT:
+    if share < DEVICE_IDLE_WARNING_SHARE:
         return None
-    severity = Severity.CRITICAL if idle >= DEVICE_IDLE_CRITICAL_PCT else Severity.WARNING
+    severity = Severity.CRITICAL if share >= DEVICE_IDLE_CRITICAL_SHARE else Severity.WARNING
     evidence = DeviceIdleEvidence(
         device_idle_share=share,
         device_duty_cycle_share=summary.utilisation.device_duty_cycle_share,
         bottleneck=summary.bottleneck,
     )
     name = summary.utilisation.device_type or "device"
-    title = f"The {name} is idle {idle:g}% of the time"
+    title = f"The {name} is idle {percent(share):g}% of the time"
     advice = IDLE_ADVICE[None]
     if gpu is not None and gpu.active and summary.utilisation.device_idle_share is None:
         meanwhile = {act: gpu.idle_while(act) for act in HostActivity}

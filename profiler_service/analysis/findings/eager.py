@@ -120,7 +120,7 @@ EAGER_EXECUTION_ADVICE = Advice(
 )
 
 
-EAGER_WARNING_PCT = 10.0
+EAGER_WARNING_SHARE = 0.10
 # Ops a step runs eagerly, read from the capture's own events, before their dispatch counts.
 EAGER_MIN_OPS_PER_STEP = 10
 
@@ -132,25 +132,26 @@ EAGER_MIN_OPS_PER_STEP = 10
     advice=EAGER_EXECUTION_ADVICE,
 )
 def eager_execution(summary: Summary) -> Finding | None:
-    """At least `EAGER_WARNING_PCT` % of host op time runs eagerly (XProf reports it on GPU
+    """At least `EAGER_WARNING_SHARE` of host op time runs eagerly (XProf reports it on GPU
     captures), or, read from the capture's own events, at least `EAGER_MIN_OPS_PER_STEP` ops a
-    step run eagerly and their dispatch takes at least `EAGER_WARNING_PCT` % of the step.
+    step run eagerly and their dispatch takes at least `EAGER_WARNING_SHARE` of the step.
     """
-    pct = percent(summary.utilisation.host_eager_share or 0.0)
+    host_eager = summary.utilisation.host_eager_share or 0.0
+    pct = percent(host_eager)
     eager = summary.eager
     from_events = (
         eager is not None
         and eager.ops_per_step >= EAGER_MIN_OPS_PER_STEP
-        and 100 * eager.dispatch_share >= EAGER_WARNING_PCT
+        and eager.dispatch_share >= EAGER_WARNING_SHARE
     )
-    if (pct < EAGER_WARNING_PCT and not from_events) or summary.step_time.count == 0:
+    if (host_eager < EAGER_WARNING_SHARE and not from_events) or summary.step_time.count == 0:
         return None
     evidence = EagerExecutionEvidence(
         host_eager_share=summary.utilisation.host_eager_share,
         device_eager_share=summary.utilisation.device_eager_share,
     )
     title = f"{pct:g}% of host op time runs eagerly, one Python call per op"
-    if from_events and pct < EAGER_WARNING_PCT:
+    if from_events and host_eager < EAGER_WARNING_SHARE:
         pct = round(100 * eager.dispatch_share, 1)
         title = (
             f"{eager.ops_per_step:g} ops a step run eagerly, one Python call each: {pct:g}% of "

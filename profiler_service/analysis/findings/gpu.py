@@ -153,7 +153,7 @@ KERNEL_LAUNCH_HIGH_SHARE = 0.15
 # step, and a GPU busy less than this share of the capture.
 TINY_KERNEL_SHARE = 0.5
 TINY_KERNELS_PER_STEP = 50
-LAUNCH_BOUND_MAX_BUSY_PCT = 50.0
+LAUNCH_BOUND_MAX_BUSY_SHARE = 0.50
 # Several GPUs: busy shares this many points apart, or a GPU that ran nothing.
 IMBALANCE_WARNING_POINTS = 10.0
 
@@ -217,7 +217,7 @@ def kernel_launch_bound(summary: Summary) -> Finding | None:
     """Kernel launch takes at least `KERNEL_LAUNCH_HIGH_SHARE` of the step (XProf's figure),
     or, on the GPU's own plane, at least `TINY_KERNEL_SHARE` of kernels are tiny, at least
     `TINY_KERNELS_PER_STEP` of them per step, and the GPU is busy under
-    `LAUNCH_BOUND_MAX_BUSY_PCT` % of the capture: it waits for the host to launch the next one.
+    `LAUNCH_BOUND_MAX_BUSY_SHARE` of the capture: it waits for the host to launch the next one.
     """
     st = summary.step_time
     launch = share(st.breakdown_avg.kernel_launch_ms, st.avg_ms)
@@ -238,7 +238,7 @@ def kernel_launch_bound(summary: Summary) -> Finding | None:
         if (
             kernels.short_share < TINY_KERNEL_SHARE
             or per_step < TINY_KERNELS_PER_STEP
-            or busy >= LAUNCH_BOUND_MAX_BUSY_PCT
+            or busiest.busy_share >= LAUNCH_BOUND_MAX_BUSY_SHARE
         ):
             return None
         evidence = KernelLaunchBoundEvidence(

@@ -22,10 +22,10 @@ from profiler_service.analysis.rule import Rule
 DOCS = "https://www.tensorflow.org/guide/data_performance"
 # XProf's own verdict is reused (HIGHLY > 20 %, MODERATELY > 5 % of step time on input).
 SEVERITY_OF = {InputBound.HIGHLY: Severity.CRITICAL, InputBound.MODERATELY: Severity.WARNING}
-# XProf's thresholds (op_stats_to_input_pipeline_analysis.cc), applied to the share of the
-# capture a GPU idled while the host waited in the tf.data iterator.
-HIGHLY_INPUT_PCT = 20.0
-MODERATELY_INPUT_PCT = 5.0
+# XProf's thresholds (op_stats_to_input_pipeline_analysis.cc: 20 % and 5 %), as shares, applied
+# to the share of the capture a GPU idled while the host waited in the tf.data iterator.
+HIGHLY_INPUT_SHARE = 0.20
+MODERATELY_INPUT_SHARE = 0.05
 
 
 def gpu_input_verdict(summary: Summary) -> tuple[InputBound, float] | None:
@@ -35,9 +35,9 @@ def gpu_input_verdict(summary: Summary) -> tuple[InputBound, float] | None:
     if summary.gpu is None or not summary.gpu.active:
         return None
     waited = summary.gpu.idle_while(HostActivity.INPUT)
-    if percent(waited) > HIGHLY_INPUT_PCT:
+    if waited > HIGHLY_INPUT_SHARE:
         level = InputBound.HIGHLY
-    elif percent(waited) > MODERATELY_INPUT_PCT:
+    elif waited > MODERATELY_INPUT_SHARE:
         level = InputBound.MODERATELY
     else:
         return None

@@ -18,7 +18,6 @@ from profiler_service.analysis.models import (
     Severity,
     Summary,
 )
-from profiler_service.analysis.renamed_fields import percent
 from profiler_service.analysis.rule import Evidence, Rule
 
 
@@ -180,14 +179,14 @@ TENSOR_CORES_UNUSED_ADVICE = Advice(
 
 # Tensor Cores arrive with compute capability 7.0 (Volta); older GPUs gain little from 16-bit.
 TENSOR_CORE_MIN_CC = (7, 0)
-# XProf's own line (kLowPrecisionPercentThreshold): under this share of device compute in
-# 16-bit, it says "Only x% of device computation is 16 bit".
-LOW_16BIT_PCT = 10.0
+# XProf's own line (kLowPrecisionPercentThreshold, 10 %), as a share: under this share of device
+# compute in 16-bit, it says "Only x% of device computation is 16 bit".
+LOW_16BIT_SHARE = 0.10
 # Without XProf's figure: under this share of Tensor-Core-eligible kernel time on Tensor Cores.
 LOW_TENSOR_CORE_SHARE = 0.10
 # Mixed precision is worth a warning once the GPU computes for at least this share of the
 # capture; below it the GPU mostly waits, and the advice is info.
-PRECISION_WARNING_KERNEL_PCT = 50.0
+PRECISION_WARNING_KERNEL_SHARE = 0.50
 TENSOR_CORE_UNUSED_SHARE = 0.10
 
 
@@ -199,12 +198,12 @@ TENSOR_CORE_UNUSED_SHARE = 0.10
 )
 def mixed_precision(summary: Summary) -> Finding | None:
     """A GPU with Tensor Cores (compute capability 7.0 and up) computes in 32-bit: under
-    `LOW_16BIT_PCT` % of device compute in 16-bit (XProf's figure), or, where XProf gives
+    `LOW_16BIT_SHARE` of device compute in 16-bit (XProf's figure), or, where XProf gives
     none, under `LOW_TENSOR_CORE_SHARE` of matmul/convolution kernel time on Tensor Cores.
-    Warning once kernels run `PRECISION_WARNING_KERNEL_PCT` % of the capture, else info.
+    Warning once kernels run `PRECISION_WARNING_KERNEL_SHARE` of the capture, else info.
     Silent on older GPUs, where no matmul or convolution kernel ran (nothing for Tensor
     Cores to speed up), and when 16-bit compute is already there: also when XProf says
-    otherwise but matmul and convolution kernels whose names say 16-bit run `LOW_16BIT_PCT` %
+    otherwise but matmul and convolution kernels whose names say 16-bit run `LOW_16BIT_SHARE`
     of their time (XProf cannot map kernels launched from XLA's command buffers to their ops,
     and counts them as 32-bit: a bf16 JAX job on an H200 read 0 %).
     """
@@ -220,10 +219,10 @@ def mixed_precision(summary: Summary) -> Finding | None:
     eligible = sum(d.kernels.tensor_core_eligible_ms for d in gpu.active)
     on_tensor_cores = sum(d.kernels.tensor_core_ms for d in gpu.active)
     sixteen_bit_ms = sum(d.kernels.sixteen_bit_ms for d in gpu.active)
-    if eligible <= 0 or sixteen_bit_ms / eligible * 100 >= LOW_16BIT_PCT:
+    if eligible <= 0 or sixteen_bit_ms / eligible >= LOW_16BIT_SHARE:
         return None
     if u.device_compute_16bit_pct is not None and (u.device_compute_32bit_pct or 0) > 0:
-        if u.device_compute_16bit_pct >= LOW_16BIT_PCT:
+        if u.device_compute_16bit_pct / 100 >= LOW_16BIT_SHARE:  # XProf's figure is 0-100
             return None
         basis = f"{u.device_compute_16bit_pct:g}% of device compute is 16-bit (XProf)"
     elif eligible > 0:
@@ -236,7 +235,7 @@ def mixed_precision(summary: Summary) -> Finding | None:
     else:
         return None
     kernel_share = max(d.kernel_share for d in gpu.active)
-    warning = percent(kernel_share) >= PRECISION_WARNING_KERNEL_PCT
+    warning = kernel_share >= PRECISION_WARNING_KERNEL_SHARE
     severity = Severity.WARNING if warning else Severity.INFO
     name = device.model or f"GPU (compute capability {device.compute_capability})"
     # What is at stake: the 32-bit matmul time of the GPU with the most, over its window.
