@@ -172,15 +172,15 @@ def eager_execution(summary: Summary) -> Finding | None:
         "`run_eagerly=True`), so TensorFlow runs it as one graph instead of "
         "dispatching every small op from Python.",
         docs="https://www.tensorflow.org/guide/function",
-        impact_share=round(_eager_step_share(summary, pct), 4),
+        impact_share=round(_eager_step_share(summary, host_eager), 4),
     )
 
 
-def _eager_step_share(summary: Summary, host_op_pct: float) -> float:
+def _eager_step_share(summary: Summary, host_op_share: float) -> float:
     """The step's share in eager dispatch: from the capture's events where they were read,
     else XProf's share of host op time times the host ops' share of the step."""
     if summary.eager is not None and summary.eager.step_ms:
         return min(1.0, summary.eager.dispatch_share)
     st = summary.step_time
     host_ops = share(st.breakdown_avg.host_compute_ms, st.avg_ms)
-    return min(1.0, host_op_pct / 100 * host_ops)
+    return min(1.0, host_op_share * host_ops)
