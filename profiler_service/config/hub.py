@@ -144,17 +144,18 @@ class LedgerSettings(Group):
     ledger_resolution_s: float = Field(
         default=60.0,
         ge=1,
-        description="Where the GPU series are scraped at different intervals, a GPU is "
-        "counted held in each interval this long (at least the longest scrape interval seen) "
-        "holding one of its samples.",
+        description="Where the GPU series are scraped at different intervals, a pod seen in "
+        "too few of the ledger's buckets to read its own interval is counted held in each "
+        "interval this long (at least the longest scrape interval seen) holding one of its "
+        "samples.",
     )
     gpu_scrape_interval_s: float | None = Field(
         default=None,
         gt=0,
         description="The query's scrape interval: held hours are its samples x this. Unset: "
-        "read from the samples (a pod's fullest hour), and where the series' intervals differ, "
-        "held hours are counted by `hub_ledger_resolution_s` intervals instead (about five "
-        "times the cost to Prometheus).",
+        "read from the samples (a pod's fullest hour); where the series' intervals differ, "
+        "each pod's samples count at its own interval, and a pod seen too briefly to read it "
+        "by `hub_ledger_resolution_s` intervals.",
     )
     ledger_bucket_s: float = Field(
         default=3600.0,
