@@ -180,6 +180,8 @@ def test_the_hub_asks_for_the_captures_that_explain_its_idle_hours(world):
     assert state["no_sidecar"][0]["no_capture_gpu_hours"] == pytest.approx(14.4, rel=0.02)
     assert all(world.alerts_at(key) == [] for key in WITH_SIDECAR)
     assert set(world.asks().values()) == {0.0}
+    # The page reads the ledger's last round, which may land a moment after the policy's.
+    wait_until(lambda: 'id="explain-share"' in world.get("/fleet").text, 30, "explain's share")
     page = world.get("/fleet").text
     assert '<section id="explain" data-enabled="false">' in page
     assert "PROFILER_HUB_EXPLAIN_IDLE=true" in page
