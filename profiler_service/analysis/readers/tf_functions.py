@@ -70,6 +70,7 @@ def summarise_tf_functions(events: HostEvents, host: str) -> TfFunctions | None:
             functions[name] = TfFunctionCalls(name=name, calls=0, traces=0, tracing_ms=0.0)
         return functions[name]
 
+    untraced: list[Span] = []
     for call in top_calls:
         mode = str(call.stats.get("tf_function_call", ""))
         f = record(call.name)
@@ -80,6 +81,7 @@ def summarise_tf_functions(events: HostEvents, host: str) -> TfFunctions | None:
         if isinstance(count, int) and count:
             f.traced_in_all = count
         if not mode.startswith("traced"):
+            untraced.append(call)
             untraced_ps[call.name].append(call.end_ps - call.start_ps)
             untraced_run_ps[call.name].append(running_ps[call])
         else:
@@ -114,10 +116,8 @@ def summarise_tf_functions(events: HostEvents, host: str) -> TfFunctions | None:
         in_steps[name][1] += inside_step(compile_span)
         f.compile_ms = round(f.compile_ms + _ms(compile_span.end_ps - start), 3)
     steady_ps: dict[str, list[int]] = defaultdict(list)
-    for call in top_calls:
-        if call not in compiling and not str(call.stats.get("tf_function_call", "")).startswith(
-            "traced"
-        ):
+    for call in untraced:
+        if call not in compiling:
             steady_ps[call.name].append(call.end_ps - call.start_ps)
     for name, f in functions.items():
         f.steady_call_ms = _mean_ms(steady_ps[name])
